@@ -1,0 +1,80 @@
+/* The parsed form of rules.ini, shared by the shim and the bulkhead command.
+ *
+ * bh_config_load() reads one file with inih and validates every key. It
+ * never stops at the first problem: each error is handed to the caller's
+ * callback as one line ("rules.ini:12: limit: \"twenty\" is not a whole
+ * number"), so `bulkhead check` can list them all and the shim can log the
+ * first and run unlimited. */
+#ifndef BH_CONFIG_H
+#define BH_CONFIG_H
+
+#include <stdint.h>
+
+enum {
+    BH_MAX_COMPARTMENTS = 64,  /* per namespace; sized into the shared state */
+    BH_NAME_MAX = 48,          /* compartment and namespace names, with NUL */
+};
+
+enum bh_log_level { BH_LOG_ERROR, BH_LOG_WARN, BH_LOG_INFO, BH_LOG_DEBUG };
+
+enum bh_rule_kind {
+    BH_RULE_ADDRESS,     /* literal address or CIDR, v4 or v6 */
+    BH_RULE_HOSTNAME,    /* exact name, matched through what the process resolved */
+    BH_RULE_HOST_SUFFIX, /* "*.example.com": any name ending in ".example.com" */
+};
+
+struct bh_rule {
+    enum bh_rule_kind kind;
+    int family;            /* AF_INET or AF_INET6 for BH_RULE_ADDRESS */
+    uint8_t address[16];   /* network byte order, host bits already zeroed */
+    int prefix_len;        /* 32/128 for a single address */
+    char *hostname;        /* lower case, no trailing dot; for suffix rules
+                              the part after "*", e.g. ".example.com" */
+    uint16_t port_lo, port_hi; /* "*" is 0-65535 */
+    int compartment;       /* index into bh_config.compartments */
+    int line;              /* line of the match = in the file */
+    char *text;            /* the value as written, for explain/check */
+};
+
+struct bh_compartment {
+    char name[BH_NAME_MAX];
+    int limit;             /* permits; 0 refuses everything */
+    int wait_ms;           /* 0 = fail fast */
+    int max_waiters;
+    int refusal_errno;     /* ECONNREFUSED, ETIMEDOUT, EAGAIN or EHOSTUNREACH */
+    int line;              /* line of the [section] header */
+};
+
+struct bh_config {
+    char *path;
+    enum bh_log_level log_level;
+    char *log_file;        /* NULL means stderr */
+    char namespace_name[BH_NAME_MAX];
+    struct bh_compartment compartments[BH_MAX_COMPARTMENTS];
+    int compartment_count;
+    struct bh_rule *rules; /* in file order: the first match wins */
+    int rule_count;
+};
+
+/* Called once per error with a complete line, without a trailing newline. */
+typedef void (*bh_config_error_fn)(void *ctx, const char *message);
+
+/* Parses `path` into `config`. Returns the number of errors (0 = valid).
+ * On errors the config may be partly filled; free it either way. */
+int bh_config_load(const char *path, struct bh_config *config,
+                   bh_config_error_fn on_error, void *ctx);
+void bh_config_free(struct bh_config *config);
+
+/* Finds the rules file: $BULKHEAD_CONFIG, else $XDG_CONFIG_HOME/bulkhead/
+ * rules.ini (default ~/.config/bulkhead/rules.ini), else
+ * /etc/bulkhead/rules.ini. In a secure-execution process (AT_SECURE) the
+ * environment is not trusted and only /etc is looked at. Writes the path
+ * into buf and returns 0 when a file exists there, -1 when none does. */
+int bh_config_locate(char *buf, unsigned long buflen);
+
+/* Name <-> value helpers shared with the command's output. */
+const char *bh_errno_name(int err);
+const char *bh_log_level_name(enum bh_log_level level);
+int bh_log_level_parse(const char *text, enum bh_log_level *level);
+
+#endif

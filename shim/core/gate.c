@@ -1,0 +1,133 @@
+/* Admission of outgoing connections.
+ *
+ * The unmatched path must cost next to nothing: it is a family test, the
+ * rule index's port bitmap and, at most, a few hash lookups; no syscall.
+ * A matched connect on a socket made through our socket() hook costs one
+ * semop. Only the rare paths ask the kernel anything more: a socket of
+ * unknown kind (getsockopt), a full compartment (fcntl to see whether the
+ * socket may block, then GETNCNT and semtimedop). */
+#include "core/gate.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+
+#include "core/libc.h"
+#include "core/log.h"
+#include "core/shim.h"
+#include "fdtable/fd_table.h"
+
+static int is_inet_stream(int fd)
+{
+    enum bh_fd_kind kind = bh_fd_kind(fd);
+    if (kind != BH_FD_UNKNOWN)
+        return kind == BH_FD_INET_STREAM;
+    int type = 0;
+    socklen_t length = sizeof type;
+    int saved_errno = errno;
+    int rc = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length);
+    errno = saved_errno;
+    return rc == 0 && type == SOCK_STREAM;
+}
+
+static int may_block(int fd)
+{
+    int saved_errno = errno;
+    int flags = libc_fcntl(fd, F_GETFL, NULL);
+    errno = saved_errno;
+    return flags >= 0 && !(flags & O_NONBLOCK);
+}
+
+static void describe(const struct sockaddr *to, char *out, size_t outlen)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (to->sa_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)to;
+        inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+        port = ntohs(v4->sin_port);
+        snprintf(out, outlen, "%s:%u", host, port);
+    } else {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)to;
+        inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+        port = ntohs(v6->sin6_port);
+        snprintf(out, outlen, "[%s]:%u", host, port);
+    }
+}
+
+static int refuse(int local, int shared, const struct sockaddr *to,
+                  enum bh_acquire_result result)
+{
+    const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
+    char destination[INET6_ADDRSTRLEN + 16];
+    describe(to, destination, sizeof destination);
+    char why[96];
+    if (result == BH_TIMED_OUT)
+        snprintf(why, sizeof why, "after waiting %d ms", compartment->wait_ms);
+    else
+        snprintf(why, sizeof why, "at once (full)");
+    bh_log_refusal(shared, compartment->name, destination, why);
+    errno = compartment->refusal_errno;
+    return BH_GATE_REFUSED;
+}
+
+static void note_bypass_once(void)
+{
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        bh_log(BH_LOG_ERROR, "namespace \"%s\" is gone (reset?); connections "
+               "pass unlimited", bh_shim.config.namespace_name);
+}
+
+static int admit(int fd, int local, const struct sockaddr *to)
+{
+    const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
+    int shared = bh_shim.shared_index[local];
+    if (shared < 0)
+        return BH_GATE_PASS;
+    enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, shared);
+    if (result == BH_REJECTED) {
+        if (compartment->wait_ms > 0 && may_block(fd))
+            result = bh_permit_wait(&bh_shim.ns, shared, compartment->wait_ms,
+                                    compartment->max_waiters);
+        else
+            bh_permit_count_rejected(&bh_shim.ns, shared);
+    }
+    if (result == BH_BYPASS) {
+        note_bypass_once();
+        return BH_GATE_PASS;
+    }
+    if (result != BH_ACQUIRED)
+        return refuse(local, shared, to, result);
+    if (bh_fd_attach(fd, shared) < 0) {
+        bh_permit_release(&bh_shim.ns, shared); /* another thread counted it */
+        return BH_GATE_PASS;
+    }
+    return shared;
+}
+
+int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
+{
+    if (!to || length < sizeof(sa_family_t) ||
+        (to->sa_family != AF_INET && to->sa_family != AF_INET6))
+        return BH_GATE_PASS;
+    if (!bh_shim_active())
+        return BH_GATE_PASS;
+    int rule = bh_rule_index_match(bh_shim.rules, to, length);
+    if (rule < 0)
+        return BH_GATE_PASS;
+    /* Already counted: connect() again to poll an async connect. */
+    if (bh_fd_compartment(fd) >= 0 || !is_inet_stream(fd))
+        return BH_GATE_PASS;
+    return admit(fd, bh_shim.config.rules[rule].compartment, to);
+}
+
+void bh_gate_leave(int fd, int call_failed)
+{
+    if (call_failed && errno != EINPROGRESS && errno != EINTR) {
+        int saved_errno = errno;
+        bh_fd_new(fd, BH_FD_INET_STREAM); /* drops the connection: permit back */
+        errno = saved_errno;
+    }
+}

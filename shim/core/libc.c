@@ -1,0 +1,21 @@
+/* dlsym plumbing for the real-symbol table declared in libc.h. */
+#include "core/libc.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct bh_libc bh_libc;
+
+void *bh_libc_lookup(const char *name)
+{
+    void *symbol = dlsym(RTLD_NEXT, name);
+    if (!symbol) {
+        /* Nothing sane to call: the C library lacks a function that the
+         * program just called through us. Say so, plainly, and stop. */
+        static const char message[] = "bulkhead: the C library lacks a hooked function\n";
+        (void)!write(2, message, sizeof message - 1);
+        abort();
+    }
+    return symbol;
+}

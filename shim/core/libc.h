@@ -1,0 +1,102 @@
+/* The real libc functions behind the hooks, in one typed table.
+ *
+ * Each hook reaches libc through libc_NAME(), never through dlsym itself.
+ * A symbol is looked up with dlsym(RTLD_NEXT) on first use, so hooks work
+ * even when another library's constructor calls them before ours ran. */
+#ifndef BH_LIBC_H
+#define BH_LIBC_H
+
+#include <netdb.h>
+#include <stdio.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/types.h>
+
+/* X(return type, name, parameter list, argument list) */
+#define BH_LIBC_FUNCTIONS(X)                                                   \
+    X(int, connect, (int fd, const struct sockaddr *to, socklen_t len), (fd, to, len)) \
+    X(ssize_t, sendto, (int fd, const void *buf, size_t n, int flags,          \
+                        const struct sockaddr *to, socklen_t len),             \
+      (fd, buf, n, flags, to, len))                                            \
+    X(ssize_t, sendmsg, (int fd, const struct msghdr *msg, int flags), (fd, msg, flags)) \
+    X(ssize_t, recvmsg, (int fd, struct msghdr *msg, int flags), (fd, msg, flags)) \
+    X(int, close, (int fd), (fd))                                              \
+    X(int, close_range, (unsigned first, unsigned last, int flags), (first, last, flags)) \
+    X(int, fclose, (FILE *stream), (stream))                                   \
+    X(int, fcloseall, (void), ())                                              \
+    X(int, dup, (int fd), (fd))                                                \
+    X(int, dup2, (int oldfd, int newfd), (oldfd, newfd))                       \
+    X(int, dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags))     \
+    X(int, fcntl, (int fd, int cmd, void *arg), (fd, cmd, arg))                \
+    X(int, fcntl64, (int fd, int cmd, void *arg), (fd, cmd, arg))              \
+    X(int, socket, (int domain, int type, int protocol), (domain, type, protocol)) \
+    X(int, socketpair, (int domain, int type, int protocol, int fds[2]),       \
+      (domain, type, protocol, fds))                                           \
+    X(int, accept, (int fd, struct sockaddr *from, socklen_t *len), (fd, from, len)) \
+    X(int, accept4, (int fd, struct sockaddr *from, socklen_t *len, int flags), \
+      (fd, from, len, flags))                                                  \
+    X(int, open, (const char *path, int flags, mode_t mode), (path, flags, mode)) \
+    X(int, open64, (const char *path, int flags, mode_t mode), (path, flags, mode)) \
+    X(int, openat, (int dirfd, const char *path, int flags, mode_t mode),      \
+      (dirfd, path, flags, mode))                                              \
+    X(int, openat64, (int dirfd, const char *path, int flags, mode_t mode),    \
+      (dirfd, path, flags, mode))                                              \
+    X(int, creat, (const char *path, mode_t mode), (path, mode))               \
+    X(FILE *, fopen, (const char *path, const char *mode), (path, mode))       \
+    X(FILE *, fopen64, (const char *path, const char *mode), (path, mode))     \
+    X(int, pipe, (int fds[2]), (fds))                                          \
+    X(int, pipe2, (int fds[2], int flags), (fds, flags))                       \
+    X(int, eventfd, (unsigned value, int flags), (value, flags))               \
+    X(int, epoll_create, (int size), (size))                                   \
+    X(int, epoll_create1, (int flags), (flags))                                \
+    X(int, signalfd, (int fd, const sigset_t *mask, int flags), (fd, mask, flags)) \
+    X(int, timerfd_create, (int clock, int flags), (clock, flags))             \
+    X(int, inotify_init1, (int flags), (flags))                                \
+    X(int, memfd_create, (const char *name, unsigned flags), (name, flags))    \
+    X(int, execve, (const char *path, char *const argv[], char *const envp[]), \
+      (path, argv, envp))                                                      \
+    X(int, execvpe, (const char *file, char *const argv[], char *const envp[]), \
+      (file, argv, envp))                                                      \
+    X(int, fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp)) \
+    X(int, getaddrinfo, (const char *node, const char *service,                \
+                         const struct addrinfo *hints, struct addrinfo **res), \
+      (node, service, hints, res))                                             \
+    X(struct hostent *, gethostbyname, (const char *name), (name))             \
+    X(struct hostent *, gethostbyname2, (const char *name, int family), (name, family)) \
+    X(int, gethostbyname_r, (const char *name, struct hostent *ret, char *buf, \
+                             size_t buflen, struct hostent **result, int *h_errnop), \
+      (name, ret, buf, buflen, result, h_errnop))                              \
+    X(int, gethostbyname2_r, (const char *name, int family, struct hostent *ret, \
+                              char *buf, size_t buflen, struct hostent **result, \
+                              int *h_errnop),                                  \
+      (name, family, ret, buf, buflen, result, h_errnop))
+
+#define BH_LIBC_FIELD(type, name, params, args) type (*name) params;
+struct bh_libc { BH_LIBC_FUNCTIONS(BH_LIBC_FIELD) void (*closefrom)(int lowfd); };
+#undef BH_LIBC_FIELD
+
+extern struct bh_libc bh_libc;
+void *bh_libc_lookup(const char *name);
+
+#define BH_LIBC_CALL(type, name, params, args)                                  \
+    static inline type libc_##name params                                      \
+    {                                                                          \
+        if (__builtin_expect(!bh_libc.name, 0))                                \
+            bh_libc.name = (type (*) params)bh_libc_lookup(#name);             \
+        return bh_libc.name args;                                              \
+    }
+BH_LIBC_FUNCTIONS(BH_LIBC_CALL)
+#undef BH_LIBC_CALL
+
+static inline void libc_closefrom(int lowfd)
+{
+    if (!bh_libc.closefrom)
+        bh_libc.closefrom = (void (*)(int))bh_libc_lookup("closefrom");
+    bh_libc.closefrom(lowfd);
+}
+
+#endif

@@ -1,0 +1,96 @@
+/* Logging without stdio: the host program owns its FILEs and buffers.
+ *
+ * A file log is opened, appended to and closed for every line. Lines are
+ * rare (refusals are rate-limited), and holding a descriptor open would
+ * leave us writing into whatever the program later put on that number. */
+#include "core/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/libc.h"
+
+static enum bh_log_level log_level = BH_LOG_WARN;
+static char log_path[512];          /* empty: stderr */
+
+struct refusal_window {
+    _Atomic int64_t second;         /* CLOCK_MONOTONIC second of the last line */
+    _Atomic uint32_t suppressed;    /* refusals not logged since */
+};
+static struct refusal_window refusal_windows[BH_MAX_COMPARTMENTS];
+
+void bh_log_configure(enum bh_log_level level, const char *path)
+{
+    log_level = level;
+    snprintf(log_path, sizeof log_path, "%s", path ? path : "");
+}
+
+int bh_log_enabled(enum bh_log_level level)
+{
+    return level <= log_level;
+}
+
+static void write_line(const char *line, size_t length)
+{
+    int fd = 2;
+    if (log_path[0]) {
+        fd = libc_open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return;
+    }
+    (void)!write(fd, line, length);
+    if (fd != 2)
+        libc_close(fd);
+}
+
+void bh_log(enum bh_log_level level, const char *format, ...)
+{
+    if (!bh_log_enabled(level))
+        return;
+    int saved_errno = errno;
+    char line[1024];
+    int length = snprintf(line, sizeof line, "bulkhead: ");
+    va_list args;
+    va_start(args, format);
+    length += vsnprintf(line + length, sizeof line - length, format, args);
+    va_end(args);
+    if (length > (int)sizeof line - 2)
+        length = sizeof line - 2;
+    line[length++] = '\n';
+    write_line(line, length);
+    errno = saved_errno;
+}
+
+static int64_t monotonic_second(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec;
+}
+
+void bh_log_refusal(int compartment, const char *compartment_name,
+                    const char *destination, const char *why)
+{
+    if (!bh_log_enabled(BH_LOG_WARN))
+        return;
+    struct refusal_window *window = &refusal_windows[compartment];
+    int64_t now = monotonic_second();
+    int64_t last = atomic_load(&window->second);
+    if (last == now || !atomic_compare_exchange_strong(&window->second, &last, now)) {
+        atomic_fetch_add(&window->suppressed, 1);
+        return;
+    }
+    uint32_t suppressed = atomic_exchange(&window->suppressed, 0);
+    char more[64] = "";
+    if (suppressed)
+        snprintf(more, sizeof more, " (%u more refused in the last second)", suppressed);
+    bh_log(BH_LOG_WARN, "refused %s to [%s] %s for %s[%d]%s", destination,
+           compartment_name, why, program_invocation_short_name, (int)getpid(),
+           more);
+}

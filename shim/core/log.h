@@ -1,0 +1,16 @@
+/* The shim's log: one line per event, to stderr or appended to a file. */
+#ifndef BH_LOG_H
+#define BH_LOG_H
+
+#include "config/config.h"
+
+void bh_log_configure(enum bh_log_level level, const char *path);
+int bh_log_enabled(enum bh_log_level level);
+void bh_log(enum bh_log_level level, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A refusal, at warn, at most one line per second per compartment in this
+ * process; the next line says how many were left out. */
+void bh_log_refusal(int compartment, const char *compartment_name,
+                    const char *destination, const char *why);
+
+#endif

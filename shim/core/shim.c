@@ -1,0 +1,140 @@
+/* Start-up: find and load the rules, join the namespace, adopt what the
+ * previous program image handed over at exec.
+ *
+ * Runs once per process image, from the constructor or from the first hook
+ * that needs it, whichever comes first (pthread_once). A thread-local flag
+ * lets hooks called from inside start-up pass straight through instead of
+ * waiting on themselves. Anything that goes wrong turns the shim off for
+ * this process: the program runs unlimited, never dies of us (except under
+ * BULKHEAD_STRICT=1 with bad rules, which is what strict asks for). */
+#include "core/shim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "fdtable/fd_table.h"
+
+enum { EXIT_CONFIG = 78 };  /* EX_CONFIG from sysexits.h */
+
+struct bh_shim bh_shim;
+static pthread_once_t start_once = PTHREAD_ONCE_INIT;
+static __thread int starting_here;
+
+/* Before the rules are read the log goes to stderr, where these belong. */
+static void print_config_error(void *ctx, const char *message)
+{
+    (void)ctx;
+    bh_log(BH_LOG_ERROR, "%s", message);
+}
+
+static int strict_mode(void)
+{
+    const char *strict = getenv("BULKHEAD_STRICT");
+    return strict && strcmp(strict, "1") == 0;
+}
+
+static void configure_log(void)
+{
+    enum bh_log_level level = bh_shim.config.log_level;
+    const char *override = getenv("BULKHEAD_LOG");
+    if (override && bh_log_level_parse(override, &level) < 0)
+        bh_log(BH_LOG_ERROR, "BULKHEAD_LOG: \"%s\" is not one of error, warn, "
+               "info, debug", override);
+    bh_log_configure(level, bh_shim.config.log_file);
+}
+
+static int load_rules(void)
+{
+    char path[4096];
+    if (bh_config_locate(path, sizeof path) < 0)
+        return -1;  /* no rules anywhere: do nothing, quietly */
+    if (bh_config_load(path, &bh_shim.config, print_config_error, NULL)) {
+        if (strict_mode())
+            _exit(EXIT_CONFIG);
+        return -1;  /* the errors said what; the program runs unlimited */
+    }
+    configure_log();
+    bh_shim.rules = bh_rule_index_build(&bh_shim.config);
+    if (!bh_shim.rules) {
+        bh_log(BH_LOG_ERROR, "out of memory indexing %s; running without limits", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void register_compartment(int i)
+{
+    const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
+    int live_limit = compartment->limit;
+    int shared = bh_compartment_register(&bh_shim.ns, compartment->name,
+                                         compartment->limit, &live_limit);
+    bh_shim.shared_index[i] = shared;
+    if (shared < 0)
+        bh_log(BH_LOG_ERROR, "[%s]: cannot register in namespace \"%s\" (%s); "
+               "not limited", compartment->name, bh_shim.config.namespace_name,
+               strerror(errno));
+    else if (live_limit != compartment->limit)
+        bh_log(BH_LOG_INFO, "[%s]: using the live limit %d, not %d from %s",
+               compartment->name, live_limit, compartment->limit,
+               bh_shim.config.path);
+}
+
+static int join_namespace(void)
+{
+    char err[256];
+    if (bh_namespace_open(bh_shim.config.namespace_name, 1, &bh_shim.ns,
+                          err, sizeof err) < 0) {
+        bh_log(BH_LOG_ERROR, "%s; running without limits", err);
+        return -1;
+    }
+    for (int i = 0; i < bh_shim.config.compartment_count; i++)
+        register_compartment(i);
+    return 0;
+}
+
+static void forget_after_fork(void)
+{
+    bh_fd_forget_all();
+    bh_permits_forget_after_fork();
+    bh_rule_index_after_fork(bh_shim.rules);
+}
+
+static void start_once_per_image(void)
+{
+    starting_here = 1;
+    int active = load_rules() == 0 && join_namespace() == 0;
+    if (active) {
+        bh_handoff_adopt();
+        pthread_atfork(NULL, NULL, forget_after_fork);
+        bh_log(BH_LOG_INFO, "%s loaded: namespace \"%s\", %d compartments, %d rules",
+               bh_shim.config.path, bh_shim.config.namespace_name,
+               bh_shim.config.compartment_count, bh_shim.config.rule_count);
+    }
+    unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
+    atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
+                          memory_order_release);
+    starting_here = 0;
+}
+
+void bh_shim_start(void)
+{
+    if (starting_here)
+        return;  /* a hook called from inside start-up: pass through */
+    int saved_errno = errno;
+    pthread_once(&start_once, start_once_per_image);
+    errno = saved_errno;
+}
+
+__attribute__((constructor)) static void start_at_load(void)
+{
+    bh_shim_start();
+}
+
+void bh_connection_ended(int compartment)
+{
+    bh_permit_release(&bh_shim.ns, compartment);
+}

@@ -1,0 +1,47 @@
+/* The shim's process-wide state: config, rule index, namespace. Written
+ * once by bh_shim_start() (under pthread_once), read-only afterwards. */
+#ifndef BH_SHIM_H
+#define BH_SHIM_H
+
+#include <stdatomic.h>
+
+#include "config/config.h"
+#include "permits/permits.h"
+#include "rules/rule_index.h"
+
+#define BH_EXPORT __attribute__((visibility("default")))
+
+enum bh_shim_status { BH_SHIM_STARTING, BH_SHIM_ACTIVE, BH_SHIM_OFF };
+
+struct bh_shim {
+    _Atomic int status;
+    struct bh_config config;
+    struct bh_rule_index *rules;
+    struct bh_namespace ns;
+    /* config compartment i -> its index in the namespace, -1 if unregistered */
+    int shared_index[BH_MAX_COMPARTMENTS];
+};
+
+extern struct bh_shim bh_shim;
+
+void bh_shim_start(void);
+
+/* Nonzero when rules are in force. Starts the shim on first use. */
+static inline int bh_shim_active(void)
+{
+    int status = atomic_load_explicit(&bh_shim.status, memory_order_acquire);
+    if (__builtin_expect(status == BH_SHIM_STARTING, 0)) {
+        bh_shim_start();
+        status = atomic_load_explicit(&bh_shim.status, memory_order_acquire);
+    }
+    return status == BH_SHIM_ACTIVE;
+}
+
+/* Exec hand-off: what the next program image must know about our permits. */
+#define BH_HANDOFF_VARIABLE "BULKHEAD_HANDOFF"
+/* Writes "BULKHEAD_HANDOFF=..." into buf; 0 when there is nothing to hand
+ * off. Allocation-free: exec may run in a vfork child. */
+int bh_handoff_encode(char *buf, unsigned long buflen);
+void bh_handoff_adopt(void);
+
+#endif

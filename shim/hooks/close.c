@@ -1,0 +1,78 @@
+/* Hooks that end fds: close, close_range, closefrom, fclose, fcloseall.
+ *
+ * Untrack before the real close (another thread may be handed the number
+ * the moment the kernel frees it), give the permit back after it (the
+ * socket is gone by then), and give it back even if close failed: on Linux
+ * the fd is released whatever close() returns. No locks: close() may run
+ * in a signal handler. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "core/libc.h"
+#include "core/shim.h"
+#include "fdtable/fd_table.h"
+
+static int bh_close(int fd)
+{
+    uint32_t detached = bh_fd_detach(fd);
+    int rc = libc_close(fd);
+    bh_fd_release(detached);
+    return rc;
+}
+
+static int bh_close_range(unsigned first, unsigned last, int flags)
+{
+    int closes = !(flags & CLOSE_RANGE_CLOEXEC);
+    int valid = first <= last &&
+                !(flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE));
+    if (closes && valid)
+        bh_fd_closing_range(first, last);
+    return libc_close_range(first, last, flags);
+}
+
+static void bh_closefrom(int lowfd)
+{
+    if (lowfd >= 0)
+        bh_fd_closing_range((unsigned)lowfd, ~0u);
+    libc_closefrom(lowfd);
+}
+
+/* glibc's fclose closes through an internal alias we cannot hook. */
+static int bh_fclose(FILE *stream)
+{
+    uint32_t detached = stream ? bh_fd_detach(fileno(stream)) : 0;
+    int rc = libc_fclose(stream);
+    bh_fd_release(detached);
+    return rc;
+}
+
+static void forget_if_closed(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    (void)connection;
+    (void)compartment;
+    (void)ctx;
+    if (libc_fcntl(fd, F_GETFD, NULL) < 0 && errno == EBADF)
+        bh_fd_closing(fd);
+}
+
+/* We cannot list the streams; after they are gone, see which fds went. */
+static int bh_fcloseall(void)
+{
+    int rc = libc_fcloseall();
+    int saved_errno = errno;
+    bh_fd_for_each(forget_if_closed, NULL);
+    errno = saved_errno;
+    return rc;
+}
+
+BH_EXPORT int close(int fd) { return bh_close(fd); }
+BH_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+    return bh_close_range(first, last, flags);
+}
+BH_EXPORT void closefrom(int lowfd) { bh_closefrom(lowfd); }
+BH_EXPORT int fclose(FILE *stream) { return bh_fclose(stream); }
+BH_EXPORT int fcloseall(void) { return bh_fcloseall(); }

@@ -1,0 +1,61 @@
+/* Hooks that open a connection: connect(), and sendto()/sendmsg() with
+ * MSG_FASTOPEN, which connect without calling connect(). */
+#include <errno.h>
+#include <sys/socket.h>
+
+#include "core/gate.h"
+#include "core/libc.h"
+#include "core/shim.h"
+
+static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
+{
+    int compartment = bh_gate_enter(fd, to, length);
+    if (compartment == BH_GATE_REFUSED)
+        return -1;
+    int rc = libc_connect(fd, to, length);
+    if (compartment >= 0)
+        bh_gate_leave(fd, rc < 0);
+    return rc;
+}
+
+static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
+                         const struct sockaddr *to, socklen_t length)
+{
+    int compartment = (flags & MSG_FASTOPEN) ? bh_gate_enter(fd, to, length)
+                                             : BH_GATE_PASS;
+    if (compartment == BH_GATE_REFUSED)
+        return -1;
+    ssize_t sent = libc_sendto(fd, buf, n, flags, to, length);
+    if (compartment >= 0)
+        bh_gate_leave(fd, sent < 0);
+    return sent;
+}
+
+static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    int compartment = (flags & MSG_FASTOPEN) && msg
+                          ? bh_gate_enter(fd, msg->msg_name, msg->msg_namelen)
+                          : BH_GATE_PASS;
+    if (compartment == BH_GATE_REFUSED)
+        return -1;
+    ssize_t sent = libc_sendmsg(fd, msg, flags);
+    if (compartment >= 0)
+        bh_gate_leave(fd, sent < 0);
+    return sent;
+}
+
+BH_EXPORT int connect(int fd, const struct sockaddr *to, socklen_t length)
+{
+    return bh_connect(fd, to, length);
+}
+
+BH_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
+                         const struct sockaddr *to, socklen_t length)
+{
+    return bh_sendto(fd, buf, n, flags, to, length);
+}
+
+BH_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    return bh_sendmsg(fd, msg, flags);
+}

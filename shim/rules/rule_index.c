@@ -1,0 +1,392 @@
+/* Rule matching in a few hash lookups, whatever the number of rules.
+ *
+ * Address rules (a single address is a /32 or /128) go into one hash keyed
+ * by (family, prefix length, masked address). A destination is looked up
+ * once per distinct prefix length in use, a handful in practice. Each hash
+ * entry lists its rules in file order, so the first whose port range fits
+ * is that entry's best; the lowest rule number over all lookups wins.
+ *
+ * Hostname rules cannot be matched from an address alone. The resolver
+ * hooks tell us which addresses each wanted name gave (note_name), and those
+ * addresses go into a second hash with the hostname rules they stand for.
+ * That hash grows at run time, so it has a lock: a rwlock, written only with
+ * signals blocked so that a connect() from a signal handler on the writing
+ * thread can never wait on it.
+ *
+ * A 64 Ki-bit port map answers "no rule has this port" before any hashing:
+ * the common unmatched connect costs a bit test. */
+#include "rules/rule_index.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+struct address_key {
+    uint8_t family;      /* AF_INET or AF_INET6, fits a byte */
+    uint8_t prefix_len;
+    uint8_t address[16];
+};
+
+/* Rules that share one key, in file order. */
+struct rule_list {
+    int *rules;
+    int count;
+};
+
+struct address_entry {
+    struct address_key key;
+    struct rule_list list;
+    UT_hash_handle hh;
+};
+
+struct name_entry {
+    char *name;          /* exact name, or ".suffix" */
+    struct rule_list list;
+    UT_hash_handle hh;
+};
+
+struct port_range { uint16_t lo, hi; };
+
+struct family_prefixes {
+    uint8_t lengths[129];
+    int count;
+};
+
+struct bh_rule_index {
+    int rule_count;
+    struct port_range *ports;           /* per rule */
+    uint64_t port_map[65536 / 64];      /* ports any rule covers */
+    struct family_prefixes v4, v6;
+    struct address_entry *by_prefix;    /* address rules */
+    struct name_entry *exact_names;     /* hostname rules */
+    struct name_entry *suffixes;        /* *.suffix rules */
+    pthread_rwlock_t resolved_lock;
+    struct address_entry *resolved;     /* addresses of wanted names */
+    _Atomic int resolved_count;
+};
+
+static int list_append(struct rule_list *list, int rule)
+{
+    if (list->count > 0 && list->rules[list->count - 1] >= rule) {
+        for (int i = 0; i < list->count; i++)  /* keep sorted and unique */
+            if (list->rules[i] == rule)
+                return 0;
+    }
+    int *grown = realloc(list->rules, (list->count + 1) * sizeof *grown);
+    if (!grown)
+        return -1;
+    int at = list->count;
+    while (at > 0 && grown[at - 1] > rule) {
+        grown[at] = grown[at - 1];
+        at--;
+    }
+    grown[at] = rule;
+    list->rules = grown;
+    list->count++;
+    return 0;
+}
+
+static void mask_address(uint8_t *address, int prefix_len, int bytes)
+{
+    for (int i = 0; i < bytes; i++) {
+        int keep = prefix_len - i * 8;
+        address[i] &= keep >= 8 ? 0xff : keep <= 0 ? 0 : (uint8_t)(0xff << (8 - keep));
+    }
+}
+
+static void make_key(struct address_key *key, int family, const void *address,
+                     int prefix_len)
+{
+    memset(key, 0, sizeof *key);
+    key->family = (uint8_t)family;
+    key->prefix_len = (uint8_t)prefix_len;
+    int bytes = family == AF_INET ? 4 : 16;
+    memcpy(key->address, address, bytes);
+    mask_address(key->address, prefix_len, bytes);
+}
+
+static struct address_entry *address_entry_get(struct address_entry **table,
+                                               const struct address_key *key)
+{
+    struct address_entry *entry;
+    HASH_FIND(hh, *table, key, sizeof *key, entry);
+    if (entry)
+        return entry;
+    entry = calloc(1, sizeof *entry);
+    if (!entry)
+        return NULL;
+    entry->key = *key;
+    HASH_ADD(hh, *table, key, sizeof entry->key, entry);
+    return entry;
+}
+
+static struct name_entry *name_entry_get(struct name_entry **table, const char *name)
+{
+    struct name_entry *entry;
+    HASH_FIND_STR(*table, name, entry);
+    if (entry)
+        return entry;
+    entry = calloc(1, sizeof *entry);
+    if (!entry || !(entry->name = strdup(name))) {
+        free(entry);
+        return NULL;
+    }
+    HASH_ADD_KEYPTR(hh, *table, entry->name, strlen(entry->name), entry);
+    return entry;
+}
+
+static void note_prefix_length(struct family_prefixes *prefixes, int length)
+{
+    for (int i = 0; i < prefixes->count; i++)
+        if (prefixes->lengths[i] == length)
+            return;
+    prefixes->lengths[prefixes->count++] = (uint8_t)length;
+}
+
+static void mark_ports(uint64_t *port_map, const struct port_range *range)
+{
+    for (unsigned port = range->lo; port <= range->hi; port++)
+        port_map[port / 64] |= (uint64_t)1 << (port % 64);
+}
+
+static int index_rule(struct bh_rule_index *index, const struct bh_rule *rule, int number)
+{
+    index->ports[number] = (struct port_range){ rule->port_lo, rule->port_hi };
+    mark_ports(index->port_map, &index->ports[number]);
+    if (rule->kind != BH_RULE_ADDRESS) {
+        struct name_entry **table = rule->kind == BH_RULE_HOSTNAME
+                                        ? &index->exact_names : &index->suffixes;
+        struct name_entry *entry = name_entry_get(table, rule->hostname);
+        return entry ? list_append(&entry->list, number) : -1;
+    }
+    struct address_key key;
+    make_key(&key, rule->family, rule->address, rule->prefix_len);
+    note_prefix_length(rule->family == AF_INET ? &index->v4 : &index->v6,
+                       rule->prefix_len);
+    struct address_entry *entry = address_entry_get(&index->by_prefix, &key);
+    return entry ? list_append(&entry->list, number) : -1;
+}
+
+struct bh_rule_index *bh_rule_index_build(const struct bh_config *config)
+{
+    struct bh_rule_index *index = calloc(1, sizeof *index);
+    if (!index)
+        return NULL;
+    index->rule_count = config->rule_count;
+    index->ports = calloc(config->rule_count ? config->rule_count : 1,
+                          sizeof *index->ports);
+    pthread_rwlock_init(&index->resolved_lock, NULL);
+    if (!index->ports) {
+        bh_rule_index_free(index);
+        return NULL;
+    }
+    for (int i = 0; i < config->rule_count; i++) {
+        if (index_rule(index, &config->rules[i], i) < 0) {
+            bh_rule_index_free(index);
+            return NULL;
+        }
+    }
+    return index;
+}
+
+static void free_address_table(struct address_entry **table)
+{
+    struct address_entry *entry, *next;
+    HASH_ITER(hh, *table, entry, next) {
+        HASH_DEL(*table, entry);
+        free(entry->list.rules);
+        free(entry);
+    }
+}
+
+static void free_name_table(struct name_entry **table)
+{
+    struct name_entry *entry, *next;
+    HASH_ITER(hh, *table, entry, next) {
+        HASH_DEL(*table, entry);
+        free(entry->list.rules);
+        free(entry->name);
+        free(entry);
+    }
+}
+
+void bh_rule_index_free(struct bh_rule_index *index)
+{
+    if (!index)
+        return;
+    free_address_table(&index->by_prefix);
+    free_address_table(&index->resolved);
+    free_name_table(&index->exact_names);
+    free_name_table(&index->suffixes);
+    pthread_rwlock_destroy(&index->resolved_lock);
+    free(index->ports);
+    free(index);
+}
+
+/* The first rule of the list whose ports cover `port`; the lists are in
+ * file order, so that is the list's best. */
+static int first_fitting(const struct bh_rule_index *index,
+                         const struct rule_list *list, unsigned port)
+{
+    for (int i = 0; i < list->count; i++) {
+        const struct port_range *range = &index->ports[list->rules[i]];
+        if (port >= range->lo && port <= range->hi)
+            return list->rules[i];
+    }
+    return -1;
+}
+
+static int better(int best, int candidate)
+{
+    return candidate >= 0 && (best < 0 || candidate < best) ? candidate : best;
+}
+
+static int match_resolved(struct bh_rule_index *index,
+                          const struct address_key *key, unsigned port)
+{
+    int best = -1;
+    pthread_rwlock_rdlock(&index->resolved_lock);
+    struct address_entry *entry;
+    HASH_FIND(hh, index->resolved, key, sizeof *key, entry);
+    if (entry)
+        best = first_fitting(index, &entry->list, port);
+    pthread_rwlock_unlock(&index->resolved_lock);
+    return best;
+}
+
+static int match_address(const struct bh_rule_index *index, int family,
+                         const uint8_t *address, unsigned port)
+{
+    const struct family_prefixes *prefixes = family == AF_INET ? &index->v4 : &index->v6;
+    int best = -1;
+    for (int i = 0; i < prefixes->count; i++) {
+        struct address_key key;
+        make_key(&key, family, address, prefixes->lengths[i]);
+        struct address_entry *entry;
+        HASH_FIND(hh, index->by_prefix, &key, sizeof key, entry);
+        if (entry)
+            best = better(best, first_fitting(index, &entry->list, port));
+    }
+    if (atomic_load_explicit(&index->resolved_count, memory_order_acquire) > 0) {
+        struct address_key key;
+        make_key(&key, family, address, family == AF_INET ? 32 : 128);
+        best = better(best, match_resolved((struct bh_rule_index *)index, &key, port));
+    }
+    return best;
+}
+
+int bh_rule_index_match(const struct bh_rule_index *index,
+                        const struct sockaddr *address, socklen_t length)
+{
+    unsigned port;
+    const uint8_t *bytes;
+    int family = address->sa_family;
+    if (family == AF_INET && length >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)address;
+        port = ntohs(v4->sin_port);
+        bytes = (const uint8_t *)&v4->sin_addr;
+    } else if (family == AF_INET6 && length >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)address;
+        port = ntohs(v6->sin6_port);
+        bytes = (const uint8_t *)&v6->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+            family = AF_INET;   /* ::ffff:a.b.c.d is a v4 destination */
+            bytes += 12;
+        }
+    } else {
+        return -1;
+    }
+    if (!(index->port_map[port / 64] & ((uint64_t)1 << (port % 64))))
+        return -1;
+    return match_address(index, family, bytes, port);
+}
+
+/* Lower case, no trailing dot: the form the config stores names in. */
+static int normalise_name(const char *name, char *out, size_t outlen)
+{
+    size_t length = strlen(name);
+    if (length > 0 && name[length - 1] == '.')
+        length--;
+    if (length == 0 || length >= outlen)
+        return -1;
+    for (size_t i = 0; i < length; i++)
+        out[i] = (char)tolower((unsigned char)name[i]);
+    out[length] = '\0';
+    return 0;
+}
+
+/* Calls visit for every rule list the name falls under: its exact entry
+ * and each ".suffix" it ends with. */
+static int for_each_name_list(const struct bh_rule_index *index, const char *name,
+                              int (*visit)(const struct rule_list *, void *),
+                              void *ctx)
+{
+    char normal[256];
+    if (normalise_name(name, normal, sizeof normal) < 0)
+        return 0;
+    struct name_entry *entry;
+    HASH_FIND_STR(index->exact_names, normal, entry);
+    if (entry && visit(&entry->list, ctx))
+        return 1;
+    if (!index->suffixes)
+        return 0;
+    for (const char *dot = strchr(normal + 1, '.'); dot; dot = strchr(dot + 1, '.')) {
+        HASH_FIND_STR(index->suffixes, dot, entry);
+        if (entry && visit(&entry->list, ctx))
+            return 1;
+    }
+    return 0;
+}
+
+static int stop_at_first(const struct rule_list *list, void *ctx)
+{
+    (void)list;
+    (void)ctx;
+    return 1;
+}
+
+int bh_rule_index_wants_name(const struct bh_rule_index *index, const char *name)
+{
+    if (!index->exact_names && !index->suffixes)
+        return 0;
+    return for_each_name_list(index, name, stop_at_first, NULL);
+}
+
+static int merge_into(const struct rule_list *list, void *ctx)
+{
+    struct rule_list *target = ctx;
+    for (int i = 0; i < list->count; i++)
+        if (list_append(target, list->rules[i]) < 0)
+            return 1;
+    return 0;
+}
+
+void bh_rule_index_note_name(struct bh_rule_index *index, const char *name,
+                             int family, const void *address)
+{
+    struct address_key key;
+    make_key(&key, family, address, family == AF_INET ? 32 : 128);
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    pthread_rwlock_wrlock(&index->resolved_lock);
+    struct address_entry *entry = address_entry_get(&index->resolved, &key);
+    if (entry) {
+        for_each_name_list(index, name, merge_into, &entry->list);
+        atomic_store_explicit(&index->resolved_count, HASH_COUNT(index->resolved),
+                              memory_order_release);
+    }
+    pthread_rwlock_unlock(&index->resolved_lock);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+}
+
+void bh_rule_index_after_fork(struct bh_rule_index *index)
+{
+    pthread_rwlock_init(&index->resolved_lock, NULL);
+}
