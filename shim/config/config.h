@@ -40,6 +40,8 @@ struct bh_compartment {
     char name[BH_NAME_MAX];
     int limit;             /* permits; 0 refuses everything */
     int wait_ms;           /* 0 = fail fast */
+    int wait_nonblocking;  /* 1: a non-blocking connect may wait too (stalls
+                              the caller: only for one-connection clients) */
     int max_waiters;
     int refusal_errno;     /* ECONNREFUSED, ETIMEDOUT, EAGAIN or EHOSTUNREACH */
     int line;              /* line of the [section] header */
@@ -72,7 +74,9 @@ void bh_config_free(struct bh_config *config);
  * into buf and returns 0 when a file exists there, -1 when none does. */
 int bh_config_locate(char *buf, unsigned long buflen);
 
-/* Name <-> value helpers shared with the command's output. */
+/* Name <-> value helpers shared with the command's output. The *_name
+ * functions return "unknown" for values they do not know; parse returns 0,
+ * or -1 leaving *level unchanged. */
 const char *bh_errno_name(int err);
 const char *bh_log_level_name(enum bh_log_level level);
 int bh_log_level_parse(const char *text, enum bh_log_level *level);

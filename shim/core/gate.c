@@ -88,7 +88,8 @@ static int admit(int fd, int local, const struct sockaddr *to)
         return BH_GATE_PASS;
     enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, shared);
     if (result == BH_REJECTED) {
-        if (compartment->wait_ms > 0 && may_block(fd))
+        if (compartment->wait_ms > 0 &&
+            (compartment->wait_nonblocking || may_block(fd)))
             result = bh_permit_wait(&bh_shim.ns, shared, compartment->wait_ms,
                                     compartment->max_waiters);
         else

@@ -166,6 +166,7 @@ void bh_handoff_adopt(void)
                "namespace; its permits go back when that process exits");
         return;
     }
+    bh_permits_rejoin_after_exec(&bh_shim.ns);
     char *items = strdup(value + offset);
     if (items)
         adopt_items(items);

@@ -340,8 +340,8 @@ static struct bh_process_slot *claim_free_slot(struct bh_shared_state *state,
     return NULL;
 }
 
-/* Finds this process's row: the same pid after an exec keeps its row (its
- * permits survive exec), otherwise a free or reaped one. */
+/* This pid's row from before an exec (its permits survive exec), else a
+ * free row, else one freed by reaping the dead. */
 static struct bh_process_slot *find_my_slot(struct bh_shared_state *state)
 {
     int32_t pid = getpid();
@@ -477,6 +477,12 @@ void bh_permit_release(struct bh_namespace *ns, int index)
 void bh_permits_forget_after_fork(void)
 {
     my_slot = NULL;
+}
+
+void bh_permits_rejoin_after_exec(struct bh_namespace *ns)
+{
+    if (!my_slot)
+        my_slot = find_my_slot(ns->state);
 }
 
 int bh_compartment_read(struct bh_namespace *ns, int index,

@@ -1,0 +1,791 @@
+/* Reads rules.ini with inih into a struct bh_config, reporting every problem
+ * as one "PATH:LINE: ..." line.
+ *
+ * Debian's inih gives the handler no line number, and says nothing about a
+ * section until it has a key. So inih reads through our own line reader,
+ * which counts lines, notes each section header with its line, and notices
+ * lines inih rejected: inih calls the handler for a key = value line before
+ * it asks for the next line, so a key line that got no call was refused. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <ini.h>
+
+#include "config/config.h"
+
+enum {
+    LINE_BUFFER_SIZE = 1024,   /* inih's line buffer: text, newline, NUL */
+    MESSAGE_SIZE = 8192,
+    LIMIT_MAX = 32767,         /* SEMVMX: the most a SysV semaphore holds */
+    WAIT_MS_MAX = 3600000,
+    MAX_WAITERS_MAX = 1000000,
+    DEFAULT_MAX_WAITERS = 64,
+    PORT_MAX = 65535,
+    HOSTNAME_MAX = 253,
+    LABEL_MAX = 63,
+    HOSTNAME_BUFFER_SIZE = HOSTNAME_MAX + 2, /* a suffix's leading '.', NUL */
+};
+
+enum section_kind { SECTION_NONE, SECTION_GLOBAL, SECTION_COMPARTMENT };
+
+enum key_id {
+    KEY_LOG, KEY_LOG_FILE, KEY_NAMESPACE,
+    KEY_LIMIT, KEY_WAIT_MS, KEY_WAIT_NONBLOCKING, KEY_MAX_WAITERS, KEY_ERRNO,
+    KEY_MATCH,
+    KEY_COUNT
+};
+
+/* The section whose keys inih is handing us now. */
+struct section {
+    enum section_kind kind;
+    char name[BH_NAME_MAX];      /* as written, cut short, for messages */
+    /* Where values go: into the config, or into parser.scratch when the
+     * header was already reported as wrong (index -1) so that its keys are
+     * still checked. */
+    struct bh_compartment *compartment;
+    int index;
+    int key_lines[KEY_COUNT];    /* first line of each key; 0 = not yet */
+};
+
+struct parser {
+    const char *path;            /* as the caller wrote it, for messages */
+    struct bh_config *config;
+    bh_config_error_fn on_error;
+    void *ctx;
+    FILE *file;
+    char *raw_line;              /* getline()'s buffer */
+    size_t raw_capacity;
+    int read_errno;
+    int line;                    /* the line inih is working on */
+    bool expects_key;            /* it is neither blank, comment nor header */
+    bool key_handled;            /* and inih did call the handler for it */
+    int global_line;             /* header of [global]; 0 = none yet */
+    struct section section;
+    struct bh_compartment scratch;
+    int rule_capacity;
+    int *error_lines;            /* lines already reported, to tell whether */
+    int error_line_count;        /* inih's own error line is news */
+    int error_line_capacity;
+    int error_count;
+};
+
+struct key_spec {
+    const char *name;
+    enum key_id id;
+    enum section_kind section;
+    int (*apply)(struct parser *p, const char *key, const char *value);
+};
+
+static void remember_error_line(struct parser *p, int line)
+{
+    if (p->error_line_count == p->error_line_capacity) {
+        int capacity = p->error_line_capacity ? 2 * p->error_line_capacity : 16;
+        int *grown = realloc(p->error_lines, capacity * sizeof *grown);
+        if (!grown)
+            return;  /* costs at most a second report for one line */
+        p->error_lines = grown;
+        p->error_line_capacity = capacity;
+    }
+    p->error_lines[p->error_line_count++] = line;
+}
+
+static bool was_reported(const struct parser *p, int line)
+{
+    for (int i = 0; i < p->error_line_count; i++)
+        if (p->error_lines[i] == line)
+            return true;
+    return false;
+}
+
+/* One error: "PATH:LINE: message", or "PATH: message" when line is 0. */
+__attribute__((format(printf, 3, 4)))
+static void report(struct parser *p, int line, const char *format, ...)
+{
+    char message[MESSAGE_SIZE];
+    int used = line > 0
+        ? snprintf(message, sizeof message, "%s:%d: ", p->path, line)
+        : snprintf(message, sizeof message, "%s: ", p->path);
+    va_list args;
+
+    va_start(args, format);
+    if (used >= 0 && (size_t)used < sizeof message)
+        vsnprintf(message + used, sizeof message - used, format, args);
+    va_end(args);
+    p->error_count++;
+    if (line > 0)
+        remember_error_line(p, line);
+    if (p->on_error)
+        p->on_error(p->ctx, message);
+}
+
+static void report_out_of_memory(struct parser *p)
+{
+    report(p, p->line, "out of memory");
+}
+
+/* ASCII only: the shim runs under whatever locale the host program set. */
+static bool is_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+        || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+}
+
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static char to_lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* The same characters inih strips (isspace in the C locale). */
+static const char *skip_space(const char *text)
+{
+    while (*text && strchr(" \t\n\v\f\r", *text))
+        text++;
+    return text;
+}
+
+/* Compartment and namespace names. */
+static bool is_valid_name(const char *name, size_t length)
+{
+    if (length == 0 || length >= BH_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < length; i++)
+        if (!is_name_char(name[i]))
+            return false;
+    return true;
+}
+
+enum number_status { NUMBER_OK, NUMBER_NOT_WHOLE, NUMBER_TOO_BIG };
+
+/* Plain decimal digits only: strtol alone would also take " +5" or "5x". */
+static enum number_status parse_whole(const char *text, long max, long *number)
+{
+    char *end;
+
+    if (!is_digit(text[0]))
+        return NUMBER_NOT_WHOLE;
+    errno = 0;
+    *number = strtol(text, &end, 10);
+    if (*end != '\0')
+        return NUMBER_NOT_WHOLE;
+    return errno == ERANGE || *number > max ? NUMBER_TOO_BIG : NUMBER_OK;
+}
+
+static int set_number(struct parser *p, const char *key, const char *value,
+                      int max, int *field)
+{
+    long number;
+    enum number_status status = parse_whole(value, max, &number);
+
+    if (status == NUMBER_OK) {
+        *field = (int)number;
+        return 0;
+    }
+    if (status == NUMBER_NOT_WHOLE)
+        report(p, p->line, "%s: \"%s\" is not a whole number", key, value);
+    else
+        report(p, p->line, "%s: %s is out of range (0 to %d)", key, value, max);
+    return -1;
+}
+
+/* ---- [global] ---- */
+
+static int set_log(struct parser *p, const char *key, const char *value)
+{
+    if (bh_log_level_parse(value, &p->config->log_level) == 0)
+        return 0;
+    report(p, p->line, "%s: \"%s\" is not one of error, warn, info, debug",
+           key, value);
+    return -1;
+}
+
+static int set_log_file(struct parser *p, const char *key, const char *value)
+{
+    (void)key;
+    /* A second [global] may set it again. */
+    free(p->config->log_file);
+    p->config->log_file = NULL;
+    if (strcmp(value, "stderr") == 0)
+        return 0;
+    p->config->log_file = strdup(value);
+    if (p->config->log_file)
+        return 0;
+    report_out_of_memory(p);
+    return -1;
+}
+
+static int set_namespace(struct parser *p, const char *key, const char *value)
+{
+    if (is_valid_name(value, strlen(value))) {
+        snprintf(p->config->namespace_name, BH_NAME_MAX, "%s", value);
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is not a valid name "
+           "(use 1 to %d of A-Z a-z 0-9 _ . -)", key, value, BH_NAME_MAX - 1);
+    return -1;
+}
+
+/* ---- compartments ---- */
+
+static int set_limit(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, LIMIT_MAX, &p->section.compartment->limit);
+}
+
+static int set_wait_ms(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, WAIT_MS_MAX,
+                      &p->section.compartment->wait_ms);
+}
+
+static int set_wait_nonblocking(struct parser *p, const char *key,
+                                const char *value)
+{
+    int *wait = &p->section.compartment->wait_nonblocking;
+    if (strcmp(value, "yes") == 0 || strcmp(value, "no") == 0) {
+        *wait = strcmp(value, "yes") == 0;
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is not one of yes, no", key, value);
+    return -1;
+}
+
+static int set_max_waiters(struct parser *p, const char *key,
+                           const char *value)
+{
+    return set_number(p, key, value, MAX_WAITERS_MAX,
+                      &p->section.compartment->max_waiters);
+}
+
+static int set_errno(struct parser *p, const char *key, const char *value)
+{
+    static const int refusals[] = {
+        ECONNREFUSED, ETIMEDOUT, EAGAIN, EHOSTUNREACH,
+    };
+
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        if (strcmp(value, bh_errno_name(refusals[i])) == 0) {
+            p->section.compartment->refusal_errno = refusals[i];
+            return 0;
+        }
+    }
+    report(p, p->line, "%s: \"%s\" is not one of ECONNREFUSED, ETIMEDOUT, "
+           "EAGAIN, EHOSTUNREACH", key, value);
+    return -1;
+}
+
+/* ---- match = HOST:PORTSPEC ---- */
+
+static const char not_a_host[] = "is not an address or host name";
+
+/* The colon before the port: v6 addresses hold colons, but in brackets. */
+static char *port_colon(char *text)
+{
+    char *colon = NULL;
+    int depth = 0;
+
+    for (char *c = text; *c; c++) {
+        if (*c == '[')
+            depth++;
+        else if (*c == ']')
+            depth--;
+        else if (*c == ':' && depth == 0)
+            colon = c;
+    }
+    return colon;
+}
+
+static bool parse_port(const char *text, long *port)
+{
+    return parse_whole(text, PORT_MAX, port) == NUMBER_OK && *port >= 1;
+}
+
+/* "*", "N" or "LO-HI"; NULL or what is wrong. */
+static const char *parse_ports(char *text, struct bh_rule *rule)
+{
+    char *dash = strchr(text, '-');
+    long low, high;
+
+    if (strcmp(text, "*") == 0) {
+        rule->port_lo = 0;
+        rule->port_hi = PORT_MAX;
+        return NULL;
+    }
+    if (dash)
+        *dash = '\0';
+    if (!parse_port(text, &low) || (dash && !parse_port(dash + 1, &high)))
+        return "has a bad port";
+    if (!dash)
+        high = low;
+    if (low > high)
+        return "has its port range reversed";
+    rule->port_lo = (uint16_t)low;
+    rule->port_hi = (uint16_t)high;
+    return NULL;
+}
+
+static void zero_host_bits(uint8_t *address, int prefix_len, int address_bits)
+{
+    for (int bit = prefix_len; bit < address_bits; bit++)
+        address[bit / 8] &= (uint8_t)~(0x80u >> (bit % 8));
+}
+
+/* "a.b.c.d", "a.b.c.d/N", "[v6]" or "[v6]/N". */
+static const char *parse_network(char *host, struct bh_rule *rule)
+{
+    char *slash = strchr(host, '/');
+    char *address = host;
+    int family = AF_INET, max_prefix = 32;
+    long prefix_len;
+
+    if (slash)
+        *slash = '\0';
+    if (host[0] == '[') {
+        size_t length = strlen(host);
+        if (host[length - 1] != ']')
+            return not_a_host;
+        host[length - 1] = '\0';
+        address = host + 1;
+        family = AF_INET6;
+        max_prefix = 128;
+    }
+    if (inet_pton(family, address, rule->address) != 1)
+        return not_a_host;
+    prefix_len = max_prefix;
+    if (slash && parse_whole(slash + 1, max_prefix, &prefix_len) != NUMBER_OK)
+        return "has a bad prefix length";
+    rule->kind = BH_RULE_ADDRESS;
+    rule->family = family;
+    rule->prefix_len = (int)prefix_len;
+    zero_host_bits(rule->address, rule->prefix_len, max_prefix);
+    return NULL;
+}
+
+/* Copies a DNS name in lower case without its trailing dot. The last label
+ * may not be all digits: "10.0.0.256" is a mistyped address, not a name. */
+static bool copy_host_name(const char *name, char *out)
+{
+    size_t length = strlen(name);
+    size_t label_length = 0;
+    bool all_digits = true;
+
+    if (length > 0 && name[length - 1] == '.')
+        length--;
+    if (length == 0 || length > HOSTNAME_MAX)
+        return false;
+    for (size_t i = 0; i < length; i++) {
+        char c = name[i];
+        if (c == '.') {
+            if (label_length == 0)
+                return false;
+            label_length = 0;
+            all_digits = true;
+        } else {
+            if (!is_name_char(c) || ++label_length > LABEL_MAX)
+                return false;
+            all_digits = all_digits && is_digit(c);
+        }
+        out[i] = to_lower(c);
+    }
+    out[length] = '\0';
+    return label_length > 0 && !all_digits;
+}
+
+/* "name" or "*.suffix"; hostname receives the part the rule keeps. */
+static const char *parse_host_name(const char *host, struct bh_rule *rule,
+                                   char *hostname)
+{
+    if (strcmp(host, "*") == 0)
+        return "has a bare * host; to match every address use 0.0.0.0/0 "
+               "and [::]/0";
+    rule->kind = BH_RULE_HOSTNAME;
+    if (strncmp(host, "*.", 2) == 0) {
+        rule->kind = BH_RULE_HOST_SUFFIX;
+        *hostname++ = '.';
+        host += 2;
+    }
+    return copy_host_name(host, hostname) ? NULL : not_a_host;
+}
+
+static const char *parse_host(char *host, struct bh_rule *rule, char *hostname)
+{
+    if (host[0] != '[' && strchr(host, ':'))
+        return "has an IPv6 address without [brackets]";
+    if (host[0] == '[' || strchr(host, '/')
+        || inet_pton(AF_INET, host, rule->address) == 1)
+        return parse_network(host, rule);
+    return parse_host_name(host, rule, hostname);
+}
+
+/* Fills rule (and hostname for name rules); NULL or what is wrong. */
+static const char *parse_match(const char *value, struct bh_rule *rule,
+                               char *hostname)
+{
+    char text[LINE_BUFFER_SIZE];
+    char *colon;
+    const char *problem;
+
+    snprintf(text, sizeof text, "%s", value);
+    colon = port_colon(text);
+    if (!colon)
+        return "is missing a port";
+    *colon = '\0';
+    problem = parse_host(text, rule, hostname);
+    return problem ? problem : parse_ports(colon + 1, rule);
+}
+
+static int grow_rules(struct parser *p)
+{
+    struct bh_config *config = p->config;
+    int capacity = p->rule_capacity ? 2 * p->rule_capacity : 16;
+    struct bh_rule *grown;
+
+    if (config->rule_count < p->rule_capacity)
+        return 0;
+    grown = realloc(config->rules, capacity * sizeof *grown);
+    if (!grown)
+        return -1;
+    config->rules = grown;
+    p->rule_capacity = capacity;
+    return 0;
+}
+
+static int keep_rule(struct parser *p, struct bh_rule *rule, const char *value,
+                     const char *hostname)
+{
+    rule->text = strdup(value);
+    if (rule->kind != BH_RULE_ADDRESS)
+        rule->hostname = strdup(hostname);
+    if (!rule->text || (rule->kind != BH_RULE_ADDRESS && !rule->hostname)
+        || grow_rules(p) != 0) {
+        free(rule->text);
+        free(rule->hostname);
+        report_out_of_memory(p);
+        return -1;
+    }
+    p->config->rules[p->config->rule_count++] = *rule;
+    return 0;
+}
+
+static int add_match(struct parser *p, const char *key, const char *value)
+{
+    struct bh_rule rule = { .compartment = p->section.index, .line = p->line };
+    char hostname[HOSTNAME_BUFFER_SIZE];
+    const char *problem = parse_match(value, &rule, hostname);
+
+    if (problem) {
+        report(p, p->line, "%s: \"%s\" %s", key, value, problem);
+        return -1;
+    }
+    if (p->section.index < 0)
+        return 0;  /* checked, but its section was already reported */
+    return keep_rule(p, &rule, value, hostname);
+}
+
+/* ---- sections ---- */
+
+static const struct key_spec key_specs[] = {
+    { "log", KEY_LOG, SECTION_GLOBAL, set_log },
+    { "log_file", KEY_LOG_FILE, SECTION_GLOBAL, set_log_file },
+    { "namespace", KEY_NAMESPACE, SECTION_GLOBAL, set_namespace },
+    { "limit", KEY_LIMIT, SECTION_COMPARTMENT, set_limit },
+    { "wait_ms", KEY_WAIT_MS, SECTION_COMPARTMENT, set_wait_ms },
+    { "wait_nonblocking", KEY_WAIT_NONBLOCKING, SECTION_COMPARTMENT,
+      set_wait_nonblocking },
+    { "max_waiters", KEY_MAX_WAITERS, SECTION_COMPARTMENT, set_max_waiters },
+    { "errno", KEY_ERRNO, SECTION_COMPARTMENT, set_errno },
+    { "match", KEY_MATCH, SECTION_COMPARTMENT, add_match },
+};
+
+/* A compartment must say how many permits it has and what it covers. */
+static void close_section(struct parser *p)
+{
+    const struct section *section = &p->section;
+
+    if (section->kind != SECTION_COMPARTMENT || section->index < 0)
+        return;
+    if (!section->key_lines[KEY_LIMIT])
+        report(p, section->compartment->line, "[%s]: limit is required",
+               section->name);
+    if (!section->key_lines[KEY_MATCH])
+        report(p, section->compartment->line, "[%s]: no match rules",
+               section->name);
+}
+
+static void begin_section(struct parser *p, enum section_kind kind,
+                          const char *name, size_t length)
+{
+    memset(&p->section, 0, sizeof p->section);
+    p->section.kind = kind;
+    p->section.index = -1;
+    snprintf(p->section.name, sizeof p->section.name, "%.*s", (int)length,
+             name);
+}
+
+/* The section's values go to `compartment`; index -1 keeps them out of the
+ * config. */
+static void begin_compartment(struct parser *p, const char *name,
+                              size_t length, int index)
+{
+    struct bh_compartment *compartment = index < 0
+        ? &p->scratch : &p->config->compartments[index];
+
+    begin_section(p, SECTION_COMPARTMENT, name, length);
+    *compartment = (struct bh_compartment) {
+        .max_waiters = DEFAULT_MAX_WAITERS,
+        .refusal_errno = ECONNREFUSED,
+        .line = p->line,
+    };
+    snprintf(compartment->name, sizeof compartment->name, "%s",
+             p->section.name);
+    p->section.compartment = compartment;
+    p->section.index = index;
+}
+
+static const struct bh_compartment *find_compartment(
+    const struct bh_config *config, const char *name)
+{
+    for (int i = 0; i < config->compartment_count; i++)
+        if (strcmp(config->compartments[i].name, name) == 0)
+            return &config->compartments[i];
+    return NULL;
+}
+
+static void begin_global(struct parser *p)
+{
+    if (p->global_line)
+        report(p, p->line, "duplicate section [global] (first at line %d)",
+               p->global_line);
+    else
+        p->global_line = p->line;
+    begin_section(p, SECTION_GLOBAL, "global", strlen("global"));
+}
+
+/* name is valid here, so shorter than BH_NAME_MAX. */
+static void begin_named_section(struct parser *p, const char *name,
+                                size_t length)
+{
+    struct bh_config *config = p->config;
+    char whole[BH_NAME_MAX];
+    const struct bh_compartment *first;
+
+    snprintf(whole, sizeof whole, "%.*s", (int)length, name);
+    if (strcmp(whole, "global") == 0) {
+        begin_global(p);
+        return;
+    }
+    first = find_compartment(config, whole);
+    if (first) {
+        report(p, p->line, "duplicate compartment [%s] (first at line %d)",
+               whole, first->line);
+        begin_compartment(p, name, length, -1);
+    } else if (config->compartment_count == BH_MAX_COMPARTMENTS) {
+        report(p, p->line, "[%s]: too many compartments (at most %d)", whole,
+               BH_MAX_COMPARTMENTS);
+        begin_compartment(p, name, length, -1);
+    } else {
+        begin_compartment(p, name, length, config->compartment_count++);
+    }
+}
+
+/* After the ']' inih ignores everything; we allow only a comment. */
+static bool ends_header(const char *text)
+{
+    text = skip_space(text);
+    return *text == '\0' || *text == ';';
+}
+
+/* A line starting with '['. A wrong header still opens a section, kept out
+ * of the config, so that the keys under it are checked. */
+static void open_section(struct parser *p, const char *header)
+{
+    const char *name = header + 1;
+    const char *close = strchr(name, ']');
+    size_t length = close ? (size_t)(close - name) : strcspn(name, "\r\n");
+
+    close_section(p);
+    if (!close) {
+        report(p, p->line, "syntax error");
+    } else if (!ends_header(close + 1)) {
+        report(p, p->line, "unexpected text after [%.*s]", (int)length, name);
+    } else if (!is_valid_name(name, length)) {
+        report(p, p->line, "bad section name \"[%.*s]\" (use 1 to %d of "
+               "A-Z a-z 0-9 _ . -)", (int)length, name, BH_NAME_MAX - 1);
+    } else {
+        begin_named_section(p, name, length);
+        return;
+    }
+    begin_compartment(p, name, length, -1);
+}
+
+/* ---- inih's callbacks ---- */
+
+static const struct key_spec *find_key(struct parser *p, const char *key)
+{
+    for (size_t i = 0; i < sizeof key_specs / sizeof key_specs[0]; i++)
+        if (key_specs[i].section == p->section.kind
+            && strcmp(key_specs[i].name, key) == 0)
+            return &key_specs[i];
+    if (p->section.kind == SECTION_NONE)
+        report(p, p->line, "%s: appears before any [section]", key);
+    else
+        report(p, p->line, "unknown key \"%s\" in [%s]", key, p->section.name);
+    return NULL;
+}
+
+/* Checks and stores one key; nonzero when it was fine, as inih expects. */
+static int handle_key(void *user, const char *section_name, const char *key,
+                      const char *value)
+{
+    struct parser *p = user;
+    const struct key_spec *spec;
+    int *first_line;
+
+    (void)section_name;  /* the reader tracks sections, with their lines */
+    p->key_handled = true;
+    spec = find_key(p, key);
+    if (!spec)
+        return 0;
+    first_line = &p->section.key_lines[spec->id];
+    if (*first_line && spec->id != KEY_MATCH) {
+        report(p, p->line, "%s: already set at line %d", key, *first_line);
+        return 0;
+    }
+    if (!*first_line)
+        *first_line = p->line;
+    if (value[0] == '\0') {
+        report(p, p->line, "%s: missing value", key);
+        return 0;
+    }
+    return spec->apply(p, key, value) == 0;
+}
+
+/* Runs before the next line is read, so inih is done with this one. */
+static void finish_line(struct parser *p)
+{
+    if (p->expects_key && !p->key_handled)
+        report(p, p->line, "syntax error");
+    p->expects_key = false;
+    p->key_handled = false;
+}
+
+/* inih would split a long line and parse the rest as a line of its own, and
+ * would stop reading a line at a NUL byte. */
+static bool fits_inih(struct parser *p, ssize_t length, int size)
+{
+    if (length >= size) {
+        report(p, p->line, "line too long (the limit is %d characters)",
+               size - 2);
+        return false;
+    }
+    if (strlen(p->raw_line) != (size_t)length) {
+        report(p, p->line, "line contains a NUL byte");
+        return false;
+    }
+    return true;
+}
+
+static char *read_line(char *buffer, int size, void *stream)
+{
+    struct parser *p = stream;
+    const char *start;
+    ssize_t length;
+
+    finish_line(p);
+    length = getline(&p->raw_line, &p->raw_capacity, p->file);
+    if (length < 0) {
+        p->read_errno = ferror(p->file) ? errno : 0;
+        return NULL;
+    }
+    p->line++;
+    start = p->raw_line;
+    if (p->line == 1 && strncmp(start, "\xEF\xBB\xBF", 3) == 0)
+        start += 3;  /* a UTF-8 byte order mark, which inih skips too */
+    start = skip_space(start);
+    if (*start == '[')
+        open_section(p, start);
+    if (!fits_inih(p, length, size)) {
+        strcpy(buffer, "\n");  /* already reported; inih sees a blank */
+        return buffer;
+    }
+    p->expects_key = *start != '\0' && !strchr("[;#", *start);
+    memcpy(buffer, p->raw_line, (size_t)length + 1);
+    return buffer;
+}
+
+/* ---- the API ---- */
+
+static void parse_file(struct parser *p)
+{
+    int inih_error_line;
+
+    /* inih's settings are globals, hidden inside our object: set them
+     * every time rather than trust a default. */
+    ini_allow_multiline = false;  /* an indented stray line is an error */
+    ini_stop_on_first_error = false;
+    ini_allow_no_value = false;
+    ini_max_line = LINE_BUFFER_SIZE;
+    inih_error_line = ini_parse_stream(read_line, p, handle_key, p);
+    finish_line(p);
+    close_section(p);
+    if (p->read_errno)
+        report(p, 0, "cannot read: %s", strerror(p->read_errno));
+    /* Only if the reader's idea of a line ever differs from inih's. */
+    if (inih_error_line > 0 && !was_reported(p, inih_error_line))
+        report(p, inih_error_line, "syntax error");
+}
+
+static void set_defaults(struct bh_config *config)
+{
+    memset(config, 0, sizeof *config);
+    config->log_level = BH_LOG_WARN;
+    snprintf(config->namespace_name, BH_NAME_MAX, "%s", "default");
+}
+
+int bh_config_load(const char *path, struct bh_config *config,
+                   bh_config_error_fn on_error, void *ctx)
+{
+    struct parser p = {
+        .path = path, .config = config, .on_error = on_error, .ctx = ctx,
+    };
+
+    set_defaults(config);
+    config->path = strdup(path);
+    if (!config->path) {
+        report_out_of_memory(&p);
+        return p.error_count;
+    }
+    p.file = fopen(path, "re");
+    if (!p.file) {
+        report(&p, 0, "cannot open: %s", strerror(errno));
+        return p.error_count;
+    }
+    parse_file(&p);
+    fclose(p.file);
+    free(p.raw_line);
+    free(p.error_lines);
+    return p.error_count;
+}
+
+void bh_config_free(struct bh_config *config)
+{
+    for (int i = 0; i < config->rule_count; i++) {
+        free(config->rules[i].hostname);
+        free(config->rules[i].text);
+    }
+    free(config->rules);
+    free(config->log_file);
+    free(config->path);
+    memset(config, 0, sizeof *config);
+}
