@@ -49,7 +49,7 @@
 enum { LOCK_TIMEOUT_MS = 2000, SEM_VALUE_MAX = 32767 };
 
 /* This process's row in the holders table; reset in a forked child. */
-static struct bh_process_slot *my_slot;
+static _Atomic(struct bh_process_slot *) my_slot;
 
 key_t bh_namespace_key(uid_t uid, const char *namespace_name)
 {
@@ -356,6 +356,21 @@ static struct bh_process_slot *find_my_slot(struct bh_shared_state *state)
     return slot; /* NULL: stat will not name this holder; permits still work */
 }
 
+/* Two threads may look at once: one row wins, the other is given back. */
+static struct bh_process_slot *my_process_slot(struct bh_namespace *ns)
+{
+    struct bh_process_slot *slot = atomic_load(&my_slot);
+    if (slot)
+        return slot;
+    struct bh_process_slot *found = find_my_slot(ns->state);
+    if (found && !atomic_compare_exchange_strong(&my_slot, &slot, found)) {
+        if (found != slot)
+            atomic_store(&found->pid, 0);
+        return slot;
+    }
+    return found;
+}
+
 static void raise_to(_Atomic int64_t *maximum, int64_t value)
 {
     int64_t seen = atomic_load_explicit(maximum, memory_order_relaxed);
@@ -378,10 +393,9 @@ static void count_granted(struct bh_namespace *ns, int index, int64_t waited_ns)
                                   memory_order_relaxed);
         raise_to(&shared->wait_ns_max, waited_ns);
     }
-    if (!my_slot)
-        my_slot = find_my_slot(ns->state);
-    if (my_slot)
-        atomic_fetch_add_explicit(&my_slot->held[index], 1, memory_order_relaxed);
+    struct bh_process_slot *slot = my_process_slot(ns);
+    if (slot)
+        atomic_fetch_add_explicit(&slot->held[index], 1, memory_order_relaxed);
 }
 
 /* Free permits that appeared while a debt is owed (a holder died after
@@ -469,20 +483,20 @@ void bh_permit_release(struct bh_namespace *ns, int index)
         retire_permit(ns, index) < 0)
         sem_op(ns->semid, BH_SEM_FREE(index), +1, SEM_UNDO);
     atomic_fetch_sub_explicit(&shared->holders_hint, 1, memory_order_relaxed);
-    if (my_slot)
-        atomic_fetch_sub_explicit(&my_slot->held[index], 1, memory_order_relaxed);
+    struct bh_process_slot *slot = atomic_load(&my_slot);
+    if (slot)
+        atomic_fetch_sub_explicit(&slot->held[index], 1, memory_order_relaxed);
     errno = saved_errno;
 }
 
 void bh_permits_forget_after_fork(void)
 {
-    my_slot = NULL;
+    atomic_store(&my_slot, NULL);
 }
 
 void bh_permits_rejoin_after_exec(struct bh_namespace *ns)
 {
-    if (!my_slot)
-        my_slot = find_my_slot(ns->state);
+    my_process_slot(ns);
 }
 
 int bh_compartment_read(struct bh_namespace *ns, int index,
@@ -587,6 +601,18 @@ int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
     unlock_namespace(ns);
     errno = saved;
     return rc;
+}
+
+void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_use)
+{
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    atomic_store(&shared->acquired, 0);
+    atomic_store(&shared->rejected, 0);
+    atomic_store(&shared->timed_out, 0);
+    atomic_store(&shared->waits, 0);
+    atomic_store(&shared->wait_ns_total, 0);
+    atomic_store(&shared->wait_ns_max, 0);
+    atomic_store(&shared->peak_in_use, in_use);
 }
 
 int bh_namespace_remove(struct bh_namespace *ns)

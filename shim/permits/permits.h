@@ -134,6 +134,9 @@ int bh_compartment_holders(struct bh_namespace *ns, int index,
 /* Changes the live limit. Raising frees permits at once; lowering retires
  * free permits now and the rest as they are given back. Never blocks. */
 int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit);
+/* Zeroes a compartment's counters; permits, waiters and the limit are not
+ * touched. The peak restarts from `in_use`, what is in use now. */
+void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_use);
 /* Removes the namespace (semaphores and memory). Waiters see EIDRM. */
 int bh_namespace_remove(struct bh_namespace *ns);
 

@@ -1,0 +1,81 @@
+/* The bulkhead command: what the subcommand files share.
+ *
+ * main.c dispatches to one struct cli_command per subcommand; each lives in
+ * the file of its group (cmd_run.c, cmd_check.c, cmd_stat.c, cmd_control.c)
+ * with its own help text. target.c turns -c FILE / -n NAME into the rules
+ * and the namespace a command works on. */
+#ifndef BH_CLI_H
+#define BH_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config/config.h"
+#include "permits/permits.h"
+
+enum cli_exit {
+    CLI_OK = 0,
+    CLI_FAILED = 1,     /* check found errors, or an operation failed */
+    CLI_USAGE = 2,      /* bad command line; for run, also a bad rules file */
+    CLI_CANNOT_EXEC = 127,
+};
+
+struct cli_command {
+    const char *name;
+    const char *synopsis;  /* usage line(s), for --help and errors */
+    const char *help;      /* what `bulkhead help NAME` adds below the synopsis */
+    int (*run)(int argc, char **argv);  /* argv[0] is the command's name */
+};
+
+extern const struct cli_command cli_run_command;
+extern const struct cli_command cli_check_command;
+extern const struct cli_command cli_explain_command;
+extern const struct cli_command cli_stat_command;
+extern const struct cli_command cli_set_command;
+extern const struct cli_command cli_apply_command;
+extern const struct cli_command cli_reset_command;
+
+/* "bulkhead: <message>" on stderr. */
+void cli_error(const char *format, ...) __attribute__((format(printf, 1, 2)));
+/* Reports a command-line mistake with the command's synopsis; returns
+ * CLI_USAGE. */
+int cli_usage_error(const struct cli_command *command, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Handles what getopt_long returned for anything the command does not
+ * know ('?', ':' or 'h'); returns the exit status. */
+int cli_option_problem(const struct cli_command *command, int option,
+                       char **argv);
+/* Prints the synopsis and the full help of a command on stdout. */
+void cli_print_help(const struct cli_command *command);
+
+/* Which rules file or namespace a command works on: -c FILE, -n NAME, or
+ * the located rules file when neither is given. */
+struct cli_target {
+    const char *config_path;     /* -c, or NULL */
+    const char *namespace_name;  /* -n / --namespace, or NULL */
+};
+
+/* CLI_USAGE, reported, when -c and -n are both given; else CLI_OK. */
+int cli_target_usage(const struct cli_command *command,
+                     const struct cli_target *target);
+/* The rules file: `given` (-c), else bh_config_locate()'s. 0, or -1 once
+ * reported that there is none. path holds PATH_MAX bytes. */
+int cli_locate_rules(const char *given, char *path);
+/* Loads the rules file cli_locate_rules() finds, printing every error as
+ * "bulkhead: file:line: ...". Returns the error count, or -1 when no file
+ * was found (reported too). Free the config whatever it returns. */
+int cli_load_rules(const char *given, struct bh_config *config);
+/* The namespace the target names, into name; 0, or -1 once reported. */
+int cli_target_namespace(const struct cli_target *target,
+                         char name[BH_NAME_MAX]);
+/* Attaches to the target's namespace without creating it. Returns 0; 1 when
+ * it has no shared state yet (nothing ran; not reported); -1 once reported. */
+int cli_target_open(const struct cli_target *target, struct bh_namespace *ns,
+                    char name[BH_NAME_MAX]);
+
+/* "1234(2),1240(1)": pids with the permits each holds; "-" for none. */
+void cli_format_holders(const pid_t *pids, const uint32_t *permits, int count,
+                        char *text, size_t textlen);
+
+#endif

@@ -1,0 +1,255 @@
+/* bulkhead check and explain: what a rules file says, and where a given
+ * destination falls under it, worked out by the shim's own code (config
+ * parser, rule index, name notes). */
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "rules/rule_index.h"
+
+static const char *rule_kind_name(enum bh_rule_kind kind)
+{
+    switch (kind) {
+    case BH_RULE_ADDRESS: return "address";
+    case BH_RULE_HOSTNAME: return "hostname";
+    case BH_RULE_HOST_SUFFIX: return "suffix";
+    }
+    return "?";
+}
+
+static void print_compartment(const struct bh_config *config, int index)
+{
+    const struct bh_compartment *compartment = &config->compartments[index];
+    printf("\n[%s]  line %d\n", compartment->name, compartment->line);
+    printf("  limit        %d%s\n", compartment->limit,
+           compartment->limit == 0 ? " (refuses everything)" : "");
+    printf("  wait_ms      %d%s\n", compartment->wait_ms,
+           compartment->wait_ms == 0 ? " (fail fast)" : "");
+    printf("  max_waiters  %d\n", compartment->max_waiters);
+    printf("  errno        %s\n", bh_errno_name(compartment->refusal_errno));
+    const char *label = "match";
+    for (int i = 0; i < config->rule_count; i++) {
+        const struct bh_rule *rule = &config->rules[i];
+        if (rule->compartment != index)
+            continue;
+        printf("  %-11s  line %-4d %-8s  %s\n", label, rule->line,
+               rule_kind_name(rule->kind), rule->text);
+        label = "";
+    }
+}
+
+static void print_config(const struct bh_config *config)
+{
+    printf("%s: valid\n", config->path);
+    printf("namespace  %s\n", config->namespace_name);
+    printf("log        %s, to %s\n", bh_log_level_name(config->log_level),
+           config->log_file ? config->log_file : "stderr");
+    printf("%d compartment%s, %d match rule%s; the first match in file order "
+           "wins\n", config->compartment_count,
+           config->compartment_count == 1 ? "" : "s", config->rule_count,
+           config->rule_count == 1 ? "" : "s");
+    for (int i = 0; i < config->compartment_count; i++)
+        print_compartment(config, i);
+}
+
+/* The options of check and explain: -c FILE and --help. Returns -1 when
+ * parsing went on to the end, else the status to exit with. */
+static int parse_config_option(const struct cli_command *command, int argc,
+                               char **argv, const char **given)
+{
+    static const struct option options[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    int option;
+    opterr = 0;
+    while ((option = getopt_long(argc, argv, ":c:h", options, NULL)) != -1) {
+        if (option != 'c')
+            return cli_option_problem(command, option, argv);
+        *given = optarg;
+    }
+    return -1;
+}
+
+static int check(int argc, char **argv)
+{
+    const char *given = NULL;
+    int parsed = parse_config_option(&cli_check_command, argc, argv, &given);
+    if (parsed >= 0)
+        return parsed;
+    if (optind < argc && given)
+        return cli_usage_error(&cli_check_command, "give the rules file once");
+    if (optind < argc)
+        given = argv[optind++];
+    if (optind < argc)
+        return cli_usage_error(&cli_check_command, "one rules file at a time");
+    struct bh_config config;
+    int errors = cli_load_rules(given, &config);
+    if (errors == 0)
+        print_config(&config);
+    else if (errors > 0)
+        cli_error("%s: %d error%s", config.path ? config.path : given, errors,
+                  errors == 1 ? "" : "s");
+    bh_config_free(&config);
+    return errors == 0 ? CLI_OK : CLI_FAILED;
+}
+
+const struct cli_command cli_check_command = {
+    .name = "check",
+    .synopsis = "bulkhead check [-c] [rules.ini]",
+    .help =
+        "Validates a rules file (default: the one the shim would load) and\n"
+        "prints the settings in effect: the namespace, the log level, and for\n"
+        "each compartment its limit, wait_ms, max_waiters, errno and match\n"
+        "rules with their line numbers.\n"
+        "\n"
+        "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
+        "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not.\n",
+    .run = check,
+};
+
+/* HOST:PORT or [V6]:PORT; host points into `text`, which is cut. */
+static const char *split_destination(char *text, unsigned *port)
+{
+    char *host = text, *colon;
+    if (text[0] == '[') {
+        char *close = strchr(text, ']');
+        if (!close || close[1] != ':')
+            return NULL;
+        *close = '\0';
+        host = text + 1;
+        colon = close + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (!colon || memchr(text, ':', (size_t)(colon - text)))
+            return NULL;  /* a bare v6 address: its port is ambiguous */
+        *colon = '\0';
+    }
+    char *end;
+    unsigned long number = strtoul(colon + 1, &end, 10);
+    if (*host == '\0' || colon[1] < '0' || colon[1] > '9' || *end ||
+        number > 65535)
+        return NULL;
+    *port = (unsigned)number;
+    return host;
+}
+
+static const void *address_bytes(const struct addrinfo *address)
+{
+    if (address->ai_family == AF_INET)
+        return &((const struct sockaddr_in *)address->ai_addr)->sin_addr;
+    return &((const struct sockaddr_in6 *)address->ai_addr)->sin6_addr;
+}
+
+/* Lists the addresses a program connecting to host would reach: the literal
+ * itself, or what getaddrinfo gives, noted as the shim's resolver hooks do. */
+static int resolve(struct bh_rule_index *index, const char *host, unsigned port,
+                   struct addrinfo **addresses)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICHOST };
+    char service[8];
+    snprintf(service, sizeof service, "%u", port);
+    if (getaddrinfo(host, service, &hints, addresses) == 0)
+        return 0;
+    hints.ai_flags = 0;
+    int failure = getaddrinfo(host, service, &hints, addresses);
+    if (failure) {
+        cli_error("explain: %s: %s", host, gai_strerror(failure));
+        return -1;
+    }
+    if (!bh_rule_index_wants_name(index, host))
+        return 1;
+    for (const struct addrinfo *a = *addresses; a; a = a->ai_next)
+        bh_rule_index_note_name(index, host, a->ai_family, address_bytes(a));
+    return 1;
+}
+
+static void print_verdict(const struct bh_config *config,
+                          const struct bh_rule_index *index,
+                          const struct addrinfo *address)
+{
+    int rule = bh_rule_index_match(index, address->ai_addr, address->ai_addrlen);
+    if (rule < 0) {
+        printf("not limited\n");
+        return;
+    }
+    const struct bh_rule *matched = &config->rules[rule];
+    printf("compartment %s (line %d: match = %s)\n",
+           config->compartments[matched->compartment].name, matched->line,
+           matched->text);
+}
+
+static int explain_one(const struct bh_config *config,
+                       struct bh_rule_index *index, const char *destination)
+{
+    char text[512];
+    unsigned port;
+    snprintf(text, sizeof text, "%s", destination);
+    const char *host = split_destination(text, &port);
+    if (!host) {
+        cli_error("explain: \"%s\": not HOST:PORT or [V6]:PORT", destination);
+        return CLI_USAGE;
+    }
+    struct addrinfo *addresses;
+    int resolved = resolve(index, host, port, &addresses);
+    if (resolved < 0)
+        return CLI_FAILED;
+    for (struct addrinfo *a = addresses; a; a = a->ai_next) {
+        char shown[INET6_ADDRSTRLEN];
+        inet_ntop(a->ai_family, address_bytes(a), shown, sizeof shown);
+        if (resolved)
+            printf("%s = %s -> ", destination, shown);
+        else
+            printf("%s -> ", destination);
+        print_verdict(config, index, a);
+    }
+    freeaddrinfo(addresses);
+    return CLI_OK;
+}
+
+static int explain(int argc, char **argv)
+{
+    const char *given = NULL;
+    int parsed = parse_config_option(&cli_explain_command, argc, argv, &given);
+    if (parsed >= 0)
+        return parsed;
+    if (optind >= argc)
+        return cli_usage_error(&cli_explain_command, "no destination given");
+    struct bh_config config;
+    struct bh_rule_index *index = NULL;
+    int status = cli_load_rules(given, &config) == 0 ? CLI_OK : CLI_FAILED;
+    if (status == CLI_OK && !(index = bh_rule_index_build(&config))) {
+        cli_error("explain: out of memory");
+        status = CLI_FAILED;
+    }
+    for (int i = optind; index && i < argc; i++) {
+        int outcome = explain_one(&config, index, argv[i]);
+        status = outcome > status ? outcome : status;
+    }
+    bh_rule_index_free(index);
+    bh_config_free(&config);
+    return status;
+}
+
+const struct cli_command cli_explain_command = {
+    .name = "explain",
+    .synopsis = "bulkhead explain [-c rules.ini] HOST:PORT|[V6]:PORT...",
+    .help =
+        "Says, for each destination, which compartment and which match rule\n"
+        "(by line) a connection to it counts against, or that it is not\n"
+        "limited. A name is resolved with getaddrinfo as a program would, and\n"
+        "every address it gives is explained: hostname rules match the\n"
+        "addresses the name resolved to, as in the shim.\n"
+        "\n"
+        "  -c, --config FILE  the rules file (default: as for run)\n"
+        "\n"
+        "Exit status: 0; 1 when the rules are bad or a name does not resolve;\n"
+        "2 when a destination is not HOST:PORT or [V6]:PORT.\n",
+    .run = explain,
+};

@@ -1,0 +1,392 @@
+/* bulkhead set, apply and reset: change the live state every process of a
+ * namespace shares. Limits change through bh_compartment_set_limit, which
+ * never blocks and never cuts a connection. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Parses the options of set, apply and reset (-c, -n, --force for reset,
+ * --help). Returns -1 when parsing went on to the end, else the status to
+ * exit with. */
+static int parse_control_options(const struct cli_command *command, int argc,
+                                 char **argv, struct cli_target *target,
+                                 int *force)
+{
+    static const struct option options[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "namespace", required_argument, NULL, 'n' },
+        { "force", no_argument, NULL, 'f' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    const char *short_options = force ? ":c:n:fh" : ":c:n:h";
+    int option;
+    opterr = 0;
+    while ((option = getopt_long(argc, argv, short_options, options, NULL)) != -1) {
+        if (option == 'c')
+            target->config_path = optarg;
+        else if (option == 'n')
+            target->namespace_name = optarg;
+        else if (option == 'f' && force)
+            *force = 1;
+        else
+            return cli_option_problem(command, option == 'f' ? '?' : option, argv);
+    }
+    return -1;
+}
+
+/* Attaches to the target's namespace; reports a missing one as an error. */
+static int open_existing(const struct cli_target *target, struct bh_namespace *ns,
+                         char name[BH_NAME_MAX])
+{
+    int opened = cli_target_open(target, ns, name);
+    if (opened == 1)
+        cli_error("namespace \"%s\" has no shared state yet: nothing has run "
+                  "in it", name);
+    return opened == 0 ? 0 : -1;
+}
+
+static void list_registered(const struct bh_namespace *ns, char *text, size_t textlen)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    size_t used = 0;
+    snprintf(text, textlen, "none");
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS && used < textlen; i++)
+        used += (size_t)snprintf(text + used, textlen - used, "%s%s",
+                                 i ? ", " : "", ns->state->compartments[i].name);
+}
+
+/* The index of compartment `name`, or -1 once reported. */
+static int find_compartment(const struct bh_namespace *ns, const char *namespace_name,
+                            const char *name)
+{
+    int index = bh_compartment_find(ns, name);
+    if (index < 0) {
+        char registered[BH_MAX_COMPARTMENTS * BH_NAME_MAX];
+        list_registered(ns, registered, sizeof registered);
+        cli_error("no compartment \"%s\" in namespace \"%s\" (registered: %s)",
+                  name, namespace_name, registered);
+    }
+    return index;
+}
+
+/* "limit=N" with N a whole number of permits. */
+static int parse_limit_setting(const char *text, int *limit)
+{
+    if (strncmp(text, "limit=", 6) != 0 || text[6] < '0' || text[6] > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    long value = strtol(text + 6, &end, 10);
+    if (errno || *end || value > INT_MAX)
+        return -1;
+    *limit = (int)value;
+    return 0;
+}
+
+static int change_limit(struct bh_namespace *ns, const char *namespace_name,
+                        const char *name, int limit)
+{
+    int index = find_compartment(ns, namespace_name, name);
+    if (index < 0)
+        return CLI_FAILED;
+    struct bh_compartment_view before, after;
+    if (bh_compartment_read(ns, index, &before) < 0 ||
+        bh_compartment_set_limit(ns, index, limit) < 0 ||
+        bh_compartment_read(ns, index, &after) < 0) {
+        cli_error("set: %s: limit %d: %s", name, limit, strerror(errno));
+        return CLI_FAILED;
+    }
+    printf("%s: limit %d -> %d, %d in use\n", name, before.limit, after.limit,
+           after.in_use);
+    if (after.in_use > limit)
+        printf("%s: no connection is cut; new ones wait or are refused until "
+               "fewer than %d are in use\n", name, limit);
+    return CLI_OK;
+}
+
+static int set_command(int argc, char **argv)
+{
+    struct cli_target target = { 0 };
+    int parsed = parse_control_options(&cli_set_command, argc, argv, &target, NULL);
+    if (parsed >= 0)
+        return parsed;
+    if (cli_target_usage(&cli_set_command, &target) != CLI_OK)
+        return CLI_USAGE;
+    int limit;
+    if (argc - optind != 2)
+        return cli_usage_error(&cli_set_command, "give a compartment and limit=N");
+    if (parse_limit_setting(argv[optind + 1], &limit) < 0)
+        return cli_usage_error(&cli_set_command, "\"%s\": expected limit=N, N a "
+                               "whole number", argv[optind + 1]);
+    struct bh_namespace ns;
+    char namespace_name[BH_NAME_MAX];
+    if (open_existing(&target, &ns, namespace_name) < 0)
+        return CLI_FAILED;
+    int status = change_limit(&ns, namespace_name, argv[optind], limit);
+    bh_namespace_close(&ns);
+    return status;
+}
+
+const struct cli_command cli_set_command = {
+    .name = "set",
+    .synopsis = "bulkhead set [-c rules.ini | -n NAMESPACE] COMPARTMENT limit=N",
+    .help =
+        "Changes the live limit of a registered compartment for every process\n"
+        "of the namespace at once; the live limit wins over any rules file, for\n"
+        "running processes and for those started later. Raising it hands the\n"
+        "new permits to waiters now. Lowering it never cuts a connection and\n"
+        "never blocks: new connections wait or are refused until fewer than N\n"
+        "are in use.\n"
+        "\n"
+        "  -c, --config FILE     the namespace of FILE's [global] section\n"
+        "  -n, --namespace NAME  that namespace\n"
+        "\n"
+        "Exit status: 0; 1 when the namespace has no state yet or has no such\n"
+        "compartment; 2 for a usage error.\n",
+    .run = set_command,
+};
+
+static int apply_compartment(struct bh_namespace *ns,
+                             const struct bh_compartment *compartment)
+{
+    int existed = bh_compartment_find(ns, compartment->name) >= 0;
+    int live, limit = compartment->limit;
+    int index = bh_compartment_register(ns, compartment->name, limit, &live);
+    if (index < 0 ||
+        (live != limit && bh_compartment_set_limit(ns, index, limit) < 0)) {
+        cli_error("apply: %s: limit %d: %s", compartment->name, limit,
+                  strerror(errno));
+        return CLI_FAILED;
+    }
+    if (!existed)
+        printf("%s: registered, limit %d\n", compartment->name, limit);
+    else if (live != limit)
+        printf("%s: limit %d -> %d\n", compartment->name, live, limit);
+    else
+        printf("%s: limit %d, unchanged\n", compartment->name, limit);
+    return CLI_OK;
+}
+
+static int in_config(const struct bh_config *config, const char *name)
+{
+    for (int i = 0; i < config->compartment_count; i++)
+        if (strcmp(config->compartments[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Live compartments the file does not name keep their limit: say so. */
+static void report_unlisted(const struct bh_namespace *ns,
+                            const struct bh_config *config)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
+        const struct bh_shared_compartment *shared = &ns->state->compartments[i];
+        if (!in_config(config, shared->name))
+            printf("%s: not in %s, left at limit %d\n", shared->name,
+                   config->path, (int)atomic_load(&shared->limit));
+    }
+}
+
+static int apply_config(const struct bh_config *config, const char *namespace_name)
+{
+    struct bh_namespace ns;
+    char why[256];
+    if (bh_namespace_open(namespace_name, 1, &ns, why, sizeof why) < 0) {
+        cli_error("apply: %s", why);
+        return CLI_FAILED;
+    }
+    int status = CLI_OK;
+    for (int i = 0; i < config->compartment_count; i++)
+        if (apply_compartment(&ns, &config->compartments[i]) != CLI_OK)
+            status = CLI_FAILED;
+    report_unlisted(&ns, config);
+    bh_namespace_close(&ns);
+    return status;
+}
+
+static int apply_command(int argc, char **argv)
+{
+    struct cli_target target = { 0 };
+    int parsed = parse_control_options(&cli_apply_command, argc, argv, &target, NULL);
+    if (parsed >= 0)
+        return parsed;
+    if (optind < argc && target.config_path)
+        return cli_usage_error(&cli_apply_command, "give the rules file once");
+    if (optind < argc)
+        target.config_path = argv[optind++];
+    if (optind < argc)
+        return cli_usage_error(&cli_apply_command, "one rules file at a time");
+    char namespace_name[BH_NAME_MAX];
+    if (target.namespace_name && cli_target_namespace(&target, namespace_name) < 0)
+        return CLI_FAILED;
+    struct bh_config config;
+    int errors = cli_load_rules(target.config_path, &config);
+    int status = CLI_FAILED;
+    if (errors > 0)
+        cli_error("apply: %s is not valid; nothing was changed", config.path);
+    else if (errors == 0)
+        status = apply_config(&config, target.namespace_name ? namespace_name
+                                                             : config.namespace_name);
+    bh_config_free(&config);
+    return status;
+}
+
+const struct cli_command cli_apply_command = {
+    .name = "apply",
+    .synopsis = "bulkhead apply [-n NAMESPACE] [[-c] rules.ini]",
+    .help =
+        "Pushes the limits of a rules file into the live state of its namespace\n"
+        "(or of NAMESPACE): compartments not registered yet are registered with\n"
+        "the file's limit, the others get it as with `bulkhead set`. Live\n"
+        "compartments the file does not name are left as they are. Creates the\n"
+        "namespace's shared state when nothing has run in it yet. The rules\n"
+        "file defaults to the one the shim would load.\n"
+        "\n"
+        "  -c, --config FILE     the rules file (also accepted as the argument)\n"
+        "  -n, --namespace NAME  push into that namespace instead of FILE's\n"
+        "\n"
+        "Exit status: 0; 1 when the file is not valid or a limit could not be\n"
+        "set; 2 for a usage error.\n",
+    .run = apply_command,
+};
+
+/* Appends "NAME: N permits held by PID(N),...; " for a busy compartment. */
+static void describe_use(struct bh_namespace *ns, int index,
+                         const struct bh_compartment_view *view,
+                         char *text, size_t textlen)
+{
+    static pid_t pids[BH_MAX_PROCESSES];
+    static uint32_t permits[BH_MAX_PROCESSES];
+    char holders[BH_MAX_PROCESSES * 20];
+    int count = bh_compartment_holders(ns, index, pids, permits, BH_MAX_PROCESSES);
+    cli_format_holders(pids, permits, count, holders, sizeof holders);
+    size_t used = strlen(text);
+    snprintf(text + used, textlen - used, "%s%s: %d permit%s held by %s, %d waiting",
+             used ? "; " : "", view->name, view->in_use,
+             view->in_use == 1 ? "" : "s", holders, view->waiting);
+}
+
+/* Describes who holds or waits for permits; empty when nobody does. */
+static int describe_users(struct bh_namespace *ns, char *text, size_t textlen)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    text[0] = '\0';
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
+        struct bh_compartment_view view;
+        if (bh_compartment_read(ns, (int)i, &view) < 0) {
+            cli_error("reset: %s", strerror(errno));
+            return -1;
+        }
+        if (view.in_use > 0 || view.waiting > 0)
+            describe_use(ns, (int)i, &view, text, textlen);
+    }
+    return 0;
+}
+
+static int remove_namespace(const struct cli_target *target, int force)
+{
+    struct bh_namespace ns;
+    char name[BH_NAME_MAX];
+    int opened = cli_target_open(target, &ns, name);
+    if (opened == 1)
+        printf("namespace %s: no shared state, nothing to reset\n", name);
+    if (opened != 0)
+        return opened == 1 ? CLI_OK : CLI_FAILED;
+    static char users[BH_MAX_COMPARTMENTS * BH_MAX_PROCESSES * 8];
+    if (describe_users(&ns, users, sizeof users) < 0) {
+        bh_namespace_close(&ns);
+        return CLI_FAILED;
+    }
+    if (users[0] && !force) {
+        cli_error("reset: namespace \"%s\" is in use (%s); stop those processes "
+                  "or use --force", name, users);
+        bh_namespace_close(&ns);
+        return CLI_FAILED;
+    }
+    if (bh_namespace_remove(&ns) < 0) {
+        cli_error("reset: namespace \"%s\": %s", name, strerror(errno));
+        return CLI_FAILED;
+    }
+    printf("namespace %s: shared state removed%s%s%s\n", name,
+           users[0] ? " while in use (" : "", users,
+           users[0] ? "); its running processes are no longer limited" : "");
+    return CLI_OK;
+}
+
+
+static int reset_compartments(const struct cli_target *target, int count,
+                              char **names)
+{
+    struct bh_namespace ns;
+    char namespace_name[BH_NAME_MAX];
+    if (open_existing(target, &ns, namespace_name) < 0)
+        return CLI_FAILED;
+    int indexes[BH_MAX_COMPARTMENTS], status = CLI_OK;
+    for (int i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++)
+        if ((indexes[i] = find_compartment(&ns, namespace_name, names[i])) < 0)
+            status = CLI_FAILED;
+    for (int i = 0; status == CLI_OK && i < count; i++) {
+        struct bh_compartment_view view;
+        if (bh_compartment_read(&ns, indexes[i], &view) < 0) {
+            cli_error("reset: %s: %s", names[i], strerror(errno));
+            status = CLI_FAILED;
+            break;
+        }
+        bh_compartment_reset_counters(&ns, indexes[i], view.in_use);
+        printf("%s: counters reset; limit %d and %d permit%s in use untouched\n",
+               names[i], view.limit, view.in_use, view.in_use == 1 ? "" : "s");
+    }
+    bh_namespace_close(&ns);
+    return status;
+}
+
+static int reset_command(int argc, char **argv)
+{
+    struct cli_target target = { 0 };
+    int force = 0;
+    int parsed = parse_control_options(&cli_reset_command, argc, argv, &target, &force);
+    if (parsed >= 0)
+        return parsed;
+    if (cli_target_usage(&cli_reset_command, &target) != CLI_OK)
+        return CLI_USAGE;
+    if (argc - optind > BH_MAX_COMPARTMENTS)
+        return cli_usage_error(&cli_reset_command, "at most %d compartments",
+                               BH_MAX_COMPARTMENTS);
+    if (optind < argc)
+        return reset_compartments(&target, argc - optind, argv + optind);
+    return remove_namespace(&target, force);
+}
+
+const struct cli_command cli_reset_command = {
+    .name = "reset",
+    .synopsis = "bulkhead reset [-c rules.ini | -n NAMESPACE] [--force] "
+                "[COMPARTMENT...]",
+    .help =
+        "Without COMPARTMENT: removes the namespace's shared state (its one\n"
+        "semaphore set and one shared memory segment), so that the next\n"
+        "process starts it afresh from its rules file. It refuses, saying which\n"
+        "pids hold how many permits, while any permit is held or any connect\n"
+        "waits, unless --force is given; waiters then go through unlimited.\n"
+        "\n"
+        "With COMPARTMENT names: the state cannot be removed one compartment at\n"
+        "a time, so only their counters are zeroed (acquired, rejected,\n"
+        "timed_out, waits and wait times; peak restarts from in_use). Permits,\n"
+        "waiters and the live limit are left alone; --force changes nothing.\n"
+        "\n"
+        "  -c, --config FILE     the namespace of FILE's [global] section\n"
+        "  -n, --namespace NAME  that namespace\n"
+        "  -f, --force           remove the state even while permits are held\n"
+        "\n"
+        "Exit status: 0, also when there was no state to remove; 1 when\n"
+        "permits are held (without --force) or a COMPARTMENT is unknown;\n"
+        "2 for a usage error.\n",
+    .run = reset_command,
+};

@@ -1,0 +1,167 @@
+/* bulkhead run: start a program under the shim, like torsocks or
+ * proxychains4. The rules are validated first, so a bad file stops here
+ * with its errors instead of letting the program run unlimited. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define SHIM_NAME "libbulkhead.so"
+
+/* Where the shim lives relative to the command's own directory: beside it
+ * in the build tree, PREFIX/lib/bulkhead/ when installed in PREFIX/bin. */
+static const char *const shim_places[] = {
+    SHIM_NAME,
+    "../lib/bulkhead/" SHIM_NAME,
+};
+
+static int find_shim(char shim[PATH_MAX])
+{
+    char self[PATH_MAX], candidate[PATH_MAX + 64];
+    ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (length < 0) {
+        cli_error("run: /proc/self/exe: %s", strerror(errno));
+        return -1;
+    }
+    self[length] = '\0';
+    const char *directory = dirname(self);
+    for (size_t i = 0; i < sizeof shim_places / sizeof shim_places[0]; i++) {
+        snprintf(candidate, sizeof candidate, "%s/%s", directory, shim_places[i]);
+        if (realpath(candidate, shim) && access(shim, R_OK) == 0)
+            return 0;
+    }
+    cli_error("run: no %s in %s nor in %s/../lib/bulkhead", SHIM_NAME,
+              directory, directory);
+    return -1;
+}
+
+/* Any libbulkhead.so, this one or another copy: two shims in one process
+ * would each take a permit for the same connection. */
+static int is_a_shim(const char *entry, const char *shim)
+{
+    const char *slash = strrchr(entry, '/');
+    const char *base = slash ? slash + 1 : entry;
+    return strcmp(entry, shim) == 0 || strcmp(base, SHIM_NAME) == 0;
+}
+
+/* The shim first, then every other entry of `existing` in its order.
+ * LD_PRELOAD separates entries with colons or blanks. */
+static char *preload_with_shim(const char *shim, const char *existing)
+{
+    size_t existing_length = existing ? strlen(existing) : 0;
+    char *preload = malloc(strlen(shim) + existing_length + 2);
+    char *copy = strdup(existing ? existing : "");
+    if (!preload || !copy) {
+        free(preload);
+        free(copy);
+        return NULL;
+    }
+    strcpy(preload, shim);
+    char *rest;
+    for (char *entry = strtok_r(copy, ": \t", &rest); entry;
+         entry = strtok_r(NULL, ": \t", &rest)) {
+        if (!is_a_shim(entry, shim)) {
+            strcat(preload, ":");
+            strcat(preload, entry);
+        }
+    }
+    free(copy);
+    return preload;
+}
+
+/* The rules file as an absolute path, once it proved valid. */
+static int valid_rules(const char *given, char absolute[PATH_MAX])
+{
+    char path[PATH_MAX];
+    if (cli_locate_rules(given, path) < 0)
+        return -1;
+    if (!realpath(path, absolute)) {
+        cli_error("run: %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct bh_config config;
+    int errors = cli_load_rules(absolute, &config);
+    bh_config_free(&config);
+    if (errors != 0)
+        cli_error("run: %s is not valid; nothing was started", absolute);
+    return errors == 0 ? 0 : -1;
+}
+
+static int prepare_environment(const char *rules, int strict)
+{
+    char shim[PATH_MAX];
+    if (find_shim(shim) < 0)
+        return -1;
+    char *preload = preload_with_shim(shim, getenv("LD_PRELOAD"));
+    if (!preload || setenv("LD_PRELOAD", preload, 1) < 0 ||
+        setenv("BULKHEAD_CONFIG", rules, 1) < 0 ||
+        (strict && setenv("BULKHEAD_STRICT", "1", 1) < 0)) {
+        cli_error("run: environment: %s", strerror(errno));
+        free(preload);
+        return -1;
+    }
+    free(preload);
+    return 0;
+}
+
+static int run(int argc, char **argv)
+{
+    static const struct option options[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "strict", no_argument, NULL, 's' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    const char *given_rules = NULL;
+    int strict = 0, option;
+    opterr = 0;
+    while ((option = getopt_long(argc, argv, "+:c:h", options, NULL)) != -1) {
+        if (option == 'c')
+            given_rules = optarg;
+        else if (option == 's')
+            strict = 1;
+        else
+            return cli_option_problem(&cli_run_command, option, argv);
+    }
+    if (optind >= argc)
+        return cli_usage_error(&cli_run_command, "no command to run");
+    char rules[PATH_MAX];
+    if (valid_rules(given_rules, rules) < 0)
+        return CLI_USAGE;
+    if (prepare_environment(rules, strict) < 0)
+        return CLI_FAILED;
+    execvp(argv[optind], argv + optind);
+    cli_error("run: %s: %s", argv[optind], strerror(errno));
+    return CLI_CANNOT_EXEC;
+}
+
+const struct cli_command cli_run_command = {
+    .name = "run",
+    .synopsis = "bulkhead run [-c rules.ini] [--strict] -- CMD [ARGS...]",
+    .help =
+        "Runs CMD with the shim preloaded, so that its outbound connections\n"
+        "(and those of every child it starts) count against the compartments\n"
+        "of the rules file.\n"
+        "\n"
+        "The rules are checked first: a bad file prints its errors and exits\n"
+        "2 without starting CMD. Then the shim goes first in LD_PRELOAD (the\n"
+        "entries already there are kept, and no libbulkhead.so is added\n"
+        "twice), BULKHEAD_CONFIG is set to the rules file's absolute path, and\n"
+        "CMD replaces bulkhead, so the exit status is CMD's own.\n"
+        "\n"
+        "  -c, --config FILE  the rules file (default: $BULKHEAD_CONFIG, else\n"
+        "                     $XDG_CONFIG_HOME/bulkhead/rules.ini, else\n"
+        "                     /etc/bulkhead/rules.ini)\n"
+        "      --strict       set BULKHEAD_STRICT=1: a process that finds the\n"
+        "                     rules bad exits 78 instead of running unlimited\n"
+        "\n"
+        "Exit status: CMD's; 2 for a usage error or a bad rules file; 1 when\n"
+        "the shim cannot be found; 127 when CMD cannot be executed.\n",
+    .run = run,
+};

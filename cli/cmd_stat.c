@@ -1,0 +1,402 @@
+/* bulkhead stat: the live state of a namespace, read from the shared state
+ * itself (semaphores for in_use and waiting, shared counters for the rest),
+ * as an aligned table, JSON or Prometheus text exposition. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+struct compartment_row {
+    struct bh_compartment_view view;
+    int holder_count;
+    pid_t holder_pids[BH_MAX_PROCESSES];
+    uint32_t holder_permits[BH_MAX_PROCESSES];
+};
+
+struct snapshot {
+    char namespace_name[BH_NAME_MAX];
+    int present;          /* 0: the namespace has no shared state yet */
+    int count;
+    struct compartment_row rows[BH_MAX_COMPARTMENTS];
+};
+
+enum output_format { FORMAT_TABLE, FORMAT_JSON, FORMAT_PROMETHEUS };
+
+void cli_format_holders(const pid_t *pids, const uint32_t *permits, int count,
+                        char *text, size_t textlen)
+{
+    size_t used = 0;
+    snprintf(text, textlen, "-");
+    for (int i = 0; i < count && used < textlen; i++)
+        used += (size_t)snprintf(text + used, textlen - used, "%s%d(%" PRIu32 ")",
+                                 i ? "," : "", (int)pids[i], permits[i]);
+}
+
+static double wait_mean_ms(const struct bh_compartment_view *view)
+{
+    return view->waits ? (double)view->wait_ns_total / (double)view->waits / 1e6
+                       : 0.0;
+}
+
+static double wait_max_ms(const struct bh_compartment_view *view)
+{
+    return (double)view->wait_ns_max / 1e6;
+}
+
+/* Reads every registered compartment. A namespace removed while we read
+ * it counts as absent. Returns 0, or -1 once reported. */
+static int take_snapshot(const struct cli_target *target, struct snapshot *snapshot)
+{
+    struct bh_namespace ns;
+    snapshot->present = snapshot->count = 0;
+    int opened = cli_target_open(target, &ns, snapshot->namespace_name);
+    if (opened != 0)
+        return opened < 0 ? -1 : 0;
+    uint32_t registered = atomic_load(&ns.state->compartment_count);
+    for (uint32_t i = 0; i < registered && i < BH_MAX_COMPARTMENTS; i++) {
+        struct compartment_row *row = &snapshot->rows[snapshot->count];
+        if (bh_compartment_read(&ns, (int)i, &row->view) < 0) {
+            int gone = errno == EIDRM || errno == EINVAL;
+            if (!gone)
+                cli_error("stat: namespace \"%s\": %s", snapshot->namespace_name,
+                          strerror(errno));
+            bh_namespace_close(&ns);
+            snapshot->count = 0;
+            return gone ? 0 : -1;
+        }
+        row->holder_count = bh_compartment_holders(&ns, (int)i, row->holder_pids,
+                                                   row->holder_permits,
+                                                   BH_MAX_PROCESSES);
+        snapshot->count++;
+    }
+    snapshot->present = 1;
+    bh_namespace_close(&ns);
+    return 0;
+}
+
+static const char *const table_headings[] = {
+    "COMPARTMENT", "LIMIT", "IN_USE", "WAITING", "PEAK", "ACQUIRED",
+    "REJECTED", "TIMED_OUT", "WAIT_MEAN_MS", "WAIT_MAX_MS",
+};
+enum { TABLE_COLUMNS = sizeof table_headings / sizeof table_headings[0] };
+typedef char table_cells[TABLE_COLUMNS][32];
+
+static void fill_cells(const struct bh_compartment_view *view, table_cells cells)
+{
+    snprintf(cells[0], sizeof cells[0], "%s", view->name);
+    snprintf(cells[1], sizeof cells[1], "%d", view->limit);
+    snprintf(cells[2], sizeof cells[2], "%d", view->in_use);
+    snprintf(cells[3], sizeof cells[3], "%d", view->waiting);
+    snprintf(cells[4], sizeof cells[4], "%" PRId64, view->peak);
+    snprintf(cells[5], sizeof cells[5], "%" PRIu64, view->acquired);
+    snprintf(cells[6], sizeof cells[6], "%" PRIu64, view->rejected);
+    snprintf(cells[7], sizeof cells[7], "%" PRIu64, view->timed_out);
+    snprintf(cells[8], sizeof cells[8], "%.1f", wait_mean_ms(view));
+    snprintf(cells[9], sizeof cells[9], "%.1f", wait_max_ms(view));
+}
+
+/* Names left-aligned, figures right-aligned, holders last and unpadded. */
+static void print_table_line(table_cells cells, const int *widths,
+                             const char *holders)
+{
+    printf("%-*s", widths[0], cells[0]);
+    for (int column = 1; column < TABLE_COLUMNS; column++)
+        printf("  %*s", widths[column], cells[column]);
+    printf("  %s\n", holders);
+}
+
+static void print_table(const struct snapshot *snapshot)
+{
+    table_cells cells[BH_MAX_COMPARTMENTS + 1];
+    int widths[TABLE_COLUMNS] = { 0 };
+    for (int column = 0; column < TABLE_COLUMNS; column++)
+        snprintf(cells[0][column], sizeof cells[0][column], "%s",
+                 table_headings[column]);
+    for (int row = 0; row < snapshot->count; row++)
+        fill_cells(&snapshot->rows[row].view, cells[row + 1]);
+    for (int row = 0; row <= snapshot->count; row++)
+        for (int column = 0; column < TABLE_COLUMNS; column++) {
+            int width = (int)strlen(cells[row][column]);
+            widths[column] = width > widths[column] ? width : widths[column];
+        }
+    printf("namespace %s%s\n", snapshot->namespace_name,
+           snapshot->present ? "" : ": no shared state yet (nothing has run in it)");
+    print_table_line(cells[0], widths, "HOLDERS");
+    for (int row = 0; row < snapshot->count; row++) {
+        const struct compartment_row *data = &snapshot->rows[row];
+        char holders[BH_MAX_PROCESSES * 20];
+        cli_format_holders(data->holder_pids, data->holder_permits,
+                           data->holder_count, holders, sizeof holders);
+        print_table_line(cells[row + 1], widths, holders);
+    }
+}
+
+static void print_json_string(const char *text)
+{
+    putchar('"');
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            printf("\\%c", *c);
+        else if (*c < 0x20)
+            printf("\\u%04x", *c);
+        else
+            putchar(*c);
+    }
+    putchar('"');
+}
+
+static void print_json_compartment(const struct compartment_row *row)
+{
+    const struct bh_compartment_view *view = &row->view;
+    printf("{\"name\": ");
+    print_json_string(view->name);
+    printf(", \"limit\": %d, \"in_use\": %d, \"waiting\": %d, \"peak\": %" PRId64
+           ", \"acquired\": %" PRIu64 ", \"rejected\": %" PRIu64
+           ", \"timed_out\": %" PRIu64 ", \"waits\": %" PRIu64
+           ", \"wait_mean_ms\": %.3f, \"wait_max_ms\": %.3f, \"holders\": [",
+           view->limit, view->in_use, view->waiting, view->peak, view->acquired,
+           view->rejected, view->timed_out, view->waits, wait_mean_ms(view),
+           wait_max_ms(view));
+    for (int i = 0; i < row->holder_count; i++)
+        printf("%s{\"pid\": %d, \"permits\": %" PRIu32 "}", i ? ", " : "",
+               (int)row->holder_pids[i], row->holder_permits[i]);
+    printf("]}");
+}
+
+static void print_json(const struct snapshot *snapshot)
+{
+    printf("{\"namespace\": ");
+    print_json_string(snapshot->namespace_name);
+    printf(", \"compartments\": [");
+    for (int i = 0; i < snapshot->count; i++) {
+        printf("%s\n  ", i ? "," : "");
+        print_json_compartment(&snapshot->rows[i]);
+    }
+    printf("%s]}\n", snapshot->count ? "\n" : "");
+}
+
+static int64_t read_limit(const struct bh_compartment_view *v) { return v->limit; }
+static int64_t read_in_use(const struct bh_compartment_view *v) { return v->in_use; }
+static int64_t read_waiting(const struct bh_compartment_view *v) { return v->waiting; }
+static int64_t read_peak(const struct bh_compartment_view *v) { return v->peak; }
+static int64_t read_acquired(const struct bh_compartment_view *v) { return (int64_t)v->acquired; }
+static int64_t read_rejected(const struct bh_compartment_view *v) { return (int64_t)v->rejected; }
+static int64_t read_timed_out(const struct bh_compartment_view *v) { return (int64_t)v->timed_out; }
+static int64_t read_wait_total(const struct bh_compartment_view *v) { return v->wait_ns_total; }
+static int64_t read_waits(const struct bh_compartment_view *v) { return (int64_t)v->waits; }
+static int64_t read_wait_max(const struct bh_compartment_view *v) { return v->wait_ns_max; }
+
+/* One sample per compartment. Entries of one family (the summary's _sum and
+ * _count) follow each other and share one HELP and TYPE line. */
+struct metric {
+    const char *family;
+    const char *suffix;    /* of the sample name, after the family */
+    const char *type;
+    const char *help;
+    int64_t (*read)(const struct bh_compartment_view *view);
+    int nanoseconds;       /* read() gives ns, shown in seconds */
+};
+
+static const struct metric metrics[] = {
+    { "bulkhead_permits_limit", "", "gauge",
+      "Live limit of the compartment: permits, i.e. concurrent connections.",
+      read_limit, 0 },
+    { "bulkhead_permits_in_use", "", "gauge",
+      "Permits held now (connections open or being opened).", read_in_use, 0 },
+    { "bulkhead_waiters", "", "gauge",
+      "Connects waiting for a permit now.", read_waiting, 0 },
+    { "bulkhead_permits_peak", "", "gauge",
+      "Most permits ever in use at once.", read_peak, 0 },
+    { "bulkhead_acquired_total", "", "counter",
+      "Permits granted.", read_acquired, 0 },
+    { "bulkhead_rejected_total", "", "counter",
+      "Connects refused at once (full, no wait allowed or too many waiters).",
+      read_rejected, 0 },
+    { "bulkhead_timed_out_total", "", "counter",
+      "Connects that waited wait_ms for a permit, then were refused.",
+      read_timed_out, 0 },
+    { "bulkhead_wait_seconds", "_sum", "summary",
+      "Time spent waiting by connects that waited and got a permit.",
+      read_wait_total, 1 },
+    { "bulkhead_wait_seconds", "_count", NULL, NULL, read_waits, 0 },
+    { "bulkhead_wait_max_seconds", "", "gauge",
+      "Longest wait for a permit that was granted.", read_wait_max, 1 },
+};
+
+static void print_label_value(const char *text)
+{
+    for (const char *c = text; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            printf("\\%c", *c);
+        else if (*c == '\n')
+            printf("\\n");
+        else
+            putchar(*c);
+    }
+}
+
+static void print_sample(const struct metric *metric, const char *namespace_name,
+                         const struct bh_compartment_view *view)
+{
+    printf("%s%s{namespace=\"", metric->family, metric->suffix);
+    print_label_value(namespace_name);
+    printf("\",compartment=\"");
+    print_label_value(view->name);
+    int64_t value = metric->read(view);
+    if (metric->nanoseconds)
+        printf("\"} %.9f\n", (double)value / 1e9);
+    else
+        printf("\"} %" PRId64 "\n", value);
+}
+
+static void print_prometheus(const struct snapshot *snapshot)
+{
+    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
+        const struct metric *metric = &metrics[m];
+        if (metric->help)
+            printf("# HELP %s %s\n# TYPE %s %s\n", metric->family, metric->help,
+                   metric->family, metric->type);
+        for (int i = 0; i < snapshot->count; i++)
+            print_sample(metric, snapshot->namespace_name, &snapshot->rows[i].view);
+    }
+}
+
+static int show_once(const struct cli_target *target, enum output_format format,
+                     struct snapshot *snapshot)
+{
+    if (take_snapshot(target, snapshot) < 0)
+        return CLI_FAILED;
+    if (!snapshot->present && format != FORMAT_TABLE)
+        cli_error("stat: namespace \"%s\" has no shared state yet (nothing has "
+                  "run in it)", snapshot->namespace_name);
+    if (format == FORMAT_JSON)
+        print_json(snapshot);
+    else if (format == FORMAT_PROMETHEUS)
+        print_prometheus(snapshot);
+    else
+        print_table(snapshot);
+    return CLI_OK;
+}
+
+/* Redraws the table every interval until SIGINT or SIGTERM, which are
+ * waited for instead of sleeping, so none is missed. */
+static int watch_table(const struct cli_target *target, double seconds,
+                       struct snapshot *snapshot)
+{
+    struct timespec interval = { (time_t)seconds,
+                                 (long)((seconds - (double)(time_t)seconds) * 1e9) };
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop, NULL);
+    for (;;) {
+        if (take_snapshot(target, snapshot) < 0)
+            return CLI_FAILED;
+        time_t now = time(NULL);
+        char stamp[32];
+        strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+        printf("\033[H\033[2J%s, every %gs; Ctrl-C to stop\n", stamp, seconds);
+        print_table(snapshot);
+        fflush(stdout);
+        if (sigtimedwait(&stop, NULL, &interval) > 0)
+            return CLI_OK;
+    }
+}
+
+static int parse_interval(const char *text, double *seconds)
+{
+    char *end;
+    errno = 0;
+    *seconds = strtod(text, &end);
+    return errno == 0 && end != text && *end == '\0' && *seconds >= 0.1 &&
+                   *seconds <= 86400
+               ? 0 : -1;
+}
+
+static int stat_command(int argc, char **argv)
+{
+    static const struct option options[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "namespace", required_argument, NULL, 'n' },
+        { "json", no_argument, NULL, 'j' },
+        { "prometheus", no_argument, NULL, 'p' },
+        { "watch", required_argument, NULL, 'w' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    struct cli_target target = { 0 };
+    enum output_format format = FORMAT_TABLE;
+    double watch_seconds = 0;
+    int option, formats_given = 0;
+    opterr = 0;
+    while ((option = getopt_long(argc, argv, ":c:n:h", options, NULL)) != -1) {
+        if (option == 'c')
+            target.config_path = optarg;
+        else if (option == 'n')
+            target.namespace_name = optarg;
+        else if (option == 'j' || option == 'p') {
+            format = option == 'j' ? FORMAT_JSON : FORMAT_PROMETHEUS;
+            formats_given++;
+        } else if (option == 'w') {
+            if (parse_interval(optarg, &watch_seconds) < 0)
+                return cli_usage_error(&cli_stat_command, "--watch \"%s\": not a "
+                                       "number of seconds from 0.1 to 86400", optarg);
+        } else
+            return cli_option_problem(&cli_stat_command, option, argv);
+    }
+    if (optind < argc)
+        return cli_usage_error(&cli_stat_command, "unexpected \"%s\"", argv[optind]);
+    if (formats_given > 1 || (formats_given && watch_seconds > 0))
+        return cli_usage_error(&cli_stat_command, "give one of --json, "
+                               "--prometheus and --watch");
+    if (cli_target_usage(&cli_stat_command, &target) != CLI_OK)
+        return CLI_USAGE;
+    struct snapshot *snapshot = malloc(sizeof *snapshot);
+    if (!snapshot) {
+        cli_error("stat: out of memory");
+        return CLI_FAILED;
+    }
+    int status = watch_seconds > 0 ? watch_table(&target, watch_seconds, snapshot)
+                                   : show_once(&target, format, snapshot);
+    free(snapshot);
+    return status;
+}
+
+const struct cli_command cli_stat_command = {
+    .name = "stat",
+    .synopsis = "bulkhead stat [-c rules.ini | -n NAMESPACE] "
+                "[--json | --prometheus | --watch SECONDS]",
+    .help =
+        "Shows the live state of every compartment registered in the namespace,\n"
+        "shared by all its processes: LIMIT (live), IN_USE (permits held,\n"
+        "exact, from the semaphores), WAITING (connects waiting now), PEAK (most\n"
+        "in use at once), ACQUIRED (permits granted), REJECTED (refused at\n"
+        "once), TIMED_OUT (waited wait_ms, then refused), WAIT_MEAN_MS and\n"
+        "WAIT_MAX_MS (over the connects that waited and got a permit) and\n"
+        "HOLDERS (pid(permits) of the processes holding permits). A namespace\n"
+        "where nothing has run yet has no state: stat says so and exits 0.\n"
+        "\n"
+        "  -c, --config FILE     the namespace of FILE's [global] section\n"
+        "  -n, --namespace NAME  that namespace\n"
+        "      --json            one JSON object: {\"namespace\", \"compartments\":\n"
+        "                        [{\"name\", \"limit\", \"in_use\", \"waiting\",\n"
+        "                        \"peak\", \"acquired\", \"rejected\", \"timed_out\",\n"
+        "                        \"waits\", \"wait_mean_ms\", \"wait_max_ms\",\n"
+        "                        \"holders\": [{\"pid\", \"permits\"}]}]}\n"
+        "      --prometheus      Prometheus text exposition: gauges\n"
+        "                        bulkhead_permits_limit, _permits_in_use,\n"
+        "                        _waiters, _permits_peak, _wait_max_seconds;\n"
+        "                        counters bulkhead_acquired_total,\n"
+        "                        _rejected_total, _timed_out_total; the summary\n"
+        "                        bulkhead_wait_seconds (_sum, _count: waits that\n"
+        "                        got a permit). Labels namespace, compartment.\n"
+        "      --watch SECONDS   redraw the table every SECONDS until Ctrl-C\n",
+    .run = stat_command,
+};

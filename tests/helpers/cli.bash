@@ -1,0 +1,261 @@
+# Helpers for tests/cli.bats: a namespace of its own per test, the hold
+# server as observer, python clients under the shim, bounded polls, and a
+# teardown that kills what the test started and removes its IPC objects.
+
+CLI_ROOT="$(cd "$BATS_TEST_DIRNAME/.." && pwd)"
+BULKHEAD="$CLI_ROOT/build/bulkhead"
+SHIM="$CLI_ROOT/build/libbulkhead.so"
+HOLDSERVER="$CLI_ROOT/tests/server/holdserver.py"
+
+cli_setup() {
+    T="$BATS_TEST_TMPDIR"
+    NS="t$$-$BATS_TEST_NUMBER"
+    RULES="$T/rules.ini"
+    : >"$T/pids"
+    [ -x "$BULKHEAD" ] || skip "build/bulkhead is not built (make all)"
+    write_client
+}
+
+cli_teardown() {
+    local pid
+    while read -r pid; do
+        kill -KILL "$pid" 2>/dev/null || true
+    done <"$T/pids"
+    if [ -f "$RULES" ]; then
+        "$BULKHEAD" reset --force -c "$RULES" >/dev/null 2>&1 || true
+    fi
+    local key
+    key="$(namespace_key "$NS")"
+    ipcrm -S "$key" 2>/dev/null || true
+    ipcrm -M "$key" 2>/dev/null || true
+}
+
+# The SysV key of a namespace, as permits.c makes it: FNV-1a (32 bits) of
+# "bulkhead/1/<euid>/<namespace>", 0 read as 1.
+namespace_key() {
+    local text="bulkhead/1/$(id -u)/$1" hash=2166136261 i c
+    for ((i = 0; i < ${#text}; i++)); do
+        printf -v c '%d' "'${text:i:1}"
+        hash=$(( ((hash ^ c) * 16777619) & 0xffffffff ))
+    done
+    (( hash != 0 )) || hash=1
+    printf '0x%08x\n' "$hash"
+}
+
+# True while the namespace's semaphore set exists.
+namespace_exists() {
+    ipcs -s | grep -qi "^$(namespace_key "$1") "
+}
+
+# wait_for CMD...: polls CMD every 50 ms, for 15 s at most.
+wait_for() {
+    local tries=300
+    until "$@"; do
+        tries=$((tries - 1))
+        if [ "$tries" -le 0 ]; then
+            echo "timed out waiting for: $*" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+# Remembers a background process for the teardown.
+track() {
+    echo "$1" >>"$T/pids"
+}
+
+# rules.ini with one compartment "c" on 127.0.0.1:PORT.
+# write_rules FILE LIMIT [WAIT_MS]
+write_rules() {
+    cat >"$1" <<EOF
+[global]
+namespace = $NS
+
+[c]
+limit = $2
+wait_ms = ${3:-0}
+match = 127.0.0.1:$PORT
+EOF
+}
+
+# The hold server, holding every connection until its client closes.
+# Sets PORT and CONTROL_PORT.
+start_server() {
+    python3 "$HOLDSERVER" --host 127.0.0.1 --port 0 --hold-ms -1 \
+        --ready "$T/server.ready" --stats "$T/server.stats" --lifetime 300 \
+        >"$T/server.log" 2>&1 3>&- &
+    track $!
+    wait_for test -s "$T/server.ready"
+    PORT="$(sed -n 1p "$T/server.ready")"
+    CONTROL_PORT="$(sed -n 2p "$T/server.ready")"
+}
+
+# One figure of what the server saw (max, total or open), after it took in
+# every pending connection and EOF.
+server_count() {
+    python3 - "$CONTROL_PORT" "$1" <<'EOF'
+import socket, sys
+line = socket.create_connection(("127.0.0.1", int(sys.argv[1]))).makefile().read()
+print(dict(field.split("=") for field in line.split())[sys.argv[2]])
+EOF
+}
+
+# The client: a python program under the shim. Modes:
+#   hold N   opens N connections one after another, keeping those that get
+#            through; writes "ok=K refused=R ERRNO..." to OUT; then holds.
+#   retry    connects until one gets through, rewriting "refused=R" to OUT
+#            after each refusal, then "ok=1 refused=R"; then holds.
+write_client() {
+    CLIENT="$T/client.py"
+    cat >"$CLIENT" <<'EOF'
+import errno, os, socket, sys, time
+
+port, out, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+def report(text):
+    with open(out + ".tmp", "w") as f:
+        f.write(text + "\n")
+    os.rename(out + ".tmp", out)
+
+held, refused = [], []
+def attempt():
+    try:
+        held.append(socket.create_connection(("127.0.0.1", port)))
+        return True
+    except OSError as e:
+        refused.append(errno.errorcode.get(e.errno, str(e.errno)))
+        return False
+
+if mode == "hold":
+    for _ in range(int(sys.argv[4])):
+        attempt()
+    report("ok=%d refused=%d %s" % (len(held), len(refused), " ".join(refused)))
+else:
+    while not attempt():
+        report("refused=%d" % len(refused))
+        time.sleep(0.02)
+    report("ok=1 refused=%d" % len(refused))
+time.sleep(600)
+EOF
+}
+
+# start_client NAME MODE [N] [RULES_FILE]: the client under the shim, in the
+# background; its report goes to $T/NAME.out, its pid to $T/NAME.pid.
+start_client() {
+    local name=$1 mode=$2 count=${3:-1} rules=${4:-$RULES}
+    rm -f "$T/$name.out"
+    LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$rules" \
+        python3 "$CLIENT" "$PORT" "$T/$name.out" "$mode" "$count" \
+        >"$T/$name.log" 2>&1 3>&- &
+    echo $! >"$T/$name.pid"
+    track $!
+}
+
+# Waits for client NAME's final report and prints it.
+client_report() {
+    wait_for grep -qs '^ok=' "$T/$1.out"
+    cat "$T/$1.out"
+}
+
+# Kills client NAME and waits until it is gone, so that the kernel gave its
+# permits back (SEM_UNDO) and closed its connections.
+stop_client() {
+    local pid
+    pid="$(cat "$T/$1.pid")"
+    kill -TERM "$pid"
+    wait "$pid" 2>/dev/null || true
+}
+
+# One column of `stat`'s table for compartment NAME.
+# stat_column NAME COLUMN [stat options]
+stat_column() {
+    local name=$1 column=$2
+    shift 2
+    "$BULKHEAD" stat "$@" | awk -v name="$name" -v column="$column" '
+        NR == 2 { for (i = 1; i <= NF; i++) index_of[$i] = i }
+        NR > 2 && $1 == name { print $(index_of[column]) }'
+}
+
+# True when stat's COLUMN for compartment NAME is VALUE; for wait_for.
+# stat_column_is NAME COLUMN VALUE [stat options]
+stat_column_is() {
+    local name=$1 column=$2 value=$3
+    shift 3
+    [ "$(stat_column "$name" "$column" "$@")" = "$value" ]
+}
+
+# A strict check of the Prometheus text exposition format (0.0.4), on FILE.
+# Prints every violation; fails when there is one.
+check_prometheus() {
+    python3 - "$1" <<'EOF'
+import re, sys
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+SAMPLE = re.compile(r"^(%s)(?:\{((?:%s)(?:,%s)*)?,?\})? (\S+)(?: -?\d+)?$"
+                    % (NAME, LABEL, LABEL))
+VALUE = re.compile(r"^(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]Inf|NaN)$")
+TYPES = {"counter", "gauge", "summary", "untyped"}
+
+problems, helps, types, done, series = [], {}, {}, set(), set()
+current = None
+
+def family_of(name):
+    for suffix in ("_sum", "_count"):
+        base = name[: -len(suffix)]
+        if name.endswith(suffix) and types.get(base) == "summary":
+            return base
+    return name
+
+def start(family, n):
+    global current
+    if family != current:
+        if family in done:
+            problems.append("line %d: %s is not grouped in one block" % (n, family))
+        if current:
+            done.add(current)
+        current = family
+
+for n, line in enumerate(open(sys.argv[1]).read().split("\n")[:-1], 1):
+    if line.startswith("# HELP ") or line.startswith("# TYPE "):
+        words = line.split(" ", 3)
+        if len(words) != 4 or not re.fullmatch(NAME, words[2]) or not words[3]:
+            problems.append("line %d: malformed: %r" % (n, line))
+            continue
+        kind, name, text = words[1], words[2], words[3]
+        table = helps if kind == "HELP" else types
+        if name in table:
+            problems.append("line %d: second %s for %s" % (n, kind, name))
+        if kind == "TYPE" and text not in TYPES:
+            problems.append("line %d: TYPE %r" % (n, text))
+        if kind == "TYPE" and name.endswith("_total") and text != "counter":
+            problems.append("line %d: %s ends in _total but is a %s" % (n, name, text))
+        table[name] = text
+        start(name, n)
+        continue
+    match = SAMPLE.match(line)
+    if not match:
+        problems.append("line %d: not a sample: %r" % (n, line))
+        continue
+    name, labels, value = match.groups()
+    family = family_of(name)
+    start(family, n)
+    if family not in helps or family not in types:
+        problems.append("line %d: %s has no HELP and TYPE before it" % (n, name))
+    if not VALUE.match(value):
+        problems.append("line %d: value %r is not a number" % (n, value))
+    elif types.get(family) == "counter" and float(value) < 0:
+        problems.append("line %d: counter %s is negative" % (n, name))
+    names = re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', labels or "")
+    if len(names) != len(set(names)):
+        problems.append("line %d: a label twice" % n)
+    if (name, labels) in series:
+        problems.append("line %d: series %s{%s} twice" % (n, name, labels))
+    series.add((name, labels))
+for name in set(helps) ^ set(types):
+    problems.append("%s has only one of HELP and TYPE" % name)
+print("\n".join(problems))
+sys.exit(1 if problems else 0)
+EOF
+}
