@@ -479,10 +479,11 @@ void bh_permit_release(struct bh_namespace *ns, int index)
 {
     int saved_errno = errno;
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    /* Before the semop: the waiter it wakes counts itself in at once. */
+    atomic_fetch_sub_explicit(&shared->holders_hint, 1, memory_order_relaxed);
     if (atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) == 0 ||
         retire_permit(ns, index) < 0)
         sem_op(ns->semid, BH_SEM_FREE(index), +1, SEM_UNDO);
-    atomic_fetch_sub_explicit(&shared->holders_hint, 1, memory_order_relaxed);
     struct bh_process_slot *slot = atomic_load(&my_slot);
     if (slot)
         atomic_fetch_sub_explicit(&slot->held[index], 1, memory_order_relaxed);

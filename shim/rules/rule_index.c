@@ -23,14 +23,18 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 
+/* An IPv4 key is hashed on its first 8 bytes, an IPv6 key on all 20:
+ * uthash compares key lengths, so both live in one table. */
 struct address_key {
     uint8_t family;      /* AF_INET or AF_INET6, fits a byte */
     uint8_t prefix_len;
-    uint8_t address[16];
+    uint16_t zero;
+    uint32_t words[4];   /* network byte order, host bits cleared */
 };
 
 /* Rules that share one key, in file order. */
@@ -53,9 +57,13 @@ struct name_entry {
 
 struct port_range { uint16_t lo, hi; };
 
+/* Per family: the prefix lengths in use, and which /16s (the first 16
+ * bits of an address) any address rule covers, so most destinations no
+ * rule names cost no lookup at all. */
 struct family_prefixes {
     uint8_t lengths[129];
     int count;
+    uint64_t first_16_bits[65536 / 64];
 };
 
 struct bh_rule_index {
@@ -92,37 +100,35 @@ static int list_append(struct rule_list *list, int rule)
     return 0;
 }
 
-static void mask_address(uint8_t *address, int prefix_len, int bytes)
+/* Fills the words the family uses and returns the key's hashed length. */
+static size_t make_key(struct address_key *key, int family, const void *address,
+                       int prefix_len)
 {
-    for (int i = 0; i < bytes; i++) {
-        int keep = prefix_len - i * 8;
-        address[i] &= keep >= 8 ? 0xff : keep <= 0 ? 0 : (uint8_t)(0xff << (8 - keep));
-    }
-}
-
-static void make_key(struct address_key *key, int family, const void *address,
-                     int prefix_len)
-{
-    memset(key, 0, sizeof *key);
+    int words = family == AF_INET ? 1 : 4;
     key->family = (uint8_t)family;
     key->prefix_len = (uint8_t)prefix_len;
-    int bytes = family == AF_INET ? 4 : 16;
-    memcpy(key->address, address, bytes);
-    mask_address(key->address, prefix_len, bytes);
+    key->zero = 0;
+    memcpy(key->words, address, words * sizeof key->words[0]);
+    for (int i = 0; i < words; i++) {
+        int bits = prefix_len - 32 * i;
+        key->words[i] &= bits >= 32 ? ~0u : bits <= 0 ? 0 : htonl(~0u << (32 - bits));
+    }
+    return offsetof(struct address_key, words) + words * sizeof key->words[0];
 }
 
 static struct address_entry *address_entry_get(struct address_entry **table,
-                                               const struct address_key *key)
+                                               const struct address_key *key,
+                                               size_t key_length)
 {
     struct address_entry *entry;
-    HASH_FIND(hh, *table, key, sizeof *key, entry);
+    HASH_FIND(hh, *table, key, key_length, entry);
     if (entry)
         return entry;
     entry = calloc(1, sizeof *entry);
     if (!entry)
         return NULL;
-    entry->key = *key;
-    HASH_ADD(hh, *table, key, sizeof entry->key, entry);
+    memcpy(&entry->key, key, key_length);
+    HASH_ADD(hh, *table, key, key_length, entry);
     return entry;
 }
 
@@ -141,12 +147,28 @@ static struct name_entry *name_entry_get(struct name_entry **table, const char *
     return entry;
 }
 
-static void note_prefix_length(struct family_prefixes *prefixes, int length)
+static unsigned first_16_bits(const void *address)
 {
+    const uint8_t *bytes = address;
+    return (unsigned)bytes[0] << 8 | bytes[1];
+}
+
+static int bit_is_set(const uint64_t *bits, unsigned n)
+{
+    return (bits[n / 64] >> (n % 64)) & 1;
+}
+
+static void note_prefix(struct family_prefixes *prefixes, const struct address_key *key)
+{
+    int length = key->prefix_len, seen = 0;
     for (int i = 0; i < prefixes->count; i++)
-        if (prefixes->lengths[i] == length)
-            return;
-    prefixes->lengths[prefixes->count++] = (uint8_t)length;
+        seen |= prefixes->lengths[i] == length;
+    if (!seen)
+        prefixes->lengths[prefixes->count++] = (uint8_t)length;
+    unsigned first = first_16_bits(key->words);
+    unsigned span = length >= 16 ? 1 : 1u << (16 - length);
+    for (unsigned n = first; n < first + span; n++)
+        prefixes->first_16_bits[n / 64] |= (uint64_t)1 << (n % 64);
 }
 
 static void mark_ports(uint64_t *port_map, const struct port_range *range)
@@ -166,10 +188,9 @@ static int index_rule(struct bh_rule_index *index, const struct bh_rule *rule, i
         return entry ? list_append(&entry->list, number) : -1;
     }
     struct address_key key;
-    make_key(&key, rule->family, rule->address, rule->prefix_len);
-    note_prefix_length(rule->family == AF_INET ? &index->v4 : &index->v6,
-                       rule->prefix_len);
-    struct address_entry *entry = address_entry_get(&index->by_prefix, &key);
+    size_t key_length = make_key(&key, rule->family, rule->address, rule->prefix_len);
+    note_prefix(rule->family == AF_INET ? &index->v4 : &index->v6, &key);
+    struct address_entry *entry = address_entry_get(&index->by_prefix, &key, key_length);
     return entry ? list_append(&entry->list, number) : -1;
 }
 
@@ -247,13 +268,15 @@ static int better(int best, int candidate)
     return candidate >= 0 && (best < 0 || candidate < best) ? candidate : best;
 }
 
-static int match_resolved(struct bh_rule_index *index,
-                          const struct address_key *key, unsigned port)
+static int match_resolved(struct bh_rule_index *index, int family,
+                          const uint8_t *address, unsigned port)
 {
+    struct address_key key;
+    size_t key_length = make_key(&key, family, address, family == AF_INET ? 32 : 128);
     int best = -1;
     pthread_rwlock_rdlock(&index->resolved_lock);
     struct address_entry *entry;
-    HASH_FIND(hh, index->resolved, key, sizeof *key, entry);
+    HASH_FIND(hh, index->resolved, &key, key_length, entry);
     if (entry)
         best = first_fitting(index, &entry->list, port);
     pthread_rwlock_unlock(&index->resolved_lock);
@@ -265,19 +288,19 @@ static int match_address(const struct bh_rule_index *index, int family,
 {
     const struct family_prefixes *prefixes = family == AF_INET ? &index->v4 : &index->v6;
     int best = -1;
-    for (int i = 0; i < prefixes->count; i++) {
-        struct address_key key;
-        make_key(&key, family, address, prefixes->lengths[i]);
-        struct address_entry *entry;
-        HASH_FIND(hh, index->by_prefix, &key, sizeof key, entry);
-        if (entry)
-            best = better(best, first_fitting(index, &entry->list, port));
+    if (bit_is_set(prefixes->first_16_bits, first_16_bits(address))) {
+        for (int i = 0; i < prefixes->count; i++) {
+            struct address_key key;
+            size_t key_length = make_key(&key, family, address, prefixes->lengths[i]);
+            struct address_entry *entry;
+            HASH_FIND(hh, index->by_prefix, &key, key_length, entry);
+            if (entry)
+                best = better(best, first_fitting(index, &entry->list, port));
+        }
     }
-    if (atomic_load_explicit(&index->resolved_count, memory_order_acquire) > 0) {
-        struct address_key key;
-        make_key(&key, family, address, family == AF_INET ? 32 : 128);
-        best = better(best, match_resolved((struct bh_rule_index *)index, &key, port));
-    }
+    if (atomic_load_explicit(&index->resolved_count, memory_order_acquire) > 0)
+        best = better(best, match_resolved((struct bh_rule_index *)index, family,
+                                           address, port));
     return best;
 }
 
@@ -302,7 +325,7 @@ int bh_rule_index_match(const struct bh_rule_index *index,
     } else {
         return -1;
     }
-    if (!(index->port_map[port / 64] & ((uint64_t)1 << (port % 64))))
+    if (!bit_is_set(index->port_map, port))
         return -1;
     return match_address(index, family, bytes, port);
 }
@@ -371,12 +394,12 @@ void bh_rule_index_note_name(struct bh_rule_index *index, const char *name,
                              int family, const void *address)
 {
     struct address_key key;
-    make_key(&key, family, address, family == AF_INET ? 32 : 128);
+    size_t key_length = make_key(&key, family, address, family == AF_INET ? 32 : 128);
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
     pthread_rwlock_wrlock(&index->resolved_lock);
-    struct address_entry *entry = address_entry_get(&index->resolved, &key);
+    struct address_entry *entry = address_entry_get(&index->resolved, &key, key_length);
     if (entry) {
         for_each_name_list(index, name, merge_into, &entry->list);
         atomic_store_explicit(&index->resolved_count, HASH_COUNT(index->resolved),

@@ -1,0 +1,868 @@
+#!/usr/bin/env python3
+"""The bulkhead benchmark: one run, every comparison side by side.
+
+Started by bench/run.sh (which builds build/bench/bench_client and
+bench_server first); see bench/README for what is measured and why.
+
+Everything this starts (the loopback server, haproxy, clients) is stopped,
+and every namespace it names is removed, on the way out, whatever happens.
+Its pids and keys are also written to OUT/run/ so that run.sh's trap can
+finish the job if this process itself is killed.
+"""
+
+import argparse
+import concurrent.futures
+import ipaddress
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# ---------------------------------------------------------------------------
+# settings
+
+LIMIT = 4             # permits of the compartment every load goes through
+HOLD_MS = 2           # how long the hold server keeps each connection
+CONTEND_MS = 2000     # length of one contention run
+WORKERS = (8, 32, 64)
+RULE_SCALE = (10, 1000, 10000)
+CG_N = (2000, 4000)   # callgrind / strace run lengths: marginal = difference
+
+FULL = dict(rounds=31, cc_n=5000, pp_n=5000, rs_n=5000, req_n=2000,
+            hp_rounds=3)
+QUICK = dict(rounds=3, cc_n=2000, pp_n=2000, rs_n=2000, req_n=1000,
+             hp_rounds=1)
+
+# ---------------------------------------------------------------------------
+# plumbing
+
+LIVE = set()          # Popen objects running now
+LIVE_LOCK = threading.Lock()
+STOPPING = False      # set by cleanup: start nothing more
+STARTED = []          # long-lived processes (server, haproxy)
+NAMESPACES = []       # every namespace name handed to a shim
+RUN_DIR = None
+TSV = None
+
+
+class BenchError(Exception):
+    pass
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def namespace_key(name):
+    h = 2166136261
+    for byte in f"bulkhead/1/{os.geteuid()}/{name}".encode():
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return h or 1
+
+
+def note(kind, value):
+    """Records a pid or a key where run.sh's trap will find it."""
+    with open(os.path.join(RUN_DIR, kind), "a") as f:
+        f.write(f"{value}\n")
+
+
+def new_namespace(base, suffix):
+    name = f"{base}-{suffix}"
+    NAMESPACES.append(name)
+    note("keys", f"0x{namespace_key(name):08x}")
+    return name
+
+
+CPUS = sorted(os.sched_getaffinity(0))
+# With two CPUs or more, timed single-connection clients run on the first
+# and the server on the last: where the scheduler puts the two relative to
+# each other otherwise moves loopback timings by a third, run to run.
+CLIENT_CPU = {CPUS[0]} if len(CPUS) >= 2 else None
+SERVER_CPU = {CPUS[-1]} if len(CPUS) >= 2 else None
+
+
+def pinned(cpus):
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def run(cmd, env, timeout=180, cpus=None):
+    with LIVE_LOCK:
+        if STOPPING:
+            raise BenchError("stopping")
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=pinned(cpus))
+        LIVE.add(p)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise BenchError(f"timed out after {timeout}s: {' '.join(cmd)}")
+    finally:
+        with LIVE_LOCK:
+            LIVE.discard(p)
+    if p.returncode != 0:
+        why = err.strip().splitlines()[-3:] if err.strip() else []
+        if p.returncode == 78:
+            why.append("(exit 78: the shim rejected the rules file)")
+        raise BenchError(f"{' '.join(cmd)} exited {p.returncode}: {' | '.join(why)}")
+    return out
+
+
+def kv(text):
+    line = [l for l in text.splitlines() if "=" in l][-1]
+    return dict(tok.split("=", 1) for tok in line.split())
+
+
+def record(section, variant, round_, metric, value):
+    TSV.write(f"{section}\t{variant}\t{round_}\t{metric}\t{value}\n")
+    TSV.flush()
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise BenchError(f"{what} is not listening on 127.0.0.1:{port}")
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+class Tee:
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for s in self.streams:
+            s.write(text)
+
+    def flush(self):
+        for s in self.streams:
+            s.flush()
+
+
+def cleanup():
+    global STOPPING
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut this short
+    with LIVE_LOCK:
+        STOPPING = True
+        running = list(LIVE)
+    for p in running + STARTED:
+        try:
+            stop(p)
+        except Exception:
+            pass
+    leftovers = []
+    for name in NAMESPACES:
+        key = f"0x{namespace_key(name):08x}"
+        subprocess.run(["ipcrm", "-S", key], stderr=subprocess.DEVNULL)
+        subprocess.run(["ipcrm", "-M", key], stderr=subprocess.DEVNULL)
+        ipcs = subprocess.run(["ipcs", "-s", "-m"], capture_output=True, text=True).stdout
+        if key in ipcs:
+            leftovers.append(key)
+    if leftovers:
+        log(f"bench: could not remove IPC keys {' '.join(leftovers)}")
+
+
+# ---------------------------------------------------------------------------
+# environment of the client: the shim only ever goes here
+
+BASE_ENV = {k: v for k, v in os.environ.items()
+            if k != "LD_PRELOAD" and not k.startswith("BULKHEAD_")}
+
+
+def shim_vars(cfg):
+    return {"LD_PRELOAD": SHIM, "BULKHEAD_CONFIG": cfg,
+            "BULKHEAD_STRICT": "1", "BULKHEAD_LOG": "warn"}
+
+
+def env_for(cfg):
+    env = dict(BASE_ENV)
+    if cfg:
+        env.update(shim_vars(cfg))
+    return env
+
+
+# ---------------------------------------------------------------------------
+# rules files
+
+def write_rules(path, namespace, matches, extra_sections=()):
+    """One [svc] compartment (LIMIT permits, waiting allowed) with `matches`,
+    after any extra sections (name, limit, [match...])."""
+    lines = ["[global]", f"namespace = {namespace}", "log = warn", ""]
+    for name, limit, rules in extra_sections:
+        lines += [f"[{name}]", f"limit = {limit}", "wait_ms = 0"]
+        lines += [f"match = {m}" for m in rules]
+        lines.append("")
+    lines += ["[svc]", f"limit = {LIMIT}", "wait_ms = 2000", "max_waiters = 1000"]
+    lines += [f"match = {m}" for m in matches]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def decoy_rules(count, avoid_ports):
+    """`count` distinct rules, none of which covers 127.0.0.1 on any port:
+    exact v4, CIDR v4 of several lengths, v4 with port ranges, exact v6,
+    v6 networks, host names and *.suffix names, in turn."""
+    rules, seen = [], set()
+    prefixes = (8, 12, 16, 20, 24, 28)
+
+    def port(i):
+        p = 1024 + (i * 7919) % 60000
+        while p in avoid_ports:
+            p += 1
+        return p
+
+    i = 0
+    while len(rules) < count:
+        kind = i % 8
+        a = (i * 2654435761) & 0xFFFFFF  # spread over the space
+        if kind == 0:
+            text = f"10.{a >> 16 & 255}.{a >> 8 & 255}.{a & 255}:{port(i)}"
+        elif kind == 1:
+            plen = prefixes[(i // 8) % len(prefixes)]
+            # networks with first octet 11..100: far from 127/8
+            base = ((11 + (a % 90)) << 24) | (a << 4 & 0xFFFFFF)
+            net = ipaddress.ip_network((base, plen), strict=False)
+            text = f"{net}:{port(i)}"
+        elif kind == 2:
+            lo = port(i) // 100 * 100
+            lo = max(1024, min(lo, 65000))
+            while any(lo <= p <= lo + 99 for p in avoid_ports):
+                lo += 100
+            text = f"192.168.{a >> 8 & 255}.0/24:{lo}-{lo + 99}"
+        elif kind == 3:
+            text = f"[fd00::{a >> 12 & 0xfff:x}:{a & 0xfff:x}]:443"
+        elif kind == 4:
+            text = f"[fd{a >> 16 & 255:02x}:{a & 0xffff:x}::]/48:*"
+        elif kind == 5:
+            text = f"svc{i}.internal:{port(i)}"
+        elif kind == 6:
+            text = f"*.zone{i}.example.com:*"
+        else:
+            text = f"172.{16 + (a & 15)}.{a >> 8 & 255}.{a >> 4 & 240}/28:{port(i)}"
+        i += 1
+        if text not in seen:
+            seen.add(text)
+            rules.append(text)
+    return rules
+
+
+def write_scale_rules(path, namespace, total, target, avoid_ports):
+    """`total` match lines; the one that matches `target` is the last line of
+    the file. Spread over up to 40 compartments (the limit is 64)."""
+    decoys = decoy_rules(total - 1, avoid_ports)
+    groups = min(40, max(1, (total + 249) // 250))
+    per = (len(decoys) + groups - 1) // groups
+    sections = []
+    for g in range(groups):
+        chunk = decoys[g * per:(g + 1) * per]
+        if chunk:
+            sections.append((f"other{g:02d}", 100, chunk))
+    write_rules(path, namespace, [target], sections)
+
+
+def check_rules(path):
+    """`bulkhead check` when the command is built; the strict shim is the
+    real check (it exits 78 on a bad file)."""
+    cli = os.path.join(BUILD, "bulkhead")
+    if not os.access(cli, os.X_OK):
+        return
+    r = subprocess.run([cli, "check", path], capture_output=True, text=True,
+                       env=BASE_ENV)
+    if r.returncode != 0:
+        raise BenchError(f"bulkhead check {path}: {(r.stdout + r.stderr).strip()[:500]}")
+
+
+def nsstat(namespace):
+    out = run([CLIENT, "nsstat", namespace], BASE_ENV)
+    stats = {}
+    for line in out.splitlines():
+        name, *rest = line.split()
+        stats[name] = {k: float(v) for k, v in (t.split("=", 1) for t in rest)}
+    return stats
+
+
+def acquired(namespace, compartment="svc"):
+    try:
+        return int(nsstat(namespace).get(compartment, {}).get("acquired", 0))
+    except BenchError:
+        return 0  # not created yet
+
+
+# ---------------------------------------------------------------------------
+# measurement helpers
+
+def timed(mode, port, n, cfg, *extra):
+    out = run([CLIENT, mode, "127.0.0.1", str(port), str(n), *extra], env_for(cfg),
+              cpus=CLIENT_CPU)
+    return float(kv(out)["ns_per_op"]) / 1000.0  # microseconds
+
+
+def alternate(section, variants, mode, port_of, n, rounds, *extra):
+    """Runs the variants in turn, A B C A B C ..., `rounds` times after one
+    untimed warm-up round. Returns {label: [us per op, one per round]}."""
+    values = {label: [] for label, _ in variants}
+    for label, cfg in variants:
+        timed(mode, port_of(label), max(200, n // 4), cfg, *extra)
+    for r in range(rounds):
+        for label, cfg in variants:
+            v = timed(mode, port_of(label), n, cfg, *extra)
+            values[label].append(v)
+            record(section, label, r, "us_per_op", f"{v:.3f}")
+    return values
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+        self.budget = []
+        self.notes = []
+
+    def compare(self, title, values, a, b, unit_fmt="{:.2f}"):
+        ratios = [y / x for x, y in zip(values[a], values[b])]
+        row = dict(title=title, a=a, b=b, ma=median(values[a]), mb=median(values[b]),
+                   r=median(ratios), rmin=min(ratios), rmax=max(ratios),
+                   fmt=unit_fmt)
+        self.rows.append(row)
+        return row
+
+    def line(self, text):
+        self.rows.append(text)
+
+    def check(self, ok, text):
+        self.budget.append(f"{'PASS' if ok else 'MISS'} {text}")
+
+
+def fmt_row(row):
+    if isinstance(row, str):
+        return row
+    f = row["fmt"]
+    va = f"{row['a']} {f.format(row['ma'])}"
+    vb = f"{row['b']} {f.format(row['mb'])}"
+    return (f"{row['title']:<34} {va:<20} {vb:<22} "
+            f"{row['r']:.3f} [{row['rmin']:.3f}, {row['rmax']:.3f}]")
+
+
+def control(port, command):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(command.encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(256)
+            if not chunk:
+                break
+            data += chunk
+    return {k: float(v) for k, v in (t.split("=") for t in data.decode().split())}
+
+
+def contend(port, ctl, how, workers, cfg, section, variant):
+    control(ctl, "R")
+    out = run([CLIENT, "contend", "127.0.0.1", str(port), how, str(workers),
+               str(CONTEND_MS)], env_for(cfg), timeout=60)
+    res = {k: float(v) for k, v in kv(out).items()}
+    srv = control(ctl, "S")
+    res["server_max"] = srv["max"]
+    res["server_accepted"] = srv["accepted"]
+    res["late_us"] = srv["late_us"]
+    res["gap_us"] = srv["gap_us"]
+    res["cycle_us"] = LIMIT * 1e6 / res["per_s"] if res["per_s"] else float("inf")
+    res["util"] = res["per_s"] / (LIMIT * 1000.0 / HOLD_MS)
+    for k in ("per_s", "util", "wait_max_us", "wait_mean_us", "req_mean_us",
+              "req_max_us", "server_max", "errors", "cycle_us", "late_us", "gap_us"):
+        record(section, variant, 0, k, res[k])
+    return res
+
+
+# ---------------------------------------------------------------------------
+# deterministic cost: callgrind and strace, marginal between two run lengths
+
+FUNC_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
+
+
+def callgrind(tag, mode, port, cfg, n, extra=()):
+    out = os.path.join(CG_DIR, f"{tag}.{n}.out")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+           CLIENT, mode, "127.0.0.1", str(port), str(n), *extra]
+    run(cmd, env_for(cfg), timeout=600)
+    total = None
+    with open(out) as f:
+        for line in f:
+            if line.startswith(("totals:", "summary:")):
+                total = int(line.split()[1])
+    if total is None:
+        raise BenchError(f"no totals in {out}")
+    return total
+
+
+def per_function(path):
+    """Self cost per function, from callgrind_annotate."""
+    r = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=no",
+                        path], capture_output=True, text=True, env=BASE_ENV)
+    costs, started = {}, False
+    for line in r.stdout.splitlines():
+        if "file:function" in line:
+            started = True
+            continue
+        if not started:
+            continue
+        if not line.strip():
+            break  # end of the function list; annotated source follows
+        m = FUNC_LINE.match(line)
+        if m:
+            name = m.group(2).strip()
+            name = re.sub(r"\s*\[[^\]]*\]$", "", name)  # drop [object]
+            name = re.sub(r"^.*/", "", name) if ":" in name else name
+            costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+    return costs
+
+
+def marginal_functions(tag, base_tag, top=10):
+    n1, n2 = CG_N
+    def per_op(t):
+        a = per_function(os.path.join(CG_DIR, f"{t}.{n1}.out"))
+        b = per_function(os.path.join(CG_DIR, f"{t}.{n2}.out"))
+        return {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
+    v, base = per_op(tag), per_op(base_tag)
+    diff = {k: v.get(k, 0) - base.get(k, 0) for k in set(v) | set(base)}
+    ranked = sorted(diff.items(), key=lambda kv_: -abs(kv_[1]))
+    return [(k, d) for k, d in ranked if abs(d) >= 0.5][:top]
+
+
+def strace_calls(tag, mode, port, cfg, n, extra=()):
+    out = os.path.join(ST_DIR, f"{tag}.{n}.txt")
+    cmd = ["strace", "-f", "-c", "-o", out]
+    if cfg:
+        cmd += [f"-E{k}={v}" for k, v in shim_vars(cfg).items()]
+    cmd += [CLIENT, mode, "127.0.0.1", str(port), str(n), *extra]
+    run(cmd, BASE_ENV, timeout=600)
+    calls, end = {}, None
+    with open(out) as f:
+        for line in f:
+            if "calls" in line and "syscall" in line:
+                end = line.index("calls") + len("calls")
+                continue
+            if end is None or line.startswith("---") or not line.strip():
+                continue
+            head = line[:end].split()
+            if head:
+                calls[line.split()[-1]] = int(head[-1])
+    return calls
+
+
+# ---------------------------------------------------------------------------
+
+def main():
+    global RUN_DIR, TSV, SHIM, CLIENT, SERVER, BUILD, CG_DIR, ST_DIR
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--summary", help="also write the report to this file")
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer rounds and iterations (a smoke test, not numbers)")
+    args = ap.parse_args()
+    cfgp = QUICK if args.quick else FULL
+    if args.summary:
+        sys.stdout = Tee(sys.stdout, open(args.summary, "w"))
+
+    BUILD = os.path.abspath(args.build)
+    out_dir = os.path.join(BUILD, "bench")
+    SHIM = os.path.join(BUILD, "libbulkhead.so")
+    CLIENT = os.path.join(out_dir, "bench_client")
+    SERVER = os.path.join(out_dir, "bench_server")
+    RUN_DIR = os.path.join(out_dir, "run")
+    CG_DIR = os.path.join(out_dir, "callgrind")
+    ST_DIR = os.path.join(out_dir, "strace")
+    for d in (RUN_DIR, CG_DIR, ST_DIR):
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+    for f in (SHIM, CLIENT, SERVER):
+        if not os.access(f, os.R_OK):
+            raise BenchError(f"{f} is missing: build first (bench/run.sh does)")
+    tmp = tempfile.mkdtemp(prefix="bulkhead-bench.")
+    note("tmpdir", tmp)
+    tsv_path = os.path.join(out_dir, "results.tsv")
+    TSV = open(tsv_path, "w")
+    TSV.write("section\tvariant\tround\tmetric\tvalue\n")
+    t_start = time.monotonic()
+    table = Table()
+    base = f"bench-{os.getpid()}-{os.urandom(2).hex()}"
+
+    try:
+        # ---- the loopback server ------------------------------------------
+        ready = os.path.join(tmp, "ready")
+        server = subprocess.Popen([SERVER, ready, str(HOLD_MS), "900"], env=BASE_ENV,
+                                  preexec_fn=pinned(SERVER_CPU))
+        STARTED.append(server)
+        note("pids", server.pid)
+        for _ in range(200):
+            if os.path.exists(ready) or server.poll() is not None:
+                break
+            time.sleep(0.02)
+        if not os.path.exists(ready):
+            raise BenchError("bench_server did not start")
+        sink, echo, hold, ctl = map(int, open(ready).read().split())
+        ours = {sink, echo, hold, ctl}
+
+        # ---- rules files ----------------------------------------------------
+        ns_m = new_namespace(base, "m")
+        ns_u = new_namespace(base, "u")
+        ns_c = new_namespace(base, "c")
+        cfg_m = os.path.join(tmp, "matched.ini")
+        cfg_u = os.path.join(tmp, "unmatched.ini")
+        cfg_c = os.path.join(tmp, "contend.ini")
+        write_rules(cfg_m, ns_m, [f"127.0.0.1:{sink}", f"127.0.0.1:{echo}"])
+        # Same ports, other addresses: the port map lets them through, so the
+        # unmatched path does its hash lookups (the dearer unmatched case).
+        write_rules(cfg_u, ns_u, [f"127.0.0.2:{sink}", f"10.0.0.0/8:{echo}",
+                                  f"[::2]:{sink}", f"192.168.0.0/16:{sink}"])
+        write_rules(cfg_c, ns_c, [f"127.0.0.1:{hold}"])
+        # Unmatched on the fast path: no rule has the port at all.
+        ns_up = new_namespace(base, "up")
+        cfg_up = os.path.join(tmp, "unmatched_port.ini")
+        write_rules(cfg_up, ns_up, ["127.0.0.1:9", "10.0.0.0/8:7"])
+        scale_cfgs = {}
+        for count in RULE_SCALE:
+            ns = new_namespace(base, f"r{count}")
+            path = os.path.join(tmp, f"rules{count}.ini")
+            write_scale_rules(path, ns, count, f"127.0.0.1:{sink}", ours)
+            scale_cfgs[count] = (path, ns)
+        for path in [cfg_m, cfg_u, cfg_c, cfg_up] + [p for p, _ in scale_cfgs.values()]:
+            check_rules(path)
+        shutil.copy(scale_cfgs[10][0], os.path.join(out_dir, "rules10.ini"))
+        shutil.copy(scale_cfgs[10000][0], os.path.join(out_dir, "rules10000.ini"))
+
+        R = cfgp["rounds"]
+
+        # ---- 1. connect+close ------------------------------------------------
+        log(f"[1/6] connect+close to loopback, {R} rounds x {cfgp['cc_n']}")
+        before_m, before_u = acquired(ns_m), acquired(ns_u)
+        cc = alternate("connect_close", [("bare", None), ("unmatched", cfg_u),
+                                         ("matched", cfg_m)],
+                       "connect_close", lambda _: sink, cfgp["cc_n"], R)
+        got_m, got_u = acquired(ns_m) - before_m, acquired(ns_u) - before_u
+        expect_m = R * (cfgp["cc_n"] + 200) + max(200, cfgp["cc_n"] // 4) + 200
+        if got_m != expect_m or got_u != 0:
+            raise BenchError(f"shim did not count as expected: matched acquired "
+                             f"{got_m} (expected {expect_m}), unmatched {got_u} (expected 0)")
+        cc_un = table.compare("connect+close (us)", cc, "bare", "unmatched")
+        cc_ma = table.compare("connect+close (us)", cc, "bare", "matched")
+
+        # ---- 2. round trips ---------------------------------------------------
+        log(f"[2/6] 64-byte send/recv round trips, {R} rounds x {cfgp['pp_n']}")
+        pp = alternate("pingpong", [("bare", None), ("matched", cfg_m),
+                                    ("unmatched", cfg_u)],
+                       "pingpong", lambda _: echo, cfgp["pp_n"], R, "send")
+        table.compare("send/recv round trip (us)", pp, "bare", "matched")
+        table.compare("send/recv round trip (us)", pp, "bare", "unmatched")
+
+        # ---- 3. rule scale ---------------------------------------------------
+        log(f"[3/6] rule scale {RULE_SCALE}, {R} rounds x {cfgp['rs_n']}")
+        rs = alternate("rule_scale", [(f"{c} rules", scale_cfgs[c][0]) for c in RULE_SCALE],
+                       "connect_close", lambda _: sink, cfgp["rs_n"], R)
+        for c in RULE_SCALE:
+            if acquired(scale_cfgs[c][1]) == 0:
+                raise BenchError(f"the {c}-rule file matched nothing")
+        table.compare("matched connect+close (us)", rs, "10 rules", "1000 rules")
+        rs_big = table.compare("matched connect+close (us)", rs, "10 rules", "10000 rules")
+
+        # ---- 4. contention ---------------------------------------------------
+        log(f"[4/6] contention: limit {LIMIT}, hold {HOLD_MS} ms, "
+            f"{'/'.join(map(str, WORKERS))} processes and threads, {CONTEND_MS} ms each")
+        ceiling = [contend(hold, ctl, "procs", LIMIT, None, "contention", f"bare x{LIMIT}")
+                   for _ in range(2)]
+        ceiling_per_s = median([c["per_s"] for c in ceiling])
+        ctab = {}
+        for how in ("procs", "threads"):
+            for w in WORKERS:
+                ctab[(how, w)] = contend(hold, ctl, how, w, cfg_c, "contention",
+                                         f"shim {w} {how}")
+        shim_c = nsstat(ns_c).get("svc", {})
+
+        # ---- 5. haproxy --------------------------------------------------------
+        log("[5/6] haproxy vs shim")
+        hp_echo, hp_hold = free_port(), free_port()
+        hp_cfg = os.path.join(tmp, "haproxy.cfg")
+        with open(hp_cfg, "w") as f:
+            f.write(f"""global
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout queue 60s
+frontend fe_echo
+    bind 127.0.0.1:{hp_echo}
+    default_backend be_echo
+backend be_echo
+    server echo 127.0.0.1:{echo} maxconn {LIMIT}
+frontend fe_hold
+    bind 127.0.0.1:{hp_hold}
+    default_backend be_hold
+backend be_hold
+    server hold 127.0.0.1:{hold} maxconn {LIMIT}
+""")
+        haproxy = subprocess.Popen(["haproxy", "-db", "-q", "-f", hp_cfg], env=BASE_ENV,
+                                   stdout=subprocess.DEVNULL)
+        STARTED.append(haproxy)
+        note("pids", haproxy.pid)
+        wait_port(hp_echo, "haproxy")
+        wait_port(hp_hold, "haproxy")
+        hp_version = subprocess.run(["haproxy", "-v"], capture_output=True,
+                                    text=True).stdout.split("\n")[0]
+        ports = {"bare": echo, "shim": echo, "haproxy": hp_echo}
+        rq = alternate("request", [("bare", None), ("shim", cfg_m), ("haproxy", None)],
+                       "request", ports.get, cfgp["req_n"], R)
+        table.compare("request via limiter (us)", rq, "shim", "haproxy")
+        added_shim = [s - b for b, s in zip(rq["bare"], rq["shim"])]
+        added_hp = [h - b for b, h in zip(rq["bare"], rq["haproxy"])]
+        hp_load = {"shim": [], "haproxy": []}
+        for r in range(cfgp["hp_rounds"]):
+            hp_load["shim"].append(contend(hold, ctl, "procs", 32, cfg_c,
+                                           "haproxy_load", "shim"))
+            hp_load["haproxy"].append(contend(hp_hold, ctl, "procs", 32, None,
+                                              "haproxy_load", "haproxy"))
+        stop(haproxy)
+
+        # ---- 6. deterministic cost ------------------------------------------------
+        log(f"[6/6] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
+        det_cases = [
+            # tag, mode, port, cfg, extra
+            ("cc_bare", "connect_close", sink, None, ()),
+            ("cc_unmatched", "connect_close", sink, cfg_u, ()),
+            ("cc_matched", "connect_close", sink, cfg_m, ()),
+            ("ccport_unmatched", "connect_close", sink, cfg_up, ()),
+            ("pp_bare", "pingpong", echo, None, ("send",)),
+            ("pp_matched", "pingpong", echo, cfg_m, ("send",)),
+            ("pp_unmatched", "pingpong", echo, cfg_u, ("send",)),
+            ("ppmsg_bare", "pingpong", echo, None, ("msg",)),
+            ("ppmsg_matched", "pingpong", echo, cfg_m, ("msg",)),
+            ("ppmsg_unmatched", "pingpong", echo, cfg_u, ("msg",)),
+        ] + [(f"rs_{c}", "connect_close", sink, scale_cfgs[c][0], ()) for c in RULE_SCALE]
+        ir, sc = {}, {}
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+        try:
+            jobs = {}
+            for tag, mode, port, cfg, extra in det_cases:
+                for n in CG_N:
+                    jobs[pool.submit(callgrind, tag, mode, port, cfg, n, extra)] = ("ir", tag, n)
+                    if not tag.startswith(("rs_", "ccport")):
+                        jobs[pool.submit(strace_calls, tag, mode, port, cfg, n, extra)] = ("sc", tag, n)
+            for fut in concurrent.futures.as_completed(jobs):
+                kind, tag, n = jobs[fut]
+                (ir if kind == "ir" else sc)[(tag, n)] = fut.result()
+        finally:
+            # on the way out early, run nothing more: cleanup kills the rest
+            pool.shutdown(wait=False, cancel_futures=True)
+        d = CG_N[1] - CG_N[0]
+        ir_op = {tag: (ir[(tag, CG_N[1])] - ir[(tag, CG_N[0])]) / d for tag, *_ in det_cases}
+        sc_op = {}
+        sc_detail = {}
+        for tag, *_ in det_cases:
+            if (tag, CG_N[0]) not in sc:
+                continue
+            a, b = sc[(tag, CG_N[0])], sc[(tag, CG_N[1])]
+            sc_op[tag] = (b.get("total", 0) - a.get("total", 0)) / d
+            sc_detail[tag] = {k: (b.get(k, 0) - a.get(k, 0)) / d
+                              for k in set(a) | set(b) if k != "total"}
+        for tag in ir_op:
+            record("deterministic", tag, 0, "instructions_per_op", f"{ir_op[tag]:.1f}")
+        for tag in sc_op:
+            record("deterministic", tag, 0, "syscalls_per_op", f"{sc_op[tag]:.3f}")
+
+        # ---- the report --------------------------------------------------------
+        print()
+        print(f"bulkhead benchmark: {len(CPUS)} cpus, {hp_version}; "
+              f"{R} alternating rounds per comparison"
+              + (f"; timed clients on cpu {CPUS[0]}, server on cpu {CPUS[-1]}"
+                 if CLIENT_CPU else ""))
+        print()
+        print(f"{'benchmark':<34} {'variant A':<20} {'variant B':<22} median B/A  [min, max]")
+        for row in table.rows:
+            print(fmt_row(row))
+        print()
+
+        ideal = LIMIT * 1000.0 / HOLD_MS
+        print(f"contention: limit {LIMIT}, hold {HOLD_MS} ms, wait_ms 2000: ideal "
+              f"{ideal:.0f} conn/s; harness ceiling ({LIMIT} bare clients, no queue) "
+              f"{ceiling_per_s:.0f} conn/s = {ceiling_per_s / ideal:.2f} of ideal")
+        print("  a permit's cycle = hold + server's lateness answering + gap (answer to the "
+              "next accept: client wakes, closes, permit passes, next client connects)")
+        print(f"{'clients':<14} {'conn/s':>7} {'of ideal':>9} {'of ceiling':>11} "
+              f"{'cycle':>9} {'late':>7} {'gap':>7} {'wait mean':>10} {'wait max':>10} "
+              f"{'server max':>11} {'errors':>7}")
+        rows = [((f"{LIMIT} bare (ceiling)"), c) for c in ceiling] + \
+               [(f"{w} {how}", c) for (how, w), c in ctab.items()]
+        for label, c in rows:
+            print(f"{label:<14} {c['per_s']:>7.0f} {c['util']:>9.2f} "
+                  f"{c['per_s'] / ceiling_per_s:>11.2f} {c['cycle_us']:>7.0f}us "
+                  f"{c['late_us']:>5.0f}us {c['gap_us']:>5.0f}us "
+                  f"{c['wait_mean_us'] / 1000:>8.2f}ms "
+                  f"{c['wait_max_us'] / 1000:>8.2f}ms {c['server_max']:>11.0f} "
+                  f"{c['errors']:>7.0f}")
+        print(f"shim's own counters for the compartment: acquired "
+              f"{shim_c.get('acquired', 0):.0f}, waits {shim_c.get('waits', 0):.0f}, "
+              f"timed out {shim_c.get('timed_out', 0):.0f}, rejected "
+              f"{shim_c.get('rejected', 0):.0f}, peak (hint) {shim_c.get('peak', 0):.0f}")
+        print()
+
+        print(f"against haproxy (server maxconn {LIMIT}, queue), same loopback server")
+        print(f"  added latency per request over bare (connect + 64 B echo + close, "
+              f"median of {R} paired rounds):")
+        print(f"    shim    +{median(added_shim):.1f} us   [{min(added_shim):.1f}, {max(added_shim):.1f}]")
+        print(f"    haproxy +{median(added_hp):.1f} us   [{min(added_hp):.1f}, {max(added_hp):.1f}]")
+        print(f"  32 processes, hold {HOLD_MS} ms, {cfgp['hp_rounds']} alternating rounds:")
+        for v in ("shim", "haproxy"):
+            runs = hp_load[v]
+            print(f"    {v:<8} {median([x['per_s'] for x in runs]):>6.0f} conn/s "
+                  f"({median([x['util'] for x in runs]):.2f} of ideal), gap "
+                  f"{median([x['gap_us'] for x in runs]):.0f} us, request mean "
+                  f"{median([x['req_mean_us'] for x in runs]) / 1000:.2f} ms, max "
+                  f"{max(x['req_max_us'] for x in runs) / 1000:.2f} ms, server max "
+                  f"{max(x['server_max'] for x in runs):.0f}, errors "
+                  f"{sum(x['errors'] for x in runs):.0f}")
+        print()
+
+        print(f"deterministic cost per operation (marginal between N={CG_N[0]} and "
+              f"N={CG_N[1]}; user-space instructions from callgrind, syscalls from strace -c)")
+        print(f"{'operation':<34} {'bare':>10} {'unmatched':>16} {'matched':>16}")
+        def det_row(title, prefix, per=1):
+            b = ir_op[f"{prefix}_bare"] / per
+            u = ir_op[f"{prefix}_unmatched"] / per
+            m = ir_op[f"{prefix}_matched"] / per
+            print(f"{title + ' instr':<34} {b:>10.1f} {u:>8.1f} ({u - b:+6.1f}) "
+                  f"{m:>8.1f} ({m - b:+6.1f})")
+            b = sc_op[f"{prefix}_bare"] / per
+            u = sc_op[f"{prefix}_unmatched"] / per
+            m = sc_op[f"{prefix}_matched"] / per
+            print(f"{title + ' syscalls':<34} {b:>10.2f} {u:>8.2f} ({u - b:+6.2f}) "
+                  f"{m:>8.2f} ({m - b:+6.2f})")
+        det_row("connect+close", "cc")
+        det_row("send/recv, per call", "pp", 2)
+        det_row("sendmsg/recvmsg, per call", "ppmsg", 2)
+        u = ir_op["ccport_unmatched"]
+        print(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
+              f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
+        print(f"{'matched connect+close instr':<34} " + ", ".join(
+            f"{c} rules {ir_op[f'rs_{c}']:.0f}" for c in RULE_SCALE))
+        for tag in ("cc_matched", "cc_unmatched", "ppmsg_matched"):
+            extra_sc = {k: v - sc_detail["cc_bare" if tag.startswith("cc") else "ppmsg_bare"].get(k, 0)
+                        for k, v in sc_detail[tag].items()}
+            extra_sc = {k: v for k, v in extra_sc.items() if abs(v) >= 0.01}
+            print(f"  extra syscalls per op, {tag}: " +
+                  (", ".join(f"{k} {v:+.2f}" for k, v in sorted(extra_sc.items())) or "none"))
+        for tag, base_tag in (("cc_matched", "cc_bare"), ("cc_unmatched", "cc_bare"),
+                              ("ppmsg_matched", "ppmsg_bare"), ("rs_10000", "rs_10")):
+            funcs = marginal_functions(tag, base_tag)
+            print(f"  where {tag}'s extra instructions go (self Ir per op vs {base_tag}):")
+            for name, diff in funcs:
+                print(f"    {diff:+8.1f}  {name}")
+        print()
+
+        # ---- budget -------------------------------------------------------------
+        extra = lambda m, tag, per=1: (m[tag] - m[tag.rsplit("_", 1)[0] + "_bare"]) / per
+        x = extra(sc_op, "cc_matched")
+        table.check(x <= 2.005, f"matched connect+close syscalls: {x:+.2f} (limit +2)")
+        x = extra(ir_op, "cc_matched")
+        table.check(x < 1500, f"matched connect+close instructions: {x:+.0f} (limit < +1500)")
+        table.check(cc_ma["r"] <= 1.10, f"matched connect+close wall clock: "
+                    f"{cc_ma['r']:.3f}x bare [{cc_ma['rmin']:.3f}, {cc_ma['rmax']:.3f}] (limit 1.10x)")
+        x = extra(sc_op, "cc_unmatched")
+        table.check(x <= 0.005, f"unmatched connect+close syscalls: {x:+.2f} (limit +0)")
+        x = extra(ir_op, "cc_unmatched")
+        table.check(x < 300, f"unmatched connect+close instructions: {x:+.0f} (limit < +300)"
+                    f"; port covered by rules for other addresses")
+        x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
+        table.check(x < 300, f"unmatched connect+close instructions: {x:+.0f} (limit < +300)"
+                    f"; port in no rule (port-map fast path)")
+        for api, prefix in (("send/recv", "pp"), ("sendmsg/recvmsg", "ppmsg")):
+            for v in ("matched", "unmatched"):
+                x = extra(sc_op, f"{prefix}_{v}", 2)
+                table.check(abs(x) <= 0.005, f"{api} on a {v} socket syscalls per call: "
+                            f"{x:+.3f} (limit +0)")
+                x = extra(ir_op, f"{prefix}_{v}", 2)
+                table.check(x < 50, f"{api} on a {v} socket instructions per call: "
+                            f"{x:+.1f} (limit < +50)")
+        table.check(rs_big["r"] <= 1.2, f"10,000 rules: matched connect+close "
+                    f"{rs_big['r']:.3f}x the 10-rule cost [{rs_big['rmin']:.3f}, "
+                    f"{rs_big['rmax']:.3f}] (limit 1.2x); instructions "
+                    f"{ir_op['rs_10000']:.0f} vs {ir_op['rs_10']:.0f}")
+        worst = max(c["server_max"] for c in ctab.values())
+        table.check(worst <= LIMIT, f"contention: server's maximum concurrent {worst:.0f} "
+                    f"over all {len(ctab)} runs (limit {LIMIT})")
+        # 32 processes ran 1 + hp_rounds times with the same load: take the median
+        runs32 = [ctab[("procs", 32)]] + hp_load["shim"]
+        u32 = median([c["util"] for c in runs32])
+        p32 = median([c["per_s"] for c in runs32])
+        table.check(u32 >= 0.9, f"contention: utilisation at 32 processes "
+                    f"{u32:.3f} of ideal, median of {len(runs32)} runs "
+                    f"[{min(c['util'] for c in runs32):.3f}, "
+                    f"{max(c['util'] for c in runs32):.3f}] (limit >= 0.900); "
+                    f"{p32 / ceiling_per_s:.3f} of this harness's ceiling; "
+                    f"32 threads {ctab[('threads', 32)]['util']:.3f}")
+        s, h = median(added_shim), median(added_hp)
+        table.check(s < h, f"against haproxy: shim adds {s:.1f} us per request, haproxy "
+                    f"{h:.1f} us: {h - s:.1f} us less per request")
+        print("budget")
+        for line in table.budget:
+            print(line)
+        print()
+        print(f"raw numbers: {tsv_path}")
+        print(f"callgrind profiles: {CG_DIR}/  strace summaries: {ST_DIR}/")
+        print(f"total time: {time.monotonic() - t_start:.0f} s")
+    finally:
+        TSV.close()
+        cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    # SIGINT too: started in the background by run.sh, it would be ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    try:
+        main()
+    except BenchError as e:
+        log(f"bench: {e}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        log("bench: interrupted")
+        sys.exit(130)

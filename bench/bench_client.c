@@ -1,0 +1,411 @@
+/* bench_client: the load the benchmark puts through the shim (or not).
+ *
+ *   connect_close HOST PORT N        socket, SO_LINGER {1,0}, connect, close
+ *   pingpong HOST PORT N [send|msg]  64-byte round trips on one connection,
+ *                                    with send/recv or sendmsg/recvmsg
+ *   request HOST PORT N              connect, 64 bytes out, 64 back, close
+ *   contend HOST PORT procs|threads W DURATION_MS
+ *                                    W workers loop for DURATION_MS: connect,
+ *                                    read the hold server's one byte, close
+ *   nsstat NAMESPACE                 a namespace's counters, from its shm
+ *   key NAMESPACE                    the namespace's SysV key, in decimal
+ *
+ * The single-connection modes run WARMUP iterations untimed, then N timed
+ * with CLOCK_MONOTONIC around the loop alone, and print one line:
+ *   ns_per_op=F ops=N
+ * WARMUP does not depend on N, so under callgrind or strace the difference
+ * of two run lengths is exactly the cost of the extra iterations.
+ *
+ * Every close is an abortive close (SO_LINGER {1,0}: RST), so no TIME_WAIT
+ * piles up on the client side and long loops cannot run out of ports.
+ * HOST is numeric. Exit 0, or 1 with a message on the first failure. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/shm.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "permits/permits.h"  /* read-only view of the shared state */
+
+enum { WARMUP = 200, PAYLOAD = 64 };
+
+static struct sockaddr_storage dest;
+static socklen_t dest_len;
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "bench_client: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void parse_dest(const char *host, const char *port)
+{
+    memset(&dest, 0, sizeof dest);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&dest;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&dest;
+    int p = atoi(port);
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)p);
+        dest_len = sizeof *v4;
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)p);
+        dest_len = sizeof *v6;
+    } else {
+        fprintf(stderr, "bench_client: %s is not a numeric address\n", host);
+        exit(2);
+    }
+}
+
+static int open_connection(void)
+{
+    int fd = socket(dest.ss_family, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct linger lg = { 1, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    if (connect(fd, (struct sockaddr *)&dest, dest_len) < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+static void report(int64_t elapsed, long n)
+{
+    printf("ns_per_op=%.2f ops=%ld\n", (double)elapsed / (double)n, n);
+}
+
+/* ---- connect_close ---------------------------------------------------- */
+
+static void connect_close_loop(long n)
+{
+    for (long i = 0; i < n; i++) {
+        int fd = open_connection();
+        if (fd < 0)
+            fail("connect");
+        close(fd);
+    }
+}
+
+static int mode_connect_close(long n)
+{
+    connect_close_loop(WARMUP);
+    int64_t t0 = now_ns();
+    connect_close_loop(n);
+    report(now_ns() - t0, n);
+    return 0;
+}
+
+/* ---- pingpong ----------------------------------------------------------- */
+
+static void round_trip_send(int fd, char *buf)
+{
+    if (send(fd, buf, PAYLOAD, 0) != PAYLOAD)
+        fail("send");
+    if (recv(fd, buf, PAYLOAD, MSG_WAITALL) != PAYLOAD)
+        fail("recv");
+}
+
+static void round_trip_msg(int fd, char *buf)
+{
+    struct iovec iov = { buf, PAYLOAD };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    if (sendmsg(fd, &msg, 0) != PAYLOAD)
+        fail("sendmsg");
+    if (recvmsg(fd, &msg, MSG_WAITALL) != PAYLOAD)
+        fail("recvmsg");
+}
+
+static int mode_pingpong(long n, const char *api)
+{
+    void (*trip)(int, char *) = round_trip_send;
+    if (api && strcmp(api, "msg") == 0)
+        trip = round_trip_msg;
+    else if (api && strcmp(api, "send") != 0) {
+        fprintf(stderr, "bench_client: api is send or msg\n");
+        return 2;
+    }
+    int fd = open_connection();
+    if (fd < 0)
+        fail("connect");
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char buf[PAYLOAD];
+    memset(buf, 'p', sizeof buf);
+    for (long i = 0; i < WARMUP; i++)
+        trip(fd, buf);
+    int64_t t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        trip(fd, buf);
+    report(now_ns() - t0, n);
+    close(fd);
+    return 0;
+}
+
+/* ---- request ------------------------------------------------------------ */
+
+static void request_loop(long n)
+{
+    char buf[PAYLOAD];
+    memset(buf, 'q', sizeof buf);
+    for (long i = 0; i < n; i++) {
+        int fd = open_connection();
+        if (fd < 0)
+            fail("connect");
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (send(fd, buf, PAYLOAD, 0) != PAYLOAD)
+            fail("send");
+        ssize_t got = recv(fd, buf, PAYLOAD, MSG_WAITALL);
+        if (got != PAYLOAD) {
+            if (got >= 0)
+                errno = EPIPE;
+            fail("recv");
+        }
+        close(fd);
+    }
+}
+
+static int mode_request(long n)
+{
+    request_loop(WARMUP / 4);
+    int64_t t0 = now_ns();
+    request_loop(n);
+    report(now_ns() - t0, n);
+    return 0;
+}
+
+/* ---- contend ------------------------------------------------------------ */
+
+struct worker_result {
+    long done;          /* requests finished inside the window */
+    long errors;
+    int64_t wait_max;   /* connect() call, ns: the permit wait under the shim */
+    int64_t wait_sum;
+    int64_t req_max;    /* connect to close, ns */
+    int64_t req_sum;
+    char pad[16];
+};
+
+struct contend_shared {
+    _Atomic int64_t start;  /* set by the parent, then workers go */
+    int64_t deadline;
+    struct worker_result results[];
+};
+
+static struct contend_shared *shared;
+
+static void contend_worker(int index)
+{
+    struct worker_result *r = &shared->results[index];
+    while (atomic_load(&shared->start) == 0)
+        usleep(200);
+    int64_t deadline = shared->deadline;
+    for (;;) {
+        int64_t t0 = now_ns();
+        if (t0 >= deadline)
+            break;
+        int fd = open_connection();
+        int64_t t1 = now_ns();
+        if (fd < 0) {
+            r->errors++;
+            usleep(1000);
+            continue;
+        }
+        char byte;
+        ssize_t got = recv(fd, &byte, 1, 0);
+        close(fd);
+        int64_t t2 = now_ns();
+        if (got != 1) {
+            r->errors++;
+            continue;
+        }
+        if (t2 > deadline)
+            break;
+        r->done++;
+        r->wait_sum += t1 - t0;
+        if (t1 - t0 > r->wait_max)
+            r->wait_max = t1 - t0;
+        r->req_sum += t2 - t0;
+        if (t2 - t0 > r->req_max)
+            r->req_max = t2 - t0;
+    }
+}
+
+static void *contend_thread(void *arg)
+{
+    contend_worker((int)(intptr_t)arg);
+    return NULL;
+}
+
+static int mode_contend(const char *how, int workers, int duration_ms)
+{
+    int threads = strcmp(how, "threads") == 0;
+    if (!threads && strcmp(how, "procs") != 0) {
+        fprintf(stderr, "bench_client: contend takes procs or threads\n");
+        return 2;
+    }
+    size_t size = sizeof *shared + (size_t)workers * sizeof shared->results[0];
+    shared = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                  -1, 0);
+    if (shared == MAP_FAILED)
+        fail("mmap");
+    memset(shared, 0, size);
+    pid_t *pids = calloc((size_t)workers, sizeof *pids);
+    pthread_t *tids = calloc((size_t)workers, sizeof *tids);
+    pid_t parent = getpid();
+    for (int i = 0; i < workers; i++) {
+        if (threads) {
+            if (pthread_create(&tids[i], NULL, contend_thread, (void *)(intptr_t)i))
+                fail("pthread_create");
+            continue;
+        }
+        pids[i] = fork();
+        if (pids[i] < 0)
+            fail("fork");
+        if (pids[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent)
+                _exit(1);
+            contend_worker(i);
+            _exit(0);
+        }
+    }
+    usleep(100000);  /* let every worker reach the start line */
+    int64_t start = now_ns();
+    shared->deadline = start + (int64_t)duration_ms * 1000000;
+    atomic_store(&shared->start, start);
+    for (int i = 0; i < workers; i++) {
+        if (threads)
+            pthread_join(tids[i], NULL);
+        else
+            waitpid(pids[i], NULL, 0);
+    }
+    long done = 0, errors = 0;
+    int64_t wait_max = 0, wait_sum = 0, req_max = 0, req_sum = 0;
+    for (int i = 0; i < workers; i++) {
+        struct worker_result *r = &shared->results[i];
+        done += r->done;
+        errors += r->errors;
+        wait_sum += r->wait_sum;
+        req_sum += r->req_sum;
+        if (r->wait_max > wait_max)
+            wait_max = r->wait_max;
+        if (r->req_max > req_max)
+            req_max = r->req_max;
+    }
+    double seconds = duration_ms / 1000.0;
+    printf("done=%ld errors=%ld per_s=%.1f wait_mean_us=%.1f wait_max_us=%.1f "
+           "req_mean_us=%.1f req_max_us=%.1f\n",
+           done, errors, done / seconds,
+           done ? wait_sum / 1e3 / done : 0.0, wait_max / 1e3,
+           done ? req_sum / 1e3 / done : 0.0, req_max / 1e3);
+    return 0;
+}
+
+/* ---- namespace ------------------------------------------------------------ */
+
+static key_t namespace_key(const char *name)
+{
+    char versioned[128];
+    snprintf(versioned, sizeof versioned, "bulkhead/%d/%u/%s",
+             BH_LAYOUT_VERSION, (unsigned)geteuid(), name);
+    uint32_t hash = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)versioned; *p; p++)
+        hash = (hash ^ *p) * 16777619u;
+    return (key_t)(hash ? hash : 1);
+}
+
+static int mode_nsstat(const char *name)
+{
+    int shmid = shmget(namespace_key(name), 0, 0);
+    if (shmid < 0)
+        fail("shmget");
+    const struct bh_shared_state *s = shmat(shmid, NULL, SHM_RDONLY);
+    if (s == (void *)-1)
+        fail("shmat");
+    if (s->magic != BH_STATE_MAGIC) {
+        fprintf(stderr, "bench_client: %s: not a bulkhead namespace\n", name);
+        return 1;
+    }
+    uint32_t count = atomic_load(&s->compartment_count);
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
+        const struct bh_shared_compartment *c = &s->compartments[i];
+        printf("%s acquired=%llu rejected=%llu timed_out=%llu waits=%llu "
+               "peak=%lld wait_max_us=%.1f\n", c->name,
+               (unsigned long long)atomic_load(&c->acquired),
+               (unsigned long long)atomic_load(&c->rejected),
+               (unsigned long long)atomic_load(&c->timed_out),
+               (unsigned long long)atomic_load(&c->waits),
+               (long long)atomic_load(&c->peak_in_use),
+               atomic_load(&c->wait_ns_max) / 1e3);
+    }
+    shmdt(s);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bench_client connect_close HOST PORT N\n"
+            "       bench_client pingpong HOST PORT N [send|msg]\n"
+            "       bench_client request HOST PORT N\n"
+            "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
+            "       bench_client nsstat NAMESPACE\n"
+            "       bench_client key NAMESPACE\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3)
+        usage();
+    const char *mode = argv[1];
+    if (strcmp(mode, "nsstat") == 0)
+        return mode_nsstat(argv[2]);
+    if (strcmp(mode, "key") == 0) {
+        printf("%d\n", (int)namespace_key(argv[2]));
+        return 0;
+    }
+    if (argc < 5)
+        usage();
+    parse_dest(argv[2], argv[3]);
+    if (strcmp(mode, "connect_close") == 0)
+        return mode_connect_close(atol(argv[4]));
+    if (strcmp(mode, "pingpong") == 0)
+        return mode_pingpong(atol(argv[4]), argc > 5 ? argv[5] : "send");
+    if (strcmp(mode, "request") == 0)
+        return mode_request(atol(argv[4]));
+    if (strcmp(mode, "contend") == 0 && argc >= 7)
+        return mode_contend(argv[4], atoi(argv[5]), atoi(argv[6]));
+    usage();
+    return 2;
+}
