@@ -37,14 +37,11 @@ struct connection {
 static _Atomic(_Atomic uint32_t *) fd_entries[CHUNK_COUNT];
 static _Atomic(struct connection *) connections[CHUNK_COUNT];
 
-/* Returns the chunk holding slot `index`, mapping it when `create`. */
-static void *chunk_for(void *_Atomic *chunks, unsigned index, size_t item_size,
-                       int create)
+/* Maps the chunk for a slot the first time it is needed. */
+__attribute__((noinline))
+static void *map_chunk(void *_Atomic *slot, size_t item_size)
 {
-    void *_Atomic *slot = &chunks[index >> CHUNK_BITS];
-    void *chunk = atomic_load_explicit(slot, memory_order_acquire);
-    if (chunk || !create)
-        return chunk;
+    void *chunk = NULL;
     void *fresh = mmap(NULL, CHUNK_SIZE * item_size, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (fresh == MAP_FAILED)
@@ -54,6 +51,17 @@ static void *chunk_for(void *_Atomic *chunks, unsigned index, size_t item_size,
         return chunk;
     }
     return fresh;
+}
+
+/* Returns the chunk holding slot `index`, mapping it when `create`. */
+static inline void *chunk_for(void *_Atomic *chunks, unsigned index,
+                              size_t item_size, int create)
+{
+    void *_Atomic *slot = &chunks[index >> CHUNK_BITS];
+    void *chunk = atomic_load_explicit(slot, memory_order_acquire);
+    if (chunk || !create)
+        return chunk;
+    return map_chunk(slot, item_size);
 }
 
 static _Atomic uint32_t *entry_for(int fd, int create)

@@ -13,8 +13,9 @@
  * signals blocked so that a connect() from a signal handler on the writing
  * thread can never wait on it.
  *
- * A 64 Ki-bit port map answers "no rule has this port" before any hashing:
- * the common unmatched connect costs a bit test. */
+ * A 64 Ki-bit port map answers "no rule has this port" before any hashing,
+ * and per prefix length a 64 Ki-bit filter of the stored keys answers "no
+ * rule has this address": an unmatched connect costs a few bit tests. */
 #include "rules/rule_index.h"
 
 #include <arpa/inet.h>
@@ -57,13 +58,18 @@ struct name_entry {
 
 struct port_range { uint16_t lo, hi; };
 
-/* Per family: the prefix lengths in use, and which /16s (the first 16
- * bits of an address) any address rule covers, so most destinations no
- * rule names cost no lookup at all. */
+/* One prefix length in use, with a 64 Ki-bit filter of the keys stored at
+ * that length: a destination no rule names almost always misses the filter
+ * (a multiply and a bit test) and never pays for the hash lookup. */
+struct prefix_filter {
+    uint8_t length;
+    uint32_t mask[4];    /* the prefix as a word mask, network byte order */
+    uint64_t *bits;
+};
+
 struct family_prefixes {
-    uint8_t lengths[129];
+    struct prefix_filter filters[129];
     int count;
-    uint64_t first_16_bits[65536 / 64];
 };
 
 struct bh_rule_index {
@@ -100,20 +106,30 @@ static int list_append(struct rule_list *list, int rule)
     return 0;
 }
 
-/* Fills the words the family uses and returns the key's hashed length. */
-static size_t make_key(struct address_key *key, int family, const void *address,
-                       int prefix_len)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE uint32_t prefix_mask(int bits)
 {
-    int words = family == AF_INET ? 1 : 4;
+    return bits >= 32 ? ~0u : bits <= 0 ? 0 : htonl(~0u << (32 - bits));
+}
+
+/* Fills the words the family uses and returns the key's hashed length.
+ * Inlined: it runs once per prefix length on every matched-port connect. */
+ALWAYS_INLINE size_t make_key(struct address_key *key, int family,
+                              const void *address, int prefix_len)
+{
     key->family = (uint8_t)family;
     key->prefix_len = (uint8_t)prefix_len;
     key->zero = 0;
-    memcpy(key->words, address, words * sizeof key->words[0]);
-    for (int i = 0; i < words; i++) {
-        int bits = prefix_len - 32 * i;
-        key->words[i] &= bits >= 32 ? ~0u : bits <= 0 ? 0 : htonl(~0u << (32 - bits));
+    if (family == AF_INET) {
+        memcpy(&key->words[0], address, sizeof key->words[0]);
+        key->words[0] &= prefix_mask(prefix_len);
+        return offsetof(struct address_key, words) + sizeof key->words[0];
     }
-    return offsetof(struct address_key, words) + words * sizeof key->words[0];
+    memcpy(key->words, address, sizeof key->words);
+    for (int i = 0; i < 4; i++)
+        key->words[i] &= prefix_mask(prefix_len - 32 * i);
+    return sizeof *key;
 }
 
 static struct address_entry *address_entry_get(struct address_entry **table,
@@ -147,28 +163,43 @@ static struct name_entry *name_entry_get(struct name_entry **table, const char *
     return entry;
 }
 
-static unsigned first_16_bits(const void *address)
-{
-    const uint8_t *bytes = address;
-    return (unsigned)bytes[0] << 8 | bytes[1];
-}
-
-static int bit_is_set(const uint64_t *bits, unsigned n)
+ALWAYS_INLINE int bit_is_set(const uint64_t *bits, unsigned n)
 {
     return (bits[n / 64] >> (n % 64)) & 1;
 }
 
-static void note_prefix(struct family_prefixes *prefixes, const struct address_key *key)
+/* Fibonacci hashing of the masked address: 16 well-mixed bits, from the
+ * address words as they are, with no key built. */
+ALWAYS_INLINE unsigned filter_slot(const struct prefix_filter *filter, int family,
+                                   const uint32_t *words)
 {
-    int length = key->prefix_len, seen = 0;
-    for (int i = 0; i < prefixes->count; i++)
-        seen |= prefixes->lengths[i] == length;
-    if (!seen)
-        prefixes->lengths[prefixes->count++] = (uint8_t)length;
-    unsigned first = first_16_bits(key->words);
-    unsigned span = length >= 16 ? 1 : 1u << (16 - length);
-    for (unsigned n = first; n < first + span; n++)
-        prefixes->first_16_bits[n / 64] |= (uint64_t)1 << (n % 64);
+    const uint64_t golden = 0x9e3779b97f4a7c15ull;
+    uint64_t mixed = words[0] & filter->mask[0];
+    if (family == AF_INET6)
+        for (int i = 1; i < 4; i++)
+            mixed = (mixed * golden) ^ (words[i] & filter->mask[i]);
+    return (unsigned)((mixed * golden) >> 48);
+}
+
+static int note_prefix(struct family_prefixes *prefixes, const struct address_key *key)
+{
+    struct prefix_filter *filter = NULL;
+    for (int i = 0; i < prefixes->count && !filter; i++)
+        if (prefixes->filters[i].length == key->prefix_len)
+            filter = &prefixes->filters[i];
+    if (!filter) {
+        filter = &prefixes->filters[prefixes->count];
+        filter->bits = calloc(65536 / 64, sizeof *filter->bits);
+        if (!filter->bits)
+            return -1;
+        filter->length = key->prefix_len;
+        for (int i = 0; i < 4; i++)
+            filter->mask[i] = prefix_mask(key->prefix_len - 32 * i);
+        prefixes->count++;
+    }
+    unsigned slot = filter_slot(filter, key->family, key->words);
+    filter->bits[slot / 64] |= (uint64_t)1 << (slot % 64);
+    return 0;
 }
 
 static void mark_ports(uint64_t *port_map, const struct port_range *range)
@@ -189,7 +220,8 @@ static int index_rule(struct bh_rule_index *index, const struct bh_rule *rule, i
     }
     struct address_key key;
     size_t key_length = make_key(&key, rule->family, rule->address, rule->prefix_len);
-    note_prefix(rule->family == AF_INET ? &index->v4 : &index->v6, &key);
+    if (note_prefix(rule->family == AF_INET ? &index->v4 : &index->v6, &key) < 0)
+        return -1;
     struct address_entry *entry = address_entry_get(&index->by_prefix, &key, key_length);
     return entry ? list_append(&entry->list, number) : -1;
 }
@@ -246,6 +278,10 @@ void bh_rule_index_free(struct bh_rule_index *index)
     free_name_table(&index->exact_names);
     free_name_table(&index->suffixes);
     pthread_rwlock_destroy(&index->resolved_lock);
+    for (int i = 0; i < index->v4.count; i++)
+        free(index->v4.filters[i].bits);
+    for (int i = 0; i < index->v6.count; i++)
+        free(index->v6.filters[i].bits);
     free(index->ports);
     free(index);
 }
@@ -283,20 +319,48 @@ static int match_resolved(struct bh_rule_index *index, int family,
     return best;
 }
 
+/* The first filter from `from` on that the address passes, or count.
+ * Specialised per family at each call, so the v4 loop is a few
+ * instructions per prefix length. */
+ALWAYS_INLINE int next_candidate_in(const struct family_prefixes *prefixes, int from,
+                                    int family, const uint32_t *words)
+{
+    for (int i = from; i < prefixes->count; i++)
+        if (bit_is_set(prefixes->filters[i].bits,
+                       filter_slot(&prefixes->filters[i], family, words)))
+            return i;
+    return prefixes->count;
+}
+
+ALWAYS_INLINE int next_candidate(const struct family_prefixes *prefixes, int from,
+                                 int family, const uint32_t *words)
+{
+    return family == AF_INET ? next_candidate_in(prefixes, from, AF_INET, words)
+                             : next_candidate_in(prefixes, from, AF_INET6, words);
+}
+
+/* Out of line, so the port-map test before it stays a leaf's few
+ * instructions. */
+__attribute__((noinline))
 static int match_address(const struct bh_rule_index *index, int family,
                          const uint8_t *address, unsigned port)
 {
     const struct family_prefixes *prefixes = family == AF_INET ? &index->v4 : &index->v6;
     int best = -1;
-    if (bit_is_set(prefixes->first_16_bits, first_16_bits(address))) {
-        for (int i = 0; i < prefixes->count; i++) {
-            struct address_key key;
-            size_t key_length = make_key(&key, family, address, prefixes->lengths[i]);
-            struct address_entry *entry;
-            HASH_FIND(hh, index->by_prefix, &key, key_length, entry);
-            if (entry)
-                best = better(best, first_fitting(index, &entry->list, port));
-        }
+    uint32_t words[4];
+    if (family == AF_INET)
+        memcpy(words, address, 4);
+    else
+        memcpy(words, address, 16);
+    for (int i = next_candidate(prefixes, 0, family, words); i < prefixes->count;
+         i = next_candidate(prefixes, i + 1, family, words)) {
+        const struct prefix_filter *filter = &prefixes->filters[i];
+        struct address_key key;
+        size_t key_length = make_key(&key, family, address, filter->length);
+        struct address_entry *entry;
+        HASH_FIND(hh, index->by_prefix, &key, key_length, entry);
+        if (entry)
+            best = better(best, first_fitting(index, &entry->list, port));
     }
     if (atomic_load_explicit(&index->resolved_count, memory_order_acquire) > 0)
         best = better(best, match_resolved((struct bh_rule_index *)index, family,
