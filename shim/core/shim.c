@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,11 +25,27 @@ struct bh_shim bh_shim;
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static __thread int starting_here;
 
-/* Before the rules are read the log goes to stderr, where these belong. */
-static void print_config_error(void *ctx, const char *message)
+/* A program (and each of its children) says one line about bad rules: the
+ * first error, and how many more `bulkhead check` will list. */
+struct config_errors {
+    char first[512];
+    int count;
+};
+
+static void keep_config_error(void *ctx, const char *message)
 {
-    (void)ctx;
-    bh_log(BH_LOG_ERROR, "%s", message);
+    struct config_errors *errors = ctx;
+    if (errors->count++ == 0)
+        snprintf(errors->first, sizeof errors->first, "%s", message);
+}
+
+static void report_config_errors(const struct config_errors *errors, const char *path)
+{
+    if (errors->count == 1)
+        bh_log(BH_LOG_ERROR, "%s", errors->first);
+    else
+        bh_log(BH_LOG_ERROR, "%s (and %d more: bulkhead check %s)", errors->first,
+               errors->count - 1, path);
 }
 
 static int strict_mode(void)
@@ -52,7 +69,9 @@ static int load_rules(void)
     char path[4096];
     if (bh_config_locate(path, sizeof path) < 0)
         return -1;  /* no rules anywhere: do nothing, quietly */
-    if (bh_config_load(path, &bh_shim.config, print_config_error, NULL)) {
+    struct config_errors errors = { .count = 0 };
+    if (bh_config_load(path, &bh_shim.config, keep_config_error, &errors)) {
+        report_config_errors(&errors, path);  /* before the log is set up: stderr */
         if (strict_mode())
             _exit(EXIT_CONFIG);
         return -1;  /* the errors said what; the program runs unlimited */

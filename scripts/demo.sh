@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# demo: ten curls at a slow local server, first as they are, then under
+# bulkhead with rules.ini.example (compartment local-demo: limit 3, fail
+# fast, 127.0.0.1:18080). The server counts what really reaches it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PORT=18080
+HOLD_MS=2000
+CLIENTS=10
+SHIM="$PWD/build/libbulkhead.so"
+RULES="$PWD/rules.ini.example"
+NAMESPACE=demo
+
+die() {
+    echo "demo: $*" >&2
+    exit 1
+}
+
+[[ -f "$SHIM" ]] || die "missing $SHIM: run make"
+[[ -f "$RULES" ]] || die "missing $RULES"
+command -v curl >/dev/null || die "curl is not installed (make deps)"
+
+tmp=$(mktemp -d)
+server_pid=
+
+# The namespace's SysV key: FNV-1a 32 of "bulkhead/1/<euid>/<namespace>".
+ns_key() {
+    local euid text h=2166136261 i c
+    euid=$(id -u)
+    text="bulkhead/1/$euid/$1"
+    for ((i = 0; i < ${#text}; i++)); do
+        printf -v c '%d' "'${text:i:1}"
+        h=$(((h ^ (c & 0xff)) * 16777619 & 0xffffffff))
+    done
+    ((h != 0)) || h=1
+    printf '0x%08x\n' "$h"
+}
+
+stop_server() {
+    if [[ -n "$server_pid" ]]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+        server_pid=
+    fi
+}
+
+cleanup() {
+    stop_server
+    local key
+    key=$(ns_key "$NAMESPACE")
+    ipcrm -S "$key" 2>/dev/null || true
+    ipcrm -M "$key" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+start_server() {
+    rm -f "$tmp/ready" "$tmp/stats"
+    python3 tests/server/holdserver.py --host 127.0.0.1 --port "$PORT" \
+        --hold-ms "$HOLD_MS" --ready "$tmp/ready" --stats "$tmp/stats" \
+        --lifetime 120 2>"$tmp/server.log" &
+    server_pid=$!
+    local i
+    for ((i = 0; i < 250; i++)); do
+        [[ -s "$tmp/ready" ]] && return 0
+        if ! kill -0 "$server_pid" 2>/dev/null; then
+            server_pid=
+            die "cannot listen on 127.0.0.1:$PORT ($(tail -1 "$tmp/server.log")); is the port taken?"
+        fi
+        sleep 0.02
+    done
+    die "the server did not start"
+}
+
+# wave LABEL [env...]: CLIENTS curls at once; sets ok, refused, other, max.
+wave() {
+    local label=$1 i
+    shift
+    local pids=()
+    for ((i = 1; i <= CLIENTS; i++)); do
+        (
+            rc=0
+            env "$@" curl -s -o /dev/null --noproxy '*' --max-time 10 \
+                "http://127.0.0.1:$PORT/" || rc=$?
+            echo "$rc" >"$tmp/$label.$i"
+        ) &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    ok=0 refused=0 other=0
+    for ((i = 1; i <= CLIENTS; i++)); do
+        case "$(cat "$tmp/$label.$i")" in
+            0) ok=$((ok + 1)) ;;
+            7) refused=$((refused + 1)) ;;
+            *) other=$((other + 1)) ;;
+        esac
+    done
+    # Read after every client is done: the server answered them all.
+    max=$(sed -n 's/.*max=\([0-9]*\).*/\1/p' "$tmp/stats")
+}
+
+echo "bulkhead demo: $CLIENTS parallel curls at a server on 127.0.0.1:$PORT"
+echo "that holds every request for $HOLD_MS ms before answering."
+echo
+
+start_server
+wave plain
+stop_server
+echo "Without bulkhead:"
+echo "  the server saw $max connections at once"
+echo "  $ok curls succeeded, $refused refused, $other failed otherwise"
+echo
+
+start_server
+wave capped LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" BULKHEAD_LOG=error
+stop_server
+echo "With bulkhead (BULKHEAD_CONFIG=rules.ini.example, compartment local-demo: limit 3, fail fast):"
+echo "  the server saw at most $max connections at once"
+echo "  $ok curls succeeded, $refused were refused at once (curl exit 7: connection refused)"
+((other == 0)) || echo "  $other failed otherwise"
+echo
+
+if ((max <= 3 && ok + refused == CLIENTS)); then
+    echo "The compartment held: never more than 3 connections reached the server."
+else
+    echo "Unexpected: the compartment did not hold (max $max)." >&2
+    exit 1
+fi

@@ -1,0 +1,210 @@
+#!/usr/bin/env bats
+# Semantics 11: a bad rules file gives one line on stderr naming file, line,
+# key and problem; the program then runs with no caps at all, or, with
+# BULKHEAD_STRICT=1, exits 78 before main.
+#
+# Every file below also holds a valid [cap] compartment of limit 0 over the
+# test server: had the shim applied any part of a bad file, the probe
+# connect would be refused.
+
+load helpers/common
+
+setup() {
+    bh_setup
+    start_server web -1
+    # The message names the file as given: run from its directory.
+    cd "$T" || fail "cannot cd to $T"
+}
+teardown() { bh_teardown; }
+
+# rules_with SECTION_HEADER BODY: lines 1-6 are [global] and [cap]; the
+# header is line 7 and BODY starts at line 8.
+rules_with() {
+    {
+        printf '[global]\nnamespace = %s\n[cap]\nlimit = 0\nerrno = EHOSTUNREACH\n' "$NS"
+        printf 'match = 127.0.0.1:%s\n' "$SERVER_PORT"
+        printf '%s\n' "$1"
+        printf '%b\n' "$2"
+    } >"$T/rules.ini"
+}
+
+# expect_config_error LINE WORD: exactly one stderr line
+# "bulkhead: rules.ini:LINE: ..." mentioning WORD (the key, or what the
+# line is about); the program runs uncapped; strict mode exits 78 first.
+expect_config_error() {
+    local line=$1 word=$2
+    local prefix="^bulkhead: (rules\\.ini|${T//./\\.}/rules\\.ini):$line: "
+
+    run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG=rules.ini \
+        "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_success
+    assert_line ok
+    [[ ${#stderr_lines[@]} -eq 1 ]] ||
+        fail "expected one line on stderr, got ${#stderr_lines[@]}: $stderr"
+    [[ "${stderr_lines[0]}" =~ $prefix ]] ||
+        fail "stderr line does not start with 'bulkhead: rules.ini:$line: ': ${stderr_lines[0]}"
+    [[ "${stderr_lines[0]}" == *"$word"* ]] ||
+        fail "stderr line does not name '$word': ${stderr_lines[0]}"
+
+    run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG=rules.ini BULKHEAD_STRICT=1 \
+        sh -c 'echo ran'
+    assert_failure 78
+    refute_output --partial ran
+    [[ "$stderr" =~ $prefix ]] || fail "strict mode did not print the error: $stderr"
+}
+
+@test "a valid file is silent and capped (the control for this file)" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1'
+    run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG=rules.ini \
+        "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_failure 1
+    assert_line EHOSTUNREACH
+    run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG=rules.ini BULKHEAD_STRICT=1 \
+        sh -c 'echo ran'
+    assert_success
+    assert_output ran
+    assert_equal "$stderr" ""
+}
+
+@test "limit: not a whole number" {
+    rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1'
+    expect_config_error 8 limit
+    [[ "${stderr_lines[0]}" == *twenty* ]] || fail "value not quoted: $stderr"
+}
+
+@test "limit: negative" {
+    rules_with '[b]' 'limit = -3\nmatch = 127.0.0.1:1'
+    expect_config_error 8 limit
+}
+
+@test "limit: fractional" {
+    rules_with '[b]' 'limit = 3.5\nmatch = 127.0.0.1:1'
+    expect_config_error 8 limit
+}
+
+@test "limit: empty" {
+    rules_with '[b]' 'limit =\nmatch = 127.0.0.1:1'
+    expect_config_error 8 limit
+}
+
+@test "limit: too large" {
+    rules_with '[b]' 'limit = 99999999999\nmatch = 127.0.0.1:1'
+    expect_config_error 8 limit
+}
+
+@test "wait_ms: not a number" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nwait_ms = soon'
+    expect_config_error 10 wait_ms
+}
+
+@test "wait_ms: negative" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nwait_ms = -1'
+    expect_config_error 10 wait_ms
+}
+
+@test "max_waiters: not a number" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmax_waiters = many'
+    expect_config_error 10 max_waiters
+}
+
+@test "errno: unknown name" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nerrno = ENOSUCH'
+    expect_config_error 10 errno
+}
+
+@test "errno: a real errno that is not allowed" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nerrno = EPERM'
+    expect_config_error 10 errno
+}
+
+@test "match: port out of range" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:70000'
+    expect_config_error 10 match
+}
+
+@test "match: port missing" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1'
+    expect_config_error 10 match
+}
+
+@test "match: port not a number" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:https'
+    expect_config_error 10 match
+}
+
+@test "match: reversed port range" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:20-10'
+    expect_config_error 10 match
+}
+
+@test "match: IPv4 prefix too long" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.0/33:80'
+    expect_config_error 10 match
+}
+
+@test "match: IPv6 prefix too long" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = [::1]/129:80'
+    expect_config_error 10 match
+}
+
+@test "match: unclosed IPv6 bracket" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = [::1:80'
+    expect_config_error 10 match
+}
+
+@test "match: empty list" {
+    rules_with '[b]' 'limit = 1'
+    expect_config_error 7 match
+}
+
+@test "unknown key in a compartment" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\ncolour = blue'
+    expect_config_error 10 colour
+}
+
+@test "unknown key in [global]" {
+    printf '[global]\nnamespace = %s\ncolour = blue\n[cap]\nlimit = 0\nmatch = 127.0.0.1:%s\n' \
+        "$NS" "$SERVER_PORT" >"$T/rules.ini"
+    expect_config_error 3 colour
+}
+
+@test "log: unknown level" {
+    printf '[global]\nnamespace = %s\nlog = loud\n[cap]\nlimit = 0\nmatch = 127.0.0.1:%s\n' \
+        "$NS" "$SERVER_PORT" >"$T/rules.ini"
+    expect_config_error 3 log
+}
+
+@test "bad section name" {
+    rules_with '[pay ments]' 'limit = 1\nmatch = 127.0.0.1:1'
+    expect_config_error 7 'pay ments'
+}
+
+@test "duplicate compartment" {
+    rules_with '[cap]' 'limit = 1\nmatch = 127.0.0.1:1'
+    expect_config_error 7 cap
+}
+
+@test "a line that is not key = value" {
+    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nthis is not a setting'
+    expect_config_error 10 ''
+}
+
+@test "several errors: still one line, the first" {
+    rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1\nwait_ms = soon\ncolour = blue'
+    expect_config_error 8 limit
+}
+
+@test "a missing BULKHEAD_CONFIG file is an error" {
+    run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/missing.ini" \
+        "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_success
+    assert_line ok
+    [[ ${#stderr_lines[@]} -eq 1 ]] || fail "expected one line on stderr: $stderr"
+    [[ "${stderr_lines[0]}" =~ ^bulkhead:\ .*missing\.ini ]] ||
+        fail "stderr does not name the file: $stderr"
+
+    run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/missing.ini" BULKHEAD_STRICT=1 \
+        sh -c 'echo ran'
+    assert_failure 78
+    refute_output --partial ran
+}

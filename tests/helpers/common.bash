@@ -1,0 +1,343 @@
+# shellcheck shell=bash
+# Shared setup for the bats suite: servers, clients under the shim, polling,
+# and per-test cleanup of shared state.
+#
+# Every test gets its own namespace ($NS) so that tests never share permits,
+# and teardown removes that namespace's SysV objects and kills whatever the
+# test started. Synchronisation is by ready files and bounded polls only.
+
+BATS_LIB_PATH=${BATS_LIB_PATH:-/usr/lib/bats}
+bats_require_minimum_version 1.5.0
+bats_load_library bats-support
+bats_load_library bats-assert
+
+BH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# BULKHEAD_TEST_SHIM runs the suite against another build (or a do-nothing
+# library, to see that the tests can fail).
+SHIM="${BULKHEAD_TEST_SHIM:-$BH_ROOT/build/libbulkhead.so}"
+CLIENTS="$BH_ROOT/build/tests"
+HOLDSERVER="$BH_ROOT/tests/server/holdserver.py"
+
+# ---------------------------------------------------------------- setup ----
+
+bh_setup() {
+    T="$BATS_TEST_TMPDIR"
+    NS="t$$-${BATS_TEST_NUMBER}"
+    RULES="$T/rules.ini"
+    : >"$T/pids"
+    : >"$T/namespaces"
+    ns_track "$NS"
+    [[ -f "$SHIM" ]] || fail "missing $SHIM: run make"
+    local c
+    for c in connect_hold mt_client fdops resolve_connect; do
+        [[ -x "$CLIENTS/$c" ]] || fail "missing $CLIENTS/$c: run make build/tests/$c"
+    done
+}
+
+bh_teardown() {
+    local pid
+    # Clients first (they may hold permits), servers last.
+    if [[ -s "$T/pids" ]]; then
+        while read -r pid; do
+            kill -KILL "$pid" 2>/dev/null || true
+        done < <(tac "$T/pids")
+        while read -r pid; do
+            wait "$pid" 2>/dev/null || true
+        done <"$T/pids"
+    fi
+    local ns key
+    while read -r ns; do
+        [[ -n "$ns" ]] || continue
+        key=$(ns_key "$ns")
+        ipcrm -S "$key" 2>/dev/null || true
+        ipcrm -M "$key" 2>/dev/null || true
+    done <"$T/namespaces"
+}
+
+# A namespace to remove in teardown (tests that use a second one call it).
+ns_track() {
+    echo "$1" >>"$T/namespaces"
+}
+
+# ns_key NAMESPACE: the SysV key, FNV-1a 32 over "bulkhead/1/<euid>/<ns>",
+# 0 mapped to 1, printed as ipcs does (0x%08x).
+ns_key() {
+    local euid text h=2166136261 i c
+    euid=$(id -u)
+    text="bulkhead/1/$euid/$1"
+    local LC_ALL=C
+    for ((i = 0; i < ${#text}; i++)); do
+        printf -v c '%d' "'${text:i:1}"
+        h=$(((h ^ (c & 0xff)) * 16777619 & 0xffffffff))
+    done
+    ((h != 0)) || h=1
+    printf '0x%08x\n' "$h"
+}
+
+# Processes blocked on the namespace's semaphores right now, as the kernel
+# counts them (sum of semncnt): how a test knows a caller is waiting.
+sem_waiters() {
+    local key semid
+    key=$(ns_key "$1")
+    semid=$(ipcs -s | awk -v k="$key" '$1 == k { print $2 }')
+    [[ -n "$semid" ]] || { echo 0; return; }
+    ipcs -s -i "$semid" | awk '
+        /^semnum/ { table = 1; next }
+        table && NF >= 4 && $1 ~ /^[0-9]+$/ { n += $3 }
+        END { print n + 0 }'
+}
+
+# sem_waiters_is NAMESPACE N: for wait_for.
+sem_waiters_is() {
+    [[ "$(sem_waiters "$1")" -eq "$2" ]]
+}
+
+# ----------------------------------------------------------- processes ----
+
+# Remembers a background process for teardown.
+track_pid() {
+    echo "$1" >>"$T/pids"
+}
+
+# bg OUT CMD...: runs CMD in the background, stdout to OUT, stderr to
+# OUT.err; sets BG_PID. fd 3 is bats' own and must not be inherited.
+bg() {
+    local out=$1
+    shift
+    "$@" >"$out" 2>"$out.err" 3>&- &
+    BG_PID=$!
+    track_pid "$BG_PID"
+}
+
+# bg_shim OUT CMD...: bg with the shim loaded.
+bg_shim() {
+    local out=$1
+    shift
+    bg "$out" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$@"
+}
+
+# run_shim CMD...: CMD with the shim and this test's rules.
+run_shim() {
+    LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$@"
+}
+
+# wait_for [-t SECONDS] CMD...: polls CMD every 0.02 s until it succeeds.
+wait_for() {
+    local timeout=10
+    if [[ "$1" == -t ]]; then
+        timeout=$2
+        shift 2
+    fi
+    local tries=$((timeout * 50)) i
+    for ((i = 0; i < tries; i++)); do
+        "$@" && return 0
+        sleep 0.02
+    done
+    echo "wait_for: timed out after ${timeout}s: $*" >&2
+    return 1
+}
+
+# pid_done PID: the process has exited (gone, or a zombie not yet reaped).
+pid_done() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    stat=${stat##*) }
+    [[ "${stat%% *}" == Z ]]
+}
+
+# wait_pid PID [SECONDS]: waits (bounded) for a background child; returns
+# its exit status, 124 if it is still running.
+wait_pid() {
+    local pid=$1 timeout=${2:-30}
+    wait_for -t "$timeout" pid_done "$pid" || return 124
+    wait "$pid"
+}
+
+# file_has FILE REGEX: FILE exists and a line matches.
+file_has() {
+    [[ -f "$1" ]] && grep -Eq -- "$2" "$1"
+}
+
+# ------------------------------------------------------------- servers ----
+
+# start_server NAME HOLD_MS [HOST]: a holdserver in the background. Sets and
+# exports SERVER_PORT and PORT_<NAME>.
+start_server() {
+    local name=$1 hold=$2 host=${3:-127.0.0.1}
+    python3 "$HOLDSERVER" --host "$host" --port 0 --hold-ms "$hold" \
+        --ready "$T/$name.ready" --stats "$T/$name.stats" \
+        >"$T/$name.log" 2>&1 3>&- &
+    track_pid $!
+    if ! wait_for -t 10 test -s "$T/$name.ready"; then
+        cat "$T/$name.log" >&2
+        fail "server $name did not start"
+    fi
+    SERVER_PORT=$(sed -n 1p "$T/$name.ready")
+    export SERVER_PORT
+    export "PORT_$name=$SERVER_PORT"
+}
+
+# server_sync NAME: returns once the server has taken in every connection
+# and EOF already queued in the kernel (see holdserver's control port).
+server_sync() {
+    local ctl line fd
+    ctl=$(sed -n 2p "$T/$1.ready")
+    exec {fd}<>"/dev/tcp/127.0.0.1/$ctl" || return 1
+    read -r -t 10 line <&"$fd"
+    exec {fd}<&-
+    [[ "$line" == max=* ]]
+}
+
+# server_stat NAME max|total|open: after a sync, the server's count.
+server_stat() {
+    server_sync "$1" || fail "server $1 does not answer"
+    sed -n "s/.*\\b$2=\\([0-9]*\\).*/\\1/p" "$T/$1.stats"
+}
+
+# -------------------------------------------------------------- config ----
+
+# write_rules FILE <<EOF ... EOF
+write_rules() {
+    cat >"$1"
+}
+
+# Value of key=value in the last `run` output (first match).
+out_value() {
+    local line
+    for line in "${lines[@]}"; do
+        if [[ "$line" == "$1="* ]]; then
+            echo "${line#*=}"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# assert_lines LINE...: every LINE is a whole line of the last `run` output.
+assert_lines() {
+    local want
+    for want in "$@"; do
+        assert_line "$want"
+    done
+}
+
+# -------------------------------------------------------------- fdops ----
+
+# fdops_setup LIMIT [MATCH]: a server that holds until the client closes and
+# a fail-fast compartment over it whose refusals (EHOSTUNREACH) cannot be
+# mistaken for anything the loopback kernel says.
+fdops_setup() {
+    start_server srv -1
+    PORT=$SERVER_PORT
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[fd]
+limit = $1
+wait_ms = 0
+errno = EHOSTUNREACH
+match = ${2:-127.0.0.1:$PORT}
+EOF
+}
+
+# fdops SCENARIO [LIMIT [EXTRA...]] under the shim, via `run`.
+fdops() {
+    run run_shim "$CLIENTS/fdops" 127.0.0.1 "$PORT" "$@"
+}
+
+# The server accepted exactly the connections fdops says it made: no refused
+# connect sent a SYN.
+assert_server_saw_connects() {
+    local reported seen
+    reported=$(out_value connects_ok) || fail "fdops printed no connects_ok line"
+    seen=$(server_stat srv total)
+    [[ "$seen" == "$reported" ]] ||
+        fail "server accepted $seen connections, the client made $reported: a refused connect reached the network"
+}
+
+# --------------------------------------------------------------- hosts ----
+
+# Hostname tests need a private /etc/hosts: a mount namespace (root only).
+require_private_hosts() {
+    [[ $(id -u) -eq 0 ]] || skip "needs root for unshare -m and a private /etc/hosts"
+    unshare -m true 2>/dev/null || skip "unshare -m is not permitted here"
+    grep -Eq '^hosts:.*\bfiles\b' /etc/nsswitch.conf 2>/dev/null ||
+        skip "nsswitch does not read /etc/hosts"
+}
+
+# The names hostname tests resolve. payments.test and its subdomains are
+# IPv4-only and payments6.test IPv6-only, so a client never falls back from
+# one family to the other; other.test shares payments.test's address and
+# must stay unmatched by a payments.test rule.
+make_hosts() {
+    cat >"$T/hosts" <<EOF
+127.0.0.1 localhost
+127.0.0.1 payments.test api.payments.test deep.api.payments.test other.test
+::1 payments6.test
+EOF
+}
+
+# hosts_shim CMD...: CMD under the shim with the private /etc/hosts (same
+# pid throughout: unshare, sh and env all exec).
+hosts_shim() {
+    unshare -m -- sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$T/hosts" \
+        env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$@"
+}
+
+# bg_hosts OUT CMD...: hosts_shim in the background, tracked like bg.
+bg_hosts() {
+    local out=$1
+    shift
+    bg "$out" unshare -m -- sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$T/hosts" \
+        env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$@"
+}
+
+# ---------------------------------------------------------------- misc ----
+
+require_ipv6() {
+    ip -6 addr show dev lo 2>/dev/null | grep -q 'inet6 ::1' || skip "no IPv6 on lo"
+    python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1", 0))' \
+        2>/dev/null || skip "cannot bind ::1"
+}
+
+# A python3 client: connects (blocking, no timeout), prints "ok" or the errno
+# name, then reads until the server closes. Exit 0 connected, 1 refused.
+PY_CLIENT='
+import errno, socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    s = socket.create_connection((host, port))
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+    sys.exit(1)
+print("ok", flush=True)
+while s.recv(4096):
+    pass
+s.close()
+'
+
+now_ms() {
+    local t=${EPOCHREALTIME/./}
+    echo $((t / 1000))
+}
+
+# timed OUT CMD...: runs CMD, writes "rc=N ms=M" to OUT.
+timed() {
+    local out=$1 t0 rc
+    shift
+    t0=$(now_ms)
+    # `|| rc=$?`: bats runs tests under set -e.
+    rc=0
+    "$@" >/dev/null 2>&1 || rc=$?
+    echo "rc=$rc ms=$(($(now_ms) - t0))" >"$out"
+}
+
+# count_rc RC FILE...: how many `timed` outputs have rc=RC.
+count_rc() {
+    local rc=$1 n=0 f
+    shift
+    for f in "$@"; do
+        grep -q "^rc=$rc " "$f" && n=$((n + 1))
+    done
+    echo "$n"
+}
