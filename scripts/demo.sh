@@ -9,6 +9,7 @@ PORT=18080
 HOLD_MS=2000
 CLIENTS=10
 SHIM="$PWD/build/libbulkhead.so"
+BULKHEAD="$PWD/build/bulkhead"
 RULES="$PWD/rules.ini.example"
 NAMESPACE=demo
 
@@ -17,25 +18,12 @@ die() {
     exit 1
 }
 
-[[ -f "$SHIM" ]] || die "missing $SHIM: run make"
+[[ -f "$SHIM" && -x "$BULKHEAD" ]] || die "missing $SHIM or $BULKHEAD: run make"
 [[ -f "$RULES" ]] || die "missing $RULES"
 command -v curl >/dev/null || die "curl is not installed (make deps)"
 
 tmp=$(mktemp -d)
 server_pid=
-
-# The namespace's SysV key: FNV-1a 32 of "bulkhead/1/<euid>/<namespace>".
-ns_key() {
-    local euid text h=2166136261 i c
-    euid=$(id -u)
-    text="bulkhead/1/$euid/$1"
-    for ((i = 0; i < ${#text}; i++)); do
-        printf -v c '%d' "'${text:i:1}"
-        h=$(((h ^ (c & 0xff)) * 16777619 & 0xffffffff))
-    done
-    ((h != 0)) || h=1
-    printf '0x%08x\n' "$h"
-}
 
 stop_server() {
     if [[ -n "$server_pid" ]]; then
@@ -47,10 +35,7 @@ stop_server() {
 
 cleanup() {
     stop_server
-    local key
-    key=$(ns_key "$NAMESPACE")
-    ipcrm -S "$key" 2>/dev/null || true
-    ipcrm -M "$key" 2>/dev/null || true
+    "$BULKHEAD" reset --force -n "$NAMESPACE" >/dev/null 2>&1 || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -112,6 +97,7 @@ echo "  the server saw $max connections at once"
 echo "  $ok curls succeeded, $refused refused, $other failed otherwise"
 echo
 
+"$BULKHEAD" reset --force -n "$NAMESPACE" >/dev/null  # counters from this run only
 start_server
 wave capped LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" BULKHEAD_LOG=error
 stop_server
@@ -119,6 +105,10 @@ echo "With bulkhead (BULKHEAD_CONFIG=rules.ini.example, compartment local-demo: 
 echo "  the server saw at most $max connections at once"
 echo "  $ok curls succeeded, $refused were refused at once (curl exit 7: connection refused)"
 ((other == 0)) || echo "  $other failed otherwise"
+echo
+
+echo "What every process shares, as operators see it (bulkhead stat -c rules.ini.example):"
+"$BULKHEAD" stat -c "$RULES" | sed 's/^/  /'
 echo
 
 if ((max <= 3 && ok + refused == CLIENTS)); then
