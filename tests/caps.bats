@@ -178,8 +178,18 @@ EOF
     assert_equal "$(server_stat web max)" 1
 }
 
+# server_open_is NAME N: the server has N connections open now.
+server_open_is() {
+    [[ "$(server_stat "$1" open)" == "$2" ]]
+}
+
 @test "waiters are served in arrival order" {
-    start_server web -1
+    # The server closes each connection after 300 ms while its client keeps
+    # the fd (and the permit) for 60 s. Each holder is killed only once the
+    # server has closed its connection: a dying process gets its permits
+    # back (SEM_UNDO) a moment before the kernel closes its sockets, and
+    # the server's count must not see that overlap as a second connection.
+    start_server web 300
     caps_rules 1 30000
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
     local holder=$BG_PID
@@ -191,11 +201,13 @@ EOF
     local second=$BG_PID
     wait_for sem_waiters_is "$NS" 2
 
+    wait_for server_open_is web 0
     kill -KILL "$holder"
     wait_for file_has "$T/first" '^ok$'
     # The permit went to the first arrival; the second still waits.
     wait_for sem_waiters_is "$NS" 1
     [[ ! -s "$T/second" ]] || fail "second waiter overtook: $(cat "$T/second")"
+    wait_for server_open_is web 0
     kill -KILL "$first"
     wait_pid "$second" 15 || fail "second waiter: $(cat "$T/second")"
     assert_equal "$(head -1 "$T/second")" ok
