@@ -145,8 +145,15 @@ EOF
     assert_equal "$(server_stat web total)" 2
 }
 
+# server_open_is NAME N: the server has N connections open now.
+server_open_is() {
+    [[ "$(server_stat "$1" open)" == "$2" ]]
+}
+
 @test "max_waiters: with 2 already waiting, a third caller is refused at once" {
-    start_server web -1
+    # The server closes the holder's connection after 300 ms; the holder is
+    # killed only after that (see "waiters are served in arrival order").
+    start_server web 300
     caps_rules 1 30000 EAGAIN 2
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
     local holder=$BG_PID
@@ -169,6 +176,7 @@ EOF
     # The two waiters are still waiting, not refused.
     [[ ! -s "$T/w1" && ! -s "$T/w2" ]] || fail "a waiter gave up: $(cat "$T/w1" "$T/w2")"
 
+    wait_for server_open_is web 0
     kill -KILL "$holder"
     wait_pid "$w1" 15 || fail "waiter 1: $(cat "$T/w1")"
     wait_pid "$w2" 15 || fail "waiter 2: $(cat "$T/w2")"
@@ -176,11 +184,6 @@ EOF
     assert_equal "$(head -1 "$T/w2")" ok
     assert_equal "$(server_stat web total)" 3
     assert_equal "$(server_stat web max)" 1
-}
-
-# server_open_is NAME N: the server has N connections open now.
-server_open_is() {
-    [[ "$(server_stat "$1" open)" == "$2" ]]
 }
 
 @test "waiters are served in arrival order" {
