@@ -24,39 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *errno_text(int err)
-{
-    const char *name = strerrorname_np(err);
-    return name ? name : "EUNKNOWN";
-}
-
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static int parse_address(const char *host, int port, struct sockaddr_storage *ss,
-                         socklen_t *len)
-{
-    memset(ss, 0, sizeof(*ss));
-    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        *len = sizeof(*v4);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*v6);
-        return 0;
-    }
-    return -1;
-}
+#include "client_util.h"
 
 int main(int argc, char **argv)
 {

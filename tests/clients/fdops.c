@@ -50,6 +50,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_util.h"
+
 #ifndef MSG_FASTOPEN
 #define MSG_FASTOPEN 0x20000000
 #endif
@@ -74,8 +76,7 @@ static const char *res(int err)
 {
     if (err == 0)
         return "ok";
-    const char *name = strerrorname_np(err);
-    return name ? name : "EUNKNOWN";
+    return errno_text(err);
 }
 
 static void say(const char *key, const char *value)
@@ -98,41 +99,6 @@ static void die(const char *what)
 {
     fprintf(stderr, "fdops: %s: %s\n", what, strerror(errno));
     finish(2);
-}
-
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static int parse_address(const char *host, int port, struct sockaddr_storage *ss,
-                         socklen_t *len)
-{
-    memset(ss, 0, sizeof(*ss));
-    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        *len = sizeof(*v4);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*v6);
-        return 0;
-    }
-    return -1;
 }
 
 /* Connects a fresh socket (flags: SOCK_NONBLOCK, SOCK_CLOEXEC) to an
@@ -853,7 +819,7 @@ static void sc_errno_untouched(void)
 {
     enum { SENTINEL = 4242 };
     struct sockaddr_storage other;
-    socklen_t olen;
+    socklen_t olen = 0;
     parse_address(g_host, extra_arg(0), &other, &olen);
     int s, u, d, rc;
 

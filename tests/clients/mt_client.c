@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_util.h"
+
 enum { MAX_THREADS = 1024 };
 
 static struct sockaddr_storage g_addr;
@@ -27,27 +29,6 @@ static socklen_t g_len;
 static int g_hold_ms;
 static pthread_barrier_t g_barrier;
 static int g_result[MAX_THREADS]; /* 0 = connected, else errno */
-
-static int parse_address(const char *host, int port, struct sockaddr_storage *ss,
-                         socklen_t *len)
-{
-    memset(ss, 0, sizeof(*ss));
-    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        *len = sizeof(*v4);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*v6);
-        return 0;
-    }
-    return -1;
-}
 
 static void *worker(void *arg)
 {
@@ -129,8 +110,7 @@ int main(int argc, char **argv)
     }
     printf("threads=%d\nok=%d\n", threads, ok);
     for (int j = 0; j < distinct; j++) {
-        const char *name = strerrorname_np(codes[j]);
-        printf("%s=%d\n", name ? name : "EUNKNOWN", counts[j]);
+        printf("%s=%d\n", errno_text(codes[j]), counts[j]);
     }
     return 0;
 }
