@@ -8,7 +8,7 @@ PACKAGES=(
     build-essential uthash-dev libinih-dev
     bats bats-support bats-assert
     curl wget python3 perl netcat-openbsd haproxy
-    strace valgrind util-linux iproute2 procps
+    strace valgrind util-linux iproute2 procps man-db groff-base
 )
 
 missing=()
