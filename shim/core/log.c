@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,22 +50,45 @@ static void write_line(const char *line, size_t length)
         libc_close(fd);
 }
 
-void bh_log(enum bh_log_level level, const char *format, ...)
+static void log_formatted(const char *format, va_list args)
 {
-    if (!bh_log_enabled(level))
-        return;
     int saved_errno = errno;
     char line[1024];
     int length = snprintf(line, sizeof line, "bulkhead: ");
-    va_list args;
-    va_start(args, format);
     length += vsnprintf(line + length, sizeof line - length, format, args);
-    va_end(args);
     if (length > (int)sizeof line - 2)
         length = sizeof line - 2;
     line[length++] = '\n';
     write_line(line, length);
     errno = saved_errno;
+}
+
+void bh_log(enum bh_log_level level, const char *format, ...)
+{
+    if (!bh_log_enabled(level))
+        return;
+    va_list args;
+    va_start(args, format);
+    log_formatted(format, args);
+    va_end(args);
+}
+
+void bh_log_startup_problem(const char *format, ...)
+{
+    char text[1024], said[16];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    uint32_t hash = 2166136261u;                  /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        hash = (hash ^ *p) * 16777619u;
+    snprintf(said, sizeof said, "%08x", hash);
+    const char *already = getenv("BULKHEAD_SAID");
+    if (already && strcmp(already, said) == 0)
+        return;
+    bh_log(BH_LOG_ERROR, "%s", text);
+    setenv("BULKHEAD_SAID", said, 1);
 }
 
 static int64_t monotonic_second(void)

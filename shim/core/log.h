@@ -8,6 +8,12 @@ void bh_log_configure(enum bh_log_level level, const char *path);
 int bh_log_enabled(enum bh_log_level level);
 void bh_log(enum bh_log_level level, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
+/* A start-up problem (bad rules, no shared state): said once per process
+ * tree, not once per process. A wrapper script starts dozens of processes
+ * that would all say the same; the environment tells children it was said
+ * (BULKHEAD_SAID, a hash of the line). Call only while single-threaded. */
+void bh_log_startup_problem(const char *format, ...)
+    __attribute__((format(printf, 1, 2)));
 /* A refusal, at warn, at most one line per second per compartment in this
  * process; the next line says how many were left out. */
 void bh_log_refusal(int compartment, const char *compartment_name,

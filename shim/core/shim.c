@@ -42,10 +42,10 @@ static void keep_config_error(void *ctx, const char *message)
 static void report_config_errors(const struct config_errors *errors, const char *path)
 {
     if (errors->count == 1)
-        bh_log(BH_LOG_ERROR, "%s", errors->first);
+        bh_log_startup_problem("%s", errors->first);
     else
-        bh_log(BH_LOG_ERROR, "%s (and %d more: bulkhead check %s)", errors->first,
-               errors->count - 1, path);
+        bh_log_startup_problem("%s (and %d more: bulkhead check %s)", errors->first,
+                               errors->count - 1, path);
 }
 
 static int strict_mode(void)
@@ -59,8 +59,8 @@ static void configure_log(void)
     enum bh_log_level level = bh_shim.config.log_level;
     const char *override = getenv("BULKHEAD_LOG");
     if (override && bh_log_level_parse(override, &level) < 0)
-        bh_log(BH_LOG_ERROR, "BULKHEAD_LOG: \"%s\" is not one of error, warn, "
-               "info, debug", override);
+        bh_log_startup_problem("BULKHEAD_LOG: \"%s\" is not one of error, warn, "
+                               "info, debug", override);
     bh_log_configure(level, bh_shim.config.log_file);
 }
 
@@ -79,7 +79,8 @@ static int load_rules(void)
     configure_log();
     bh_shim.rules = bh_rule_index_build(&bh_shim.config);
     if (!bh_shim.rules) {
-        bh_log(BH_LOG_ERROR, "out of memory indexing %s; running without limits", path);
+        bh_log_startup_problem("out of memory indexing %s; running without limits",
+                               path);
         return -1;
     }
     return 0;
@@ -93,8 +94,8 @@ static void register_compartment(int i)
                                          compartment->limit, &live_limit);
     bh_shim.shared_index[i] = shared;
     if (shared < 0)
-        bh_log(BH_LOG_ERROR, "[%s]: cannot register in namespace \"%s\" (%s); "
-               "not limited", compartment->name, bh_shim.config.namespace_name,
+        bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
+                               "not limited", compartment->name, bh_shim.config.namespace_name,
                strerror(errno));
     else if (live_limit != compartment->limit)
         bh_log(BH_LOG_INFO, "[%s]: using the live limit %d, not %d from %s",
@@ -107,7 +108,7 @@ static int join_namespace(void)
     char err[256];
     if (bh_namespace_open(bh_shim.config.namespace_name, 1, &bh_shim.ns,
                           err, sizeof err) < 0) {
-        bh_log(BH_LOG_ERROR, "%s; running without limits", err);
+        bh_log_startup_problem("%s; running without limits", err);
         return -1;
     }
     for (int i = 0; i < bh_shim.config.compartment_count; i++)
