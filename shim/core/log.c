@@ -113,7 +113,7 @@ void bh_log_refusal(int compartment, const char *compartment_name,
     uint32_t suppressed = atomic_exchange(&window->suppressed, 0);
     char more[64] = "";
     if (suppressed)
-        snprintf(more, sizeof more, " (%u more refused in the last second)", suppressed);
+        snprintf(more, sizeof more, " (%u more refused since the last line)", suppressed);
     bh_log(BH_LOG_WARN, "refused %s to [%s] %s for %s[%d]%s", destination,
            compartment_name, why, program_invocation_short_name, (int)getpid(),
            more);
