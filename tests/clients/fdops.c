@@ -516,18 +516,26 @@ static void sc_eintr_keeps(void)
     close(l);
 }
 
-/* ---- fork and exec ------------------------------------------------------ */
-
-static void sc_fork_child_close(void)
+/* Two pipes to talk to a child (up: child to parent, down: parent to
+ * child), then fork; stdout flushed so the child does not repeat it. */
+static pid_t fork_with_pipes(int up[2], int down[2])
 {
-    int s = hold("first", 0);
-    int up[2], down[2];
     if (pipe(up) != 0 || pipe(down) != 0)
         die("pipe");
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
         die("fork");
+    return pid;
+}
+
+/* ---- fork and exec ------------------------------------------------------ */
+
+static void sc_fork_child_close(void)
+{
+    int s = hold("first", 0);
+    int up[2], down[2];
+    pid_t pid = fork_with_pipes(up, down);
     if (pid == 0) {
         close(s); /* the child does not own the parent's permit */
         write_byte(up[1], 'c');
@@ -547,12 +555,7 @@ static void sc_fork_parent_close(void)
 {
     int s = hold("first", 0);
     int up[2], down[2];
-    if (pipe(up) != 0 || pipe(down) != 0)
-        die("pipe");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork");
+    pid_t pid = fork_with_pipes(up, down);
     if (pid == 0) {
         write_byte(up[1], 'r');
         read_byte(down[0]); /* keeps the inherited fd open meanwhile */
@@ -575,12 +578,7 @@ static void sc_fork_parent_close(void)
 static void sc_fork_child_own(void)
 {
     int up[2], down[2];
-    if (pipe(up) != 0 || pipe(down) != 0)
-        die("pipe");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork");
+    pid_t pid = fork_with_pipes(up, down);
     if (pid == 0) {
         int err;
         int fd = open_conn(0, &err);
@@ -662,12 +660,7 @@ static void sc_exec_fails(void)
 static void sc_exec_survives_exit(void)
 {
     int up[2], down[2];
-    if (pipe(up) != 0 || pipe(down) != 0)
-        die("pipe");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork");
+    pid_t pid = fork_with_pipes(up, down);
     if (pid == 0) {
         close(up[0]);
         close(down[1]);
