@@ -25,7 +25,7 @@ struct bh_shim bh_shim;
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static __thread int starting_here;
 
-/* A program (and each of its children) says one line about bad rules: the
+/* Bad rules are one line (once per process tree, see log.h): the
  * first error, and how many more `bulkhead check` will list. */
 struct config_errors {
     char first[512];
