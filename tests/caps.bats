@@ -32,6 +32,10 @@ EOF
         pids+=($!)
         track_pid $!
     done
+    # "At once": all 17 refusals are in while the server still holds the
+    # three admitted connections, so none of them waited for a permit.
+    wait_for refusals_are 17
+    assert_equal "$(server_stat web open)" 3
     wait "${pids[@]}" || true
 
     local ok refused
@@ -42,27 +46,24 @@ EOF
     # Every success is one connection at the server; a refusal sends nothing.
     assert_equal "$(server_stat web total)" "$ok"
     assert_equal "$ok" 3
-    # Refused curls did not wait for a permit: a held one lasts 2000 ms.
-    local f ms
-    for f in "$T"/curl.*; do
-        if grep -q '^rc=7 ' "$f"; then
-            ms=$(sed 's/.*ms=//' "$f")
-            ((ms < 1500)) || fail "a refused curl took ${ms} ms"
-        fi
-    done
+}
+
+refusals_are() {
+    [[ "$(count_rc 7 "$T"/curl.*)" == "$1" ]]
 }
 
 @test "curl connects non-blocking, so it is refused at once even when the compartment waits" {
     start_server web 2000
-    caps_rules 1 20000
+    # An hour's wait and a holder that never lets go: a curl that waited
+    # would not come back before the test's own time-out fails it.
+    caps_rules 1 3600000
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     wait_for file_has "$T/holder" '^ok$'
     timed "$T/curl" run_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
         "http://127.0.0.1:$SERVER_PORT/"
     run cat "$T/curl"
     assert_output --regexp '^rc=7 '
-    local ms=${output##*ms=}
-    ((ms < 1500)) || fail "refused curl took ${ms} ms: it waited"
+    assert_equal "$(server_stat web total)" 1
 }
 
 @test "20 parallel curls, limit 3, wait_ms with wait_nonblocking = yes: all succeed, 3 at once" {
@@ -154,7 +155,7 @@ server_open_is() {
     # The server closes the holder's connection after 300 ms; the holder is
     # killed only after that (see "waiters are served in arrival order").
     start_server web 300
-    caps_rules 1 30000 EAGAIN 2
+    caps_rules 1 3600000 EAGAIN 2
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
     local holder=$BG_PID
     wait_for file_has "$T/holder" '^ok$'
@@ -167,12 +168,11 @@ server_open_is() {
     local w2=$BG_PID
     wait_for sem_waiters_is "$NS" 2
 
+    # With an hour's wait, the third caller coming back at all means it was
+    # refused without waiting.
     run run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_failure 1
     assert_line EAGAIN
-    local ms
-    ms=$(out_value connect_ms)
-    ((ms < 3000)) || fail "third caller waited ${ms} ms before the refusal"
     # The two waiters are still waiting, not refused.
     [[ ! -s "$T/w1" && ! -s "$T/w2" ]] || fail "a waiter gave up: $(cat "$T/w1" "$T/w2")"
 

@@ -23,20 +23,18 @@ teardown() { bh_teardown; }
 namespace = $NS
 [slow]
 limit = 1
-wait_ms = 20000
+wait_ms = 3600000
 errno = EAGAIN
 match = 127.0.0.1:$SERVER_PORT
 EOF
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
     wait_for file_has "$T/holder" '^ok$'
 
+    # The compartment waits an hour and the holder never lets go: coming
+    # back at all means the non-blocking connect did not wait.
     run run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0 --nonblock
     assert_failure 1
     assert_line connect=EAGAIN
-    # A wait would have taken 20 s; "at once" is anything well below that.
-    local ms
-    ms=$(out_value connect_ms)
-    ((ms < 3000)) || fail "non-blocking refusal took ${ms} ms"
     [[ $(server_stat srv total) == 1 ]] || fail "the refused connect reached the server"
 }
 
