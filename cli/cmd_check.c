@@ -29,6 +29,10 @@ static void print_compartment(const struct bh_config *config, int index)
            compartment->limit == 0 ? " (refuses everything)" : "");
     printf("  wait_ms      %d%s\n", compartment->wait_ms,
            compartment->wait_ms == 0 ? " (fail fast)" : "");
+    if (compartment->wait_ms > 0)
+        printf("  wait_nonblocking %s\n", compartment->wait_nonblocking
+               ? "yes (non-blocking connects wait too)"
+               : "no (non-blocking connects are refused at once)");
     printf("  max_waiters  %d\n", compartment->max_waiters);
     printf("  errno        %s\n", bh_errno_name(compartment->refusal_errno));
     const char *label = "match";
@@ -105,8 +109,8 @@ const struct cli_command cli_check_command = {
     .help =
         "Validates a rules file (default: the one the shim would load) and\n"
         "prints the settings in effect: the namespace, the log level, and for\n"
-        "each compartment its limit, wait_ms, max_waiters, errno and match\n"
-        "rules with their line numbers.\n"
+        "each compartment its limit, wait_ms, wait_nonblocking, max_waiters,\n"
+        "errno and match rules with their line numbers.\n"
         "\n"
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not.\n",
