@@ -27,7 +27,7 @@ EOF
     caps_rules 3 0
     local i pids=()
     for i in $(seq 1 20); do
-        timed "$T/curl.$i" run_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
+        run_rc "$T/curl.$i" run_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
             "http://127.0.0.1:$SERVER_PORT/" 3>&- &
         pids+=($!)
         track_pid $!
@@ -59,10 +59,10 @@ refusals_are() {
     caps_rules 1 3600000
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     wait_for file_has "$T/holder" '^ok$'
-    timed "$T/curl" run_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
+    run_rc "$T/curl" run_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
         "http://127.0.0.1:$SERVER_PORT/"
     run cat "$T/curl"
-    assert_output --regexp '^rc=7 '
+    assert_output rc=7
     assert_equal "$(server_stat web total)" 1
 }
 
@@ -80,7 +80,7 @@ match = 127.0.0.1:$SERVER_PORT
 EOF
     local i pids=()
     for i in $(seq 1 20); do
-        timed "$T/curl.$i" run_shim curl -s -o /dev/null --noproxy '*' --max-time 15 \
+        run_rc "$T/curl.$i" run_shim curl -s -o /dev/null --noproxy '*' --max-time 15 \
             "http://127.0.0.1:$SERVER_PORT/" 3>&- &
         pids+=($!)
         track_pid $!
@@ -97,7 +97,7 @@ EOF
     caps_rules 3 20000
     local i pids=()
     for i in $(seq 1 20); do
-        timed "$T/wget.$i" run_shim wget -q -O /dev/null --no-proxy -T 15 -t 1 \
+        run_rc "$T/wget.$i" run_shim wget -q -O /dev/null --no-proxy -T 15 -t 1 \
             "http://127.0.0.1:$SERVER_PORT/" 3>&- &
         pids+=($!)
         track_pid $!

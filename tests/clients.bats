@@ -40,7 +40,7 @@ RULES
     name_rules 2 "payments.test:$SERVER_PORT"
     local i pids=()
     for i in $(seq 1 6); do
-        timed "$T/wget.$i" hosts_shim wget -q -O /dev/null --no-proxy -T 10 -t 1 \
+        run_rc "$T/wget.$i" hosts_shim wget -q -O /dev/null --no-proxy -T 10 -t 1 \
             "http://payments.test:$SERVER_PORT/" 3>&- &
         pids+=($!)
         track_pid $!
@@ -57,7 +57,7 @@ RULES
     name_rules 2 '*.payments.test:*'
     local i pids=()
     for i in $(seq 1 10); do
-        timed "$T/curl.$i" hosts_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
+        run_rc "$T/curl.$i" hosts_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
             "http://api.payments.test:$SERVER_PORT/" 3>&- &
         pids+=($!)
         track_pid $!

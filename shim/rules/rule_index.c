@@ -73,7 +73,6 @@ struct family_prefixes {
 };
 
 struct bh_rule_index {
-    int rule_count;
     struct port_range *ports;           /* per rule */
     uint64_t port_map[65536 / 64];      /* ports any rule covers */
     struct family_prefixes v4, v6;
@@ -231,7 +230,6 @@ struct bh_rule_index *bh_rule_index_build(const struct bh_config *config)
     struct bh_rule_index *index = calloc(1, sizeof *index);
     if (!index)
         return NULL;
-    index->rule_count = config->rule_count;
     index->ports = calloc(config->rule_count ? config->rule_count : 1,
                           sizeof *index->ports);
     pthread_rwlock_init(&index->resolved_lock, NULL);
