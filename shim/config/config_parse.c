@@ -19,6 +19,7 @@
 #include <ini.h>
 
 #include "config/config.h"
+#include "libc/libc.h"
 
 enum {
     LINE_BUFFER_SIZE = 1024,   /* inih's line buffer: text, newline, NUL */
@@ -766,13 +767,13 @@ int bh_config_load(const char *path, struct bh_config *config,
         report_out_of_memory(&p);
         return p.error_count;
     }
-    p.file = fopen(path, "re");
+    p.file = libc_fopen(path, "re");
     if (!p.file) {
         report(&p, 0, "cannot open: %s", strerror(errno));
         return p.error_count;
     }
     parse_file(&p);
-    fclose(p.file);
+    libc_fclose(p.file);
     free(p.raw_line);
     free(p.error_lines);
     return p.error_count;

@@ -13,7 +13,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/log.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/log.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 
 static enum bh_log_level log_level = BH_LOG_WARN;
 static char log_path[512];          /* empty: stderr */

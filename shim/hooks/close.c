@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
 

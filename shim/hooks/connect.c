@@ -4,7 +4,7 @@
 #include <sys/socket.h>
 
 #include "core/gate.h"
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/shim.h"
 
 static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)

@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
 

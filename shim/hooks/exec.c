@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/shim.h"
 
 enum exec_kind { BY_PATH, BY_SEARCH, BY_FD };

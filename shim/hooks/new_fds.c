@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
 

@@ -5,7 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
-#include "core/libc.h"
+#include "libc/libc.h"
 #include "core/shim.h"
 
 static int wanted(const char *name)

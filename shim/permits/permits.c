@@ -46,6 +46,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "libc/libc.h"
+
 enum { LOCK_TIMEOUT_MS = 2000, SEM_VALUE_MAX = 32767 };
 
 /* This process's row in the holders table; reset in a forked child. */
@@ -276,11 +278,11 @@ static uint64_t process_start_time(pid_t pid)
 {
     char path[64], text[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = libc_open(path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return 0;
     ssize_t length = read(fd, text, sizeof text - 1);
-    close(fd);
+    libc_close(fd);
     if (length <= 0)
         return 0;
     text[length] = '\0';

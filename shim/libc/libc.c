@@ -1,5 +1,5 @@
 /* dlsym plumbing for the real-symbol table declared in libc.h. */
-#include "core/libc.h"
+#include "libc/libc.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
