@@ -11,16 +11,17 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <sys/time.h>
 
 #include "libc/libc.h"
 #include "core/log.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
 
-static int is_inet_stream(int fd)
+static int is_inet_stream(int fd, enum bh_fd_kind kind)
 {
-    enum bh_fd_kind kind = bh_fd_kind(fd);
     if (kind != BH_FD_UNKNOWN)
         return kind == BH_FD_INET_STREAM;
     int type = 0;
@@ -37,6 +38,22 @@ static int may_block(int fd)
     int flags = libc_fcntl(fd, F_GETFL, NULL);
     errno = saved_errno;
     return flags >= 0 && !(flags & O_NONBLOCK);
+}
+
+/* The socket's own send timeout (SO_SNDTIMEO, which bounds a blocking
+ * connect() too) in ms, rounded up; 0 when it has none. */
+static int own_timeout_ms(int fd)
+{
+    struct timeval timeout = { 0, 0 };
+    socklen_t length = sizeof timeout;
+    int saved_errno = errno;
+    int rc = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, &length);
+    errno = saved_errno;
+    if (rc < 0 || (timeout.tv_sec == 0 && timeout.tv_usec == 0))
+        return 0;
+    if (timeout.tv_sec >= INT_MAX / 1000)
+        return INT_MAX;
+    return (int)(timeout.tv_sec * 1000 + (timeout.tv_usec + 999) / 1000);
 }
 
 static void describe(const struct sockaddr *to, char *out, size_t outlen)
@@ -57,19 +74,44 @@ static void describe(const struct sockaddr *to, char *out, size_t outlen)
 }
 
 static int refuse(int local, int shared, const struct sockaddr *to,
-                  enum bh_acquire_result result)
+                  const char *why)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     char destination[INET6_ADDRSTRLEN + 16];
     describe(to, destination, sizeof destination);
-    char why[96];
-    if (result == BH_TIMED_OUT)
-        snprintf(why, sizeof why, "after waiting %d ms", compartment->wait_ms);
-    else
-        snprintf(why, sizeof why, "at once (full)");
     bh_log_refusal(shared, compartment->name, destination, why);
     errno = compartment->refusal_errno;
     return BH_GATE_REFUSED;
+}
+
+/* The compartment is full: how long this caller may wait for a permit, and
+ * when it may not (0), why, in words for the refusal line. */
+static int wait_allowed_ms(int fd, const struct bh_compartment *compartment,
+                           int shared, char *why, size_t whylen)
+{
+    int wait_ms = compartment->wait_ms;
+    if (atomic_load(&bh_shim.ns.state->compartments[shared].limit) == 0) {
+        snprintf(why, whylen, "at once: limit 0");
+        return 0;
+    }
+    if (wait_ms == 0) {
+        snprintf(why, whylen, "at once: full; wait_ms = 0");
+        return 0;
+    }
+    int blocking = may_block(fd);
+    if (!blocking && !compartment->wait_nonblocking) {
+        snprintf(why, whylen, "at once: full; non-blocking socket and "
+                 "wait_nonblocking = no");
+        return 0;
+    }
+    int own_ms = blocking ? own_timeout_ms(fd) : 0;
+    if (own_ms > 0 && own_ms < wait_ms) {
+        snprintf(why, whylen, "after waiting %d ms (the socket's SO_SNDTIMEO)",
+                 own_ms);
+        return own_ms;
+    }
+    snprintf(why, whylen, "after waiting %d ms", wait_ms);
+    return wait_ms;
 }
 
 static void note_bypass_once(void)
@@ -87,20 +129,24 @@ static int admit(int fd, int local, const struct sockaddr *to)
     if (shared < 0)
         return BH_GATE_PASS;
     enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, shared);
+    char why[96];
     if (result == BH_REJECTED) {
-        if (compartment->wait_ms > 0 &&
-            (compartment->wait_nonblocking || may_block(fd)))
-            result = bh_permit_wait(&bh_shim.ns, shared, compartment->wait_ms,
+        int wait_ms = wait_allowed_ms(fd, compartment, shared, why, sizeof why);
+        if (wait_ms > 0)
+            result = bh_permit_wait(&bh_shim.ns, shared, wait_ms,
                                     compartment->max_waiters);
         else
             bh_permit_count_rejected(&bh_shim.ns, shared);
+        if (result == BH_REJECTED && wait_ms > 0)
+            snprintf(why, sizeof why, "at once: full; max_waiters = %d already "
+                     "waiting", compartment->max_waiters);
     }
     if (result == BH_BYPASS) {
         note_bypass_once();
         return BH_GATE_PASS;
     }
     if (result != BH_ACQUIRED)
-        return refuse(local, shared, to, result);
+        return refuse(local, shared, to, why);
     if (bh_fd_attach(fd, shared) < 0) {
         bh_permit_release(&bh_shim.ns, shared); /* another thread counted it */
         return BH_GATE_PASS;
@@ -119,7 +165,8 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     if (rule < 0)
         return BH_GATE_PASS;
     /* Already counted: connect() again to poll an async connect. */
-    if (bh_fd_compartment(fd) >= 0 || !is_inet_stream(fd))
+    struct bh_fd_state state = bh_fd_lookup(fd);
+    if (state.compartment >= 0 || !is_inet_stream(fd, state.kind))
         return BH_GATE_PASS;
     return admit(fd, bh_shim.config.rules[rule].compartment, to);
 }
@@ -128,7 +175,7 @@ void bh_gate_leave(int fd, int call_failed)
 {
     if (call_failed && errno != EINPROGRESS && errno != EINTR) {
         int saved_errno = errno;
-        bh_fd_new(fd, BH_FD_INET_STREAM); /* drops the connection: permit back */
+        bh_give_back(bh_fd_new(fd, BH_FD_INET_STREAM)); /* drops the connection */
         errno = saved_errno;
     }
 }

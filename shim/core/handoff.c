@@ -124,7 +124,7 @@ static void adopt_fd(int fd, uint32_t old_connection, int compartment,
         return;
     for (int i = 0; i < *adopted_count; i++) {
         if (adopted[i].old_connection == old_connection) {
-            bh_fd_duplicated(adopted[i].fd, fd);
+            bh_give_back(bh_fd_duplicated(adopted[i].fd, fd));
             return;
         }
     }

@@ -23,6 +23,7 @@ static char log_path[512];          /* empty: stderr */
 struct refusal_window {
     _Atomic int64_t second;         /* CLOCK_MONOTONIC second of the last line */
     _Atomic uint32_t suppressed;    /* refusals not logged since */
+    const char *_Atomic name;       /* the compartment's, from the config */
 };
 static struct refusal_window refusal_windows[BH_MAX_COMPARTMENTS];
 
@@ -104,6 +105,7 @@ void bh_log_refusal(int compartment, const char *compartment_name,
     if (!bh_log_enabled(BH_LOG_WARN))
         return;
     struct refusal_window *window = &refusal_windows[compartment];
+    atomic_store_explicit(&window->name, compartment_name, memory_order_relaxed);
     int64_t now = monotonic_second();
     int64_t last = atomic_load(&window->second);
     if (last == now || !atomic_compare_exchange_strong(&window->second, &last, now)) {
@@ -117,4 +119,15 @@ void bh_log_refusal(int compartment, const char *compartment_name,
     bh_log(BH_LOG_WARN, "refused %s to [%s] %s for %s[%d]%s", destination,
            compartment_name, why, program_invocation_short_name, (int)getpid(),
            more);
+}
+
+void bh_log_refusals_left_out(void)
+{
+    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++) {
+        uint32_t suppressed = atomic_exchange(&refusal_windows[i].suppressed, 0);
+        if (suppressed)
+            bh_log(BH_LOG_WARN, "%s[%d] exits: %u more refused to [%s] since "
+                   "the last line", program_invocation_short_name, (int)getpid(),
+                   suppressed, atomic_load(&refusal_windows[i].name));
+    }
 }

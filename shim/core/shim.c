@@ -98,7 +98,8 @@ static void register_compartment(int i)
                                "not limited", compartment->name, bh_shim.config.namespace_name,
                strerror(errno));
     else if (live_limit != compartment->limit)
-        bh_log(BH_LOG_INFO, "[%s]: using the live limit %d, not %d from %s",
+        bh_log(BH_LOG_WARN, "[%s]: using the live limit %d (set by bulkhead "
+               "set or apply), not %d from %s",
                compartment->name, live_limit, compartment->limit,
                bh_shim.config.path);
 }
@@ -118,7 +119,7 @@ static int join_namespace(void)
 
 static void forget_after_fork(void)
 {
-    bh_fd_forget_all();
+    bh_fd_table_reset();
     bh_permits_forget_after_fork();
     bh_rule_index_after_fork(bh_shim.rules);
 }
@@ -128,11 +129,14 @@ static void start_once_per_image(void)
     starting_here = 1;
     int active = load_rules() == 0 && join_namespace() == 0;
     if (active) {
+        bh_fd_table_reset();
         bh_handoff_adopt();
         pthread_atfork(NULL, NULL, forget_after_fork);
-        bh_log(BH_LOG_INFO, "%s loaded: namespace \"%s\", %d compartments, %d rules",
+        bh_log(BH_LOG_INFO, "%s loaded: namespace \"%s\", %d compartment%s, %d rule%s",
                bh_shim.config.path, bh_shim.config.namespace_name,
-               bh_shim.config.compartment_count, bh_shim.config.rule_count);
+               bh_shim.config.compartment_count,
+               bh_shim.config.compartment_count == 1 ? "" : "s",
+               bh_shim.config.rule_count, bh_shim.config.rule_count == 1 ? "" : "s");
     }
     unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
     atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
@@ -152,9 +156,4 @@ void bh_shim_start(void)
 __attribute__((constructor)) static void start_at_load(void)
 {
     bh_shim_start();
-}
-
-void bh_connection_ended(int compartment)
-{
-    bh_permit_release(&bh_shim.ns, compartment);
 }

@@ -26,6 +26,14 @@ extern struct bh_shim bh_shim;
 
 void bh_shim_start(void);
 
+/* Gives back the permit of a connection that the fd table says ended
+ * (compartment < 0: nothing ended). Async-signal-safe. */
+static inline void bh_give_back(int compartment)
+{
+    if (compartment >= 0)
+        bh_permit_release(&bh_shim.ns, compartment);
+}
+
 /* Nonzero when rules are in force. Starts the shim on first use. */
 static inline int bh_shim_active(void)
 {
@@ -36,6 +44,10 @@ static inline int bh_shim_active(void)
     }
     return status == BH_SHIM_ACTIVE;
 }
+
+/* A normal exit (see exit.c): closes every counted connection, then gives
+ * its permit back; flushes stdio output pending on them first if asked. */
+void bh_exit_close_connections(int flush_streams);
 
 /* Exec hand-off: what the next program image must know about our permits. */
 #define BH_HANDOFF_VARIABLE "BULKHEAD_HANDOFF"

@@ -7,9 +7,22 @@
  *
  * Locks: none. Entries change by atomic exchange or compare-and-swap; a
  * connection's refcount by atomic add. Invariant: take the reference before
- * publishing an entry, remove the entry before dropping the reference. The
- * close path is an exchange, a decrement and, for the last fd, the permit
- * release (one semop): all async-signal-safe, so a signal handler may close.
+ * publishing an entry, remove the entry before dropping the reference. A
+ * reference is only ever added to a live connection (refcount > 0), so a
+ * dup racing the last close cannot revive a connection that already ended.
+ * The close path is an exchange, a getpid() and a decrement: all
+ * async-signal-safe, so a signal handler may close.
+ *
+ * Owner: the memory is shared with vfork children (Python's subprocess,
+ * posix_spawn), which are other processes holding none of our permits. So
+ * every change to a tracked entry first checks that getpid() is the
+ * owner's; in any other process the table is read-only and nothing ends.
+ * The syscall is paid only when a tracked entry is about to change. The one
+ * write a non-owner can make is a kind hint on an entry that tracks
+ * nothing (socket() in a vfork child, which POSIX does not allow anyway).
+ *
+ * A process that dies mid-operation takes the table with it: it is private
+ * memory; its permits go back through SEM_UNDO (see permits.c).
  *
  * Connection ids: the connect()ing fd's own number is tried first, so the
  * usual allocation is a single compare-and-swap. */
@@ -19,6 +32,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 enum {
     CHUNK_BITS = 12,
@@ -36,6 +50,14 @@ struct connection {
 
 static _Atomic(_Atomic uint32_t *) fd_entries[CHUNK_COUNT];
 static _Atomic(struct connection *) connections[CHUNK_COUNT];
+static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
+
+/* Called only when a tracked entry is about to change. */
+static int owned_here(void)
+{
+    pid_t owning = atomic_load_explicit(&owner, memory_order_relaxed);
+    return owning == 0 || owning == getpid();
+}
 
 /* Maps the chunk for a slot the first time it is needed. */
 __attribute__((noinline))
@@ -82,59 +104,78 @@ static struct connection *connection_for(uint32_t id, int create)
 
 static uint32_t entry_connection(uint32_t entry) { return entry >> KIND_BITS; }
 
-static void drop_reference(uint32_t entry)
+/* Returns the compartment of the connection this ended, if it did. */
+static int drop_reference(uint32_t entry)
 {
     uint32_t id_plus_one = entry_connection(entry);
     if (!id_plus_one)
-        return;
+        return BH_FD_NOTHING_ENDED;
     struct connection *connection = connection_for(id_plus_one - 1, 0);
     /* Read before the decrement: once it reaches 0 the slot may be reused. */
     int compartment = atomic_load(&connection->compartment);
     if (atomic_fetch_sub(&connection->refs, 1) == 1)
-        bh_connection_ended(compartment);
+        return compartment;
+    return BH_FD_NOTHING_ENDED;
 }
 
-enum bh_fd_kind bh_fd_kind(int fd)
+/* A reference to a connection that is still live; 0 if it already ended
+ * (its last fd closed while we were copying one of them). */
+static int take_live_reference(struct connection *connection)
+{
+    uint32_t refs = atomic_load(&connection->refs);
+    do {
+        if (refs == 0)
+            return 0;
+    } while (!atomic_compare_exchange_weak(&connection->refs, &refs, refs + 1));
+    return 1;
+}
+
+struct bh_fd_state bh_fd_lookup(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);
-    return entry ? (enum bh_fd_kind)(atomic_load(entry) & KIND_MASK) : BH_FD_UNKNOWN;
+    uint32_t value = entry ? atomic_load(entry) : 0;
+    uint32_t id_plus_one = entry_connection(value);
+    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1 };
+    if (id_plus_one)
+        state.compartment = atomic_load(&connection_for(id_plus_one - 1, 0)->compartment);
+    return state;
 }
 
-int bh_fd_compartment(int fd)
-{
-    _Atomic uint32_t *entry = entry_for(fd, 0);
-    uint32_t id_plus_one = entry ? entry_connection(atomic_load(entry)) : 0;
-    if (!id_plus_one)
-        return -1;
-    return atomic_load(&connection_for(id_plus_one - 1, 0)->compartment);
-}
-
-void bh_fd_new(int fd, enum bh_fd_kind kind)
+int bh_fd_new(int fd, enum bh_fd_kind kind)
 {
     _Atomic uint32_t *entry = entry_for(fd, kind != BH_FD_UNKNOWN);
-    if (entry && (kind != BH_FD_UNKNOWN || atomic_load(entry) != 0))
-        drop_reference(atomic_exchange(entry, (uint32_t)kind));
+    if (!entry)
+        return BH_FD_NOTHING_ENDED;
+    uint32_t current = atomic_load(entry);
+    if (current == (uint32_t)kind)
+        return BH_FD_NOTHING_ENDED;
+    if (entry_connection(current) && !owned_here())
+        return BH_FD_NOTHING_ENDED;
+    return drop_reference(atomic_exchange(entry, (uint32_t)kind));
 }
 
 uint32_t bh_fd_detach(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);
-    if (!entry || atomic_load_explicit(entry, memory_order_relaxed) == 0)
+    if (!entry || entry_connection(atomic_load_explicit(entry, memory_order_relaxed)) == 0)
+        return 0;
+    if (!owned_here())
         return 0;
     return atomic_exchange(entry, 0);
 }
 
-void bh_fd_release(uint32_t detached)
+int bh_fd_release(uint32_t detached)
 {
-    drop_reference(detached);
+    return drop_reference(detached);
 }
 
-void bh_fd_closing(int fd)
+int bh_fd_closing(int fd)
 {
-    drop_reference(bh_fd_detach(fd));
+    return drop_reference(bh_fd_detach(fd));
 }
 
-void bh_fd_closing_range(unsigned first, unsigned last)
+void bh_fd_closing_range(unsigned first, unsigned last,
+                         void (*ended)(int compartment, void *ctx), void *ctx)
 {
     if (last >= MAX_FDS)
         last = MAX_FDS - 1;
@@ -143,24 +184,31 @@ void bh_fd_closing_range(unsigned first, unsigned last)
             fd |= CHUNK_SIZE - 1;   /* skip a chunk never used */
             continue;
         }
-        bh_fd_closing((int)fd);
+        int compartment = bh_fd_closing((int)fd);
+        if (compartment != BH_FD_NOTHING_ENDED)
+            ended(compartment, ctx);
     }
 }
 
-void bh_fd_duplicated(int oldfd, int newfd)
+int bh_fd_duplicated(int oldfd, int newfd)
 {
     if (oldfd == newfd)
-        return;
+        return BH_FD_NOTHING_ENDED;
     _Atomic uint32_t *source = entry_for(oldfd, 0);
     uint32_t copied = source ? atomic_load(source) : 0;
-    uint32_t id_plus_one = entry_connection(copied);
-    if (id_plus_one)
-        atomic_fetch_add(&connection_for(id_plus_one - 1, 0)->refs, 1);
     _Atomic uint32_t *target = entry_for(newfd, copied != 0);
-    if (target)
-        drop_reference(atomic_exchange(target, copied));
-    else if (id_plus_one)
-        drop_reference(copied);  /* no room to track the copy: undo the ref */
+    if (!target)
+        return BH_FD_NOTHING_ENDED;  /* nothing there, and no room to track */
+    uint32_t replaced = atomic_load(target);
+    if (!entry_connection(copied) && !entry_connection(replaced) &&
+        atomic_compare_exchange_strong(target, &replaced, copied))
+        return BH_FD_NOTHING_ENDED;  /* only a kind hint moved */
+    if (!owned_here())
+        return BH_FD_NOTHING_ENDED;
+    uint32_t id_plus_one = entry_connection(copied);
+    if (id_plus_one && !take_live_reference(connection_for(id_plus_one - 1, 0)))
+        copied &= KIND_MASK;  /* its last fd closed meanwhile: copy untracked */
+    return drop_reference(atomic_exchange(target, copied));
 }
 
 /* A free connection slot: the fd's own number first, then a scan. */
@@ -202,6 +250,8 @@ int bh_fd_attach(int fd, int compartment)
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx)
 {
+    if (!owned_here())
+        return;
     for (unsigned chunk = 0; chunk < CHUNK_COUNT; chunk++) {
         _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
         for (unsigned i = 0; entries && i < CHUNK_SIZE; i++) {
@@ -214,8 +264,9 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
     }
 }
 
-void bh_fd_forget_all(void)
+void bh_fd_table_reset(void)
 {
+    atomic_store(&owner, getpid());
     for (unsigned chunk = 0; chunk < CHUNK_COUNT; chunk++) {
         _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
         struct connection *pool = atomic_load(&connections[chunk]);

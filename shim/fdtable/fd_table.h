@@ -2,12 +2,17 @@
  *
  * A connection is refcounted, not the fd: dup() and friends add fds to the
  * same connection, and its permit goes back when the last of them closes.
- * Everything here is lock-free and allocation-free on the close path, so
- * close() may run in a signal handler. See fd_table.c. */
+ * This is a leaf: it knows nothing of permits. Every call that can end a
+ * connection returns the compartment of the one that ended (or
+ * BH_FD_NOTHING_ENDED), and the caller gives that permit back.
+ * Lock-free and allocation-free on the close path, so close() may run in a
+ * signal handler. See fd_table.c. */
 #ifndef BH_FD_TABLE_H
 #define BH_FD_TABLE_H
 
 #include <stdint.h>
+
+enum { BH_FD_NOTHING_ENDED = -1 };
 
 /* What the shim knows of an fd without asking the kernel. */
 enum bh_fd_kind {
@@ -16,37 +21,44 @@ enum bh_fd_kind {
     BH_FD_OTHER = 2,        /* any other socket */
 };
 
-/* Called when a connection's last fd goes, with its compartment. Defined by
- * the shim core; must be async-signal-safe. */
-void bh_connection_ended(int compartment);
+/* One lookup: the fd's kind and its connection's compartment (-1: none). */
+struct bh_fd_state {
+    enum bh_fd_kind kind;
+    int compartment;
+};
+struct bh_fd_state bh_fd_lookup(int fd);
 
-enum bh_fd_kind bh_fd_kind(int fd);
-/* Compartment of the connection on fd, or -1. */
-int bh_fd_compartment(int fd);
+/* Empties the table and makes the calling process its owner: at start-up
+ * and in a forked child. Only the owner changes tracked entries; a vfork
+ * child (same memory, another process) changes nothing. */
+void bh_fd_table_reset(void);
 
 /* A call handed back a new fd: whatever was tracked on that number was
  * closed behind our back (raw syscall, glibc-internal close). */
-void bh_fd_new(int fd, enum bh_fd_kind kind);
+int bh_fd_new(int fd, enum bh_fd_kind kind);
 /* The fd is about to be closed: untrack it first, so a thread that gets the
  * number back the instant close() returns finds it clean. Returns what was
- * tracked, to pass to bh_fd_release() once the real close is done (the
- * permit goes back after the socket is gone, and even if close failed). */
+ * tracked, for bh_fd_release() once the real close is done (the permit
+ * goes back after the socket is gone, and even if close failed). */
 uint32_t bh_fd_detach(int fd);
-void bh_fd_release(uint32_t detached);
+int bh_fd_release(uint32_t detached);
 /* Both at once, for paths with no real close of their own to wait for. */
-void bh_fd_closing(int fd);
-void bh_fd_closing_range(unsigned first, unsigned last);
-/* newfd now refers to what oldfd refers to (dup, dup2, dup3, F_DUPFD). */
-void bh_fd_duplicated(int oldfd, int newfd);
+int bh_fd_closing(int fd);
+/* Every fd in [first, last]: ended(compartment, ctx) for each connection
+ * that ends. */
+void bh_fd_closing_range(unsigned first, unsigned last,
+                         void (*ended)(int compartment, void *ctx), void *ctx);
+/* newfd now refers to what oldfd refers to (dup, dup2, dup3, F_DUPFD);
+ * returns what newfd's old connection ended, if anything. */
+int bh_fd_duplicated(int oldfd, int newfd);
 
 /* Records a new connection on fd. Returns 0, or -1 when the fd already has
  * one (another thread won: the caller gives its permit back). */
 int bh_fd_attach(int fd, int compartment);
 
-/* Calls visit(fd, connection_id, compartment) for every tracked fd. */
+/* Calls visit(fd, connection_id, compartment) for every tracked fd; visits
+ * nothing in a process that does not own the table (a vfork child). */
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx);
-/* In a forked child: nothing here is the child's. */
-void bh_fd_forget_all(void);
 
 #endif

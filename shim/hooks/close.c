@@ -19,8 +19,14 @@ static int bh_close(int fd)
 {
     uint32_t detached = bh_fd_detach(fd);
     int rc = libc_close(fd);
-    bh_fd_release(detached);
+    bh_give_back(bh_fd_release(detached));
     return rc;
+}
+
+static void give_back(int compartment, void *ctx)
+{
+    (void)ctx;
+    bh_give_back(compartment);
 }
 
 static int bh_close_range(unsigned first, unsigned last, int flags)
@@ -29,14 +35,14 @@ static int bh_close_range(unsigned first, unsigned last, int flags)
     int valid = first <= last &&
                 !(flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE));
     if (closes && valid)
-        bh_fd_closing_range(first, last);
+        bh_fd_closing_range(first, last, give_back, NULL);
     return libc_close_range(first, last, flags);
 }
 
 static void bh_closefrom(int lowfd)
 {
     if (lowfd >= 0)
-        bh_fd_closing_range((unsigned)lowfd, ~0u);
+        bh_fd_closing_range((unsigned)lowfd, ~0u, give_back, NULL);
     libc_closefrom(lowfd);
 }
 
@@ -45,7 +51,7 @@ static int bh_fclose(FILE *stream)
 {
     uint32_t detached = stream ? bh_fd_detach(fileno(stream)) : 0;
     int rc = libc_fclose(stream);
-    bh_fd_release(detached);
+    bh_give_back(bh_fd_release(detached));
     return rc;
 }
 
@@ -55,7 +61,7 @@ static void forget_if_closed(int fd, uint32_t connection, int compartment, void 
     (void)compartment;
     (void)ctx;
     if (libc_fcntl(fd, F_GETFD, NULL) < 0 && errno == EBADF)
-        bh_fd_closing(fd);
+        bh_give_back(bh_fd_closing(fd));
 }
 
 /* We cannot list the streams; after they are gone, see which fds went. */

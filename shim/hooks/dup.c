@@ -12,7 +12,7 @@
 static int copied(int oldfd, int newfd)
 {
     if (newfd >= 0)
-        bh_fd_duplicated(oldfd, newfd);
+        bh_give_back(bh_fd_duplicated(oldfd, newfd));
     return newfd;
 }
 

@@ -20,7 +20,7 @@
 static int fresh(int fd)
 {
     if (fd >= 0)
-        bh_fd_new(fd, BH_FD_UNKNOWN);
+        bh_give_back(bh_fd_new(fd, BH_FD_UNKNOWN));
     return fd;
 }
 
@@ -46,7 +46,7 @@ static int bh_socket(int domain, int type, int protocol)
     int inet = domain == AF_INET || domain == AF_INET6;
     int stream = (type & 0xf) == SOCK_STREAM; /* strip SOCK_NONBLOCK/CLOEXEC */
     if (fd >= 0)
-        bh_fd_new(fd, inet && stream ? BH_FD_INET_STREAM : BH_FD_OTHER);
+        bh_give_back(bh_fd_new(fd, inet && stream ? BH_FD_INET_STREAM : BH_FD_OTHER));
     return fd;
 }
 

@@ -75,9 +75,20 @@
                               int *h_errnop),                                  \
       (name, family, ret, buf, buflen, result, h_errnop))
 
+/* Functions that return nothing (or never return): V(name, params, args) */
+#define BH_LIBC_VOID_FUNCTIONS(V)                                              \
+    V(closefrom, (int lowfd), (lowfd))                                         \
+    V(_exit, (int status), (status))                                           \
+    V(_Exit, (int status), (status))
+
 #define BH_LIBC_FIELD(type, name, params, args) type (*name) params;
-struct bh_libc { BH_LIBC_FUNCTIONS(BH_LIBC_FIELD) void (*closefrom)(int lowfd); };
+#define BH_LIBC_VOID_FIELD(name, params, args) void (*name) params;
+struct bh_libc {
+    BH_LIBC_FUNCTIONS(BH_LIBC_FIELD)
+    BH_LIBC_VOID_FUNCTIONS(BH_LIBC_VOID_FIELD)
+};
 #undef BH_LIBC_FIELD
+#undef BH_LIBC_VOID_FIELD
 
 extern struct bh_libc bh_libc;
 void *bh_libc_lookup(const char *name);
@@ -92,11 +103,14 @@ void *bh_libc_lookup(const char *name);
 BH_LIBC_FUNCTIONS(BH_LIBC_CALL)
 #undef BH_LIBC_CALL
 
-static inline void libc_closefrom(int lowfd)
-{
-    if (!bh_libc.closefrom)
-        bh_libc.closefrom = (void (*)(int))bh_libc_lookup("closefrom");
-    bh_libc.closefrom(lowfd);
-}
+#define BH_LIBC_VOID_CALL(name, params, args)                                   \
+    static inline void libc_##name params                                      \
+    {                                                                          \
+        if (__builtin_expect(!bh_libc.name, 0))                                \
+            bh_libc.name = (void (*) params)bh_libc_lookup(#name);             \
+        bh_libc.name args;                                                     \
+    }
+BH_LIBC_VOID_FUNCTIONS(BH_LIBC_VOID_CALL)
+#undef BH_LIBC_VOID_CALL
 
 #endif
