@@ -383,12 +383,40 @@ static void raise_to(_Atomic int64_t *maximum, int64_t value)
         ;
 }
 
+/* In use right now, from the semaphores themselves: exact. */
+static int in_use_now(struct bh_namespace *ns, int index)
+{
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    int free_now = semctl(ns->semid, BH_SEM_FREE(index), GETVAL);
+    int debt = atomic_load(&shared->debt_hint)
+                   ? semctl(ns->semid, BH_SEM_DEBT(index), GETVAL) : 0;
+    if (free_now < 0 || debt < 0)
+        return -1;
+    return atomic_load(&shared->limit) + debt - free_now;
+}
+
+/* The hint says this grant may be a new peak. The hint runs high while a
+ * killed holder's row is not reaped yet, so a peak is only ever recorded
+ * as the semaphores count it; a hint found high is mended by reaping. This
+ * costs a semctl only when the hint passes the peak, which a correct hint
+ * does only when a real new peak is reached. */
+static void raise_peak(struct bh_namespace *ns, int index, int64_t hint)
+{
+    int exact = in_use_now(ns, index);
+    if (exact < 0)
+        return;
+    raise_to(&ns->state->compartments[index].peak_in_use, exact);
+    if (exact < hint)
+        reap_dead_slots(ns->state);
+}
+
 static void count_granted(struct bh_namespace *ns, int index, int64_t waited_ns)
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
     atomic_fetch_add_explicit(&shared->acquired, 1, memory_order_relaxed);
     int64_t holders = atomic_fetch_add(&shared->holders_hint, 1) + 1;
-    raise_to(&shared->peak_in_use, holders);
+    if (holders > atomic_load_explicit(&shared->peak_in_use, memory_order_relaxed))
+        raise_peak(ns, index, holders);
     if (waited_ns >= 0) {
         atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns,
