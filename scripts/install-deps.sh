@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
     build-essential uthash-dev libinih-dev
     bats bats-support bats-assert
-    curl wget python3 python3-requests perl netcat-openbsd haproxy tcpdump redis-tools
+    curl wget python3 python3-requests perl netcat-openbsd haproxy tcpdump redis-tools redis-server
     strace valgrind util-linux iproute2 procps man-db groff-base
 )
 
