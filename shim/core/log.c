@@ -121,6 +121,12 @@ void bh_log_refusal(int compartment, const char *compartment_name,
            more);
 }
 
+void bh_log_forget_after_fork(void)
+{
+    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
+        atomic_store(&refusal_windows[i].suppressed, 0);
+}
+
 void bh_log_refusals_left_out(void)
 {
     for (int i = 0; i < BH_MAX_COMPARTMENTS; i++) {

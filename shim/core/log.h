@@ -18,6 +18,8 @@ void bh_log_startup_problem(const char *format, ...)
  * process; the next line says how many were left out. */
 void bh_log_refusal(int compartment, const char *compartment_name,
                     const char *destination, const char *why);
+/* In a forked child: the parent's unlogged refusals are not the child's. */
+void bh_log_forget_after_fork(void);
 /* At exit: how many refusals each compartment's rate limit left unlogged
  * since its last line. */
 void bh_log_refusals_left_out(void);

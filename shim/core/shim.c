@@ -120,6 +120,7 @@ static int join_namespace(void)
 static void forget_after_fork(void)
 {
     bh_fd_table_reset();
+    bh_log_forget_after_fork();
     bh_permits_forget_after_fork();
     bh_rule_index_after_fork(bh_shim.rules);
 }

@@ -130,6 +130,11 @@ static int take_live_reference(struct connection *connection)
     return 1;
 }
 
+int bh_fd_table_owned_here(void)
+{
+    return owned_here();
+}
+
 struct bh_fd_state bh_fd_lookup(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);

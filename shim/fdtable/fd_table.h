@@ -33,6 +33,9 @@ struct bh_fd_state bh_fd_lookup(int fd);
  * child (same memory, another process) changes nothing. */
 void bh_fd_table_reset(void);
 
+/* Nonzero in the process that owns the table (costs a getpid()). */
+int bh_fd_table_owned_here(void);
+
 /* A call handed back a new fd: whatever was tracked on that number was
  * closed behind our back (raw syscall, glibc-internal close). */
 int bh_fd_new(int fd, enum bh_fd_kind kind);
