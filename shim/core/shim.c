@@ -18,6 +18,7 @@
 
 #include "core/log.h"
 #include "fdtable/fd_table.h"
+#include "libc/libc.h"
 
 enum { EXIT_CONFIG = 78 };  /* EX_CONFIG from sysexits.h */
 
@@ -73,7 +74,7 @@ static int load_rules(void)
     if (bh_config_load(path, &bh_shim.config, keep_config_error, &errors)) {
         report_config_errors(&errors, path);  /* before the log is set up: stderr */
         if (strict_mode())
-            _exit(EXIT_CONFIG);
+            libc__exit(EXIT_CONFIG);
         return -1;  /* the errors said what; the program runs unlimited */
     }
     configure_log();
