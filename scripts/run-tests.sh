@@ -17,7 +17,8 @@ export BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-120}
 
 missing=0
 for f in build/libbulkhead.so build/tests/connect_hold build/tests/mt_client \
-    build/tests/fdops build/tests/resolve_connect; do
+    build/tests/fdops build/tests/resolve_connect build/tests/vfork_hold \
+    build/tests/exit_hold; do
     if [[ ! -e "$f" ]]; then
         echo "run-tests: missing $f (run: make all \$(TEST_BIN), or make test)" >&2
         missing=1
