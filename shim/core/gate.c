@@ -126,6 +126,9 @@ static int admit(int fd, int local, const struct sockaddr *to)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     int shared = bh_shim.shared_index[local];
+    if (shared == BH_SHARED_FOREIGN)
+        return refuse(local, local, to, "at once: another user holds the "
+                      "namespace's key (see the start-up line)");
     if (shared < 0)
         return BH_GATE_PASS;
     enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, shared);
@@ -144,6 +147,10 @@ static int admit(int fd, int local, const struct sockaddr *to)
     if (result == BH_BYPASS) {
         note_bypass_once();
         return BH_GATE_PASS;
+    }
+    if (result == BH_INTERRUPTED) {
+        errno = EINTR;  /* nothing taken; the program decides whether to retry */
+        return BH_GATE_REFUSED;
     }
     if (result != BH_ACQUIRED)
         return refuse(local, shared, to, why);

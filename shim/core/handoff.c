@@ -161,6 +161,8 @@ void bh_handoff_adopt(void)
     int pid, semid, offset = 0;
     if (!value || sscanf(value, "%d/%d/%n", &pid, &semid, &offset) != 2 || !offset)
         return;
+    if (!bh_shim.ns.state)
+        return;  /* no namespace of ours to hand anything back to */
     if (pid != getpid() || semid != bh_shim.ns.semid) {
         bh_log(BH_LOG_DEBUG, "ignoring a hand-off for another process or "
                "namespace; its permits go back when that process exits");

@@ -105,11 +105,24 @@ static void register_compartment(int i)
                bh_shim.config.path);
 }
 
+/* Another user's object under our key must neither be used nor switch
+ * the limits off: every matched connect is refused until it is gone. */
+static int refuse_everything(const char *err)
+{
+    bh_log_startup_problem("%s; refusing every connection the rules match "
+                           "until it is removed (ipcrm)", err);
+    for (int i = 0; i < bh_shim.config.compartment_count; i++)
+        bh_shim.shared_index[i] = BH_SHARED_FOREIGN;
+    return 0;
+}
+
 static int join_namespace(void)
 {
     char err[256];
     if (bh_namespace_open(bh_shim.config.namespace_name, 1, &bh_shim.ns,
                           err, sizeof err) < 0) {
+        if (errno == EPERM)
+            return refuse_everything(err);
         bh_log_startup_problem("%s; running without limits", err);
         return -1;
     }

@@ -12,13 +12,15 @@
 #define BH_EXPORT __attribute__((visibility("default")))
 
 enum bh_shim_status { BH_SHIM_STARTING, BH_SHIM_ACTIVE, BH_SHIM_OFF };
+enum { BH_SHARED_FOREIGN = -2 };
 
 struct bh_shim {
     _Atomic int status;
     struct bh_config config;
     struct bh_rule_index *rules;
     struct bh_namespace ns;
-    /* config compartment i -> its index in the namespace, -1 if unregistered */
+    /* config compartment i -> its index in the namespace, -1 if unregistered,
+     * BH_SHARED_FOREIGN when another user holds the namespace's key */
     int shared_index[BH_MAX_COMPARTMENTS];
 };
 

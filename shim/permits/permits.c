@@ -10,26 +10,45 @@
  * death to a waiter's wake-up.
  *
  * What is shared, per user and namespace, under one key:
- *   - a semaphore set: sem 0 is the registration lock (taken with SEM_UNDO,
- *     so a process dying inside it cannot wedge the namespace); compartment
- *     i owns sem 1+2i (permits free now) and 2+2i (debt: permits to retire
- *     as they are given back, after `bulkhead set` lowered the limit while
- *     they were in use).
+ *   - a semaphore set: sem 0 is the namespace lock (free at 0; taken by
+ *     "wait for 0, add 1" with SEM_UNDO, so a fresh set is born unlocked
+ *     and a process dying inside the lock cannot wedge the namespace);
+ *     compartment i owns sem 1+2i (permits free now) and 2+2i (debt:
+ *     permits to retire as they are given back, after `bulkhead set`
+ *     lowered the limit while they were in use).
  *   - a shared memory segment: the compartment table and counters
  *     (struct bh_shared_state). Counters are atomics, written without locks.
  *
- * Locks: only the registration lock. It serialises adding a compartment and
- * changing a limit; acquire and release never take it. Nothing here takes a
- * process-local lock, so bh_permit_release() is async-signal-safe: it is
+ * Who writes what: any process of the user that runs the shim or the
+ * command. The lock serialises making the table, adding a compartment and
+ * changing a limit; acquire and release never take it. Nothing here takes
+ * a process-local lock, so bh_permit_release() is async-signal-safe: it is
  * atomics plus one semop().
+ *
+ * A process that dies mid-operation: inside the lock, the kernel gives the
+ * lock back, and what it half did is redone by the next one (the table is
+ * (re)written when it is not this set's; a compartment's semaphores are
+ * set with SETVAL before compartment_count names it). Holding permits, the
+ * kernel gives them back (SEM_UNDO). Between its holders hint and its
+ * semop, the hint is off by one until its row is reaped; PEAK never trusts
+ * the hint alone.
+ *
+ * Creation is idempotent: semget/shmget with IPC_CREAT (no EXCL), then the
+ * lock, then the table if it is missing. Nobody ever removes a set that
+ * another process may have just made, except a set that has permits in
+ * flight and no table (memory removed by hand), which cannot be mended.
+ *
+ * Another user can create an object under our key first (the key is a
+ * hash anyone can compute). Every attach checks that both objects were
+ * created by and belong to our effective uid with mode 0600; a foreign one
+ * is never used (see bh_namespace_open).
  *
  * Traps avoided (each bit someone before us):
  *   - The key is a hash of a versioned name, never ftok() (collides).
- *   - A new set is created with IPC_EXCL and filled with semop(+N) without
- *     SEM_UNDO; SETVAL is never used on a live set: it wipes every process's
- *     undo record, so dead holders would no longer give permits back.
- *   - semtimedop() returns EINTR even under SA_RESTART: retry with the time
- *     left.
+ *   - SETVAL clears every process's undo entries for that semaphore: it is
+ *     used only on a compartment nobody can hold yet.
+ *   - semtimedop() returns EINTR even under SA_RESTART: the namespace lock
+ *     retries; a permit wait ends, as a blocking connect() would.
  *   - Undo records are not inherited by fork: a child owns no permits.
  *   - IPC_RMID (bulkhead reset) wakes waiters with EIDRM: let them through.
  *   - Mode bits are not umasked: create with 0600 explicitly. */
@@ -79,13 +98,30 @@ static int64_t monotonic_ns(void)
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
-/* Waits for sem_op(num, -1) up to timeout_ns; 0, or -1 with errno
- * (EAGAIN on timeout). Retries EINTR with the time left. */
-static int sem_take_timed(int semid, unsigned short num, short flags,
-                          int64_t timeout_ns)
+/* A permit of compartment `index`, but only while no debt is owed: a
+ * permit a dead holder's SEM_UNDO put back while `set` had lowered the
+ * limit must pay the debt, not go to the next caller. Both conditions are
+ * checked by the kernel in one atomic semop. */
+static void take_permit_ops(struct sembuf ops[2], int index, short flags)
 {
-    int64_t deadline = monotonic_ns() + timeout_ns;
-    struct sembuf op = { .sem_num = num, .sem_op = -1, .sem_flg = flags };
+    ops[0] = (struct sembuf){ .sem_num = BH_SEM_FREE(index), .sem_op = -1,
+                              .sem_flg = (short)(SEM_UNDO | flags) };
+    ops[1] = (struct sembuf){ .sem_num = BH_SEM_DEBT(index), .sem_op = 0,
+                              .sem_flg = flags };
+}
+
+/* The lock is free at 0: taking it waits for zero and adds one, with
+ * SEM_UNDO, in one atomic semop. A fresh set is therefore born unlocked,
+ * and a holder that dies gives the lock back through the kernel: no
+ * creator can wedge the namespace by dying between semget and its first
+ * semop. */
+static int lock_namespace(struct bh_namespace *ns)
+{
+    struct sembuf take[2] = {
+        { .sem_num = BH_SEM_LOCK, .sem_op = 0, .sem_flg = 0 },
+        { .sem_num = BH_SEM_LOCK, .sem_op = +1, .sem_flg = SEM_UNDO },
+    };
+    int64_t deadline = monotonic_ns() + ms_to_ns(LOCK_TIMEOUT_MS);
     for (;;) {
         int64_t left = deadline - monotonic_ns();
         if (left <= 0) {
@@ -93,37 +129,78 @@ static int sem_take_timed(int semid, unsigned short num, short flags,
             return -1;
         }
         struct timespec wait = { left / 1000000000, left % 1000000000 };
-        if (semtimedop(semid, &op, 1, &wait) == 0)
+        if (semtimedop(ns->semid, take, 2, &wait) == 0)
             return 0;
         if (errno != EINTR)
             return -1;
     }
 }
 
-static int lock_namespace(struct bh_namespace *ns)
-{
-    return sem_take_timed(ns->semid, BH_SEM_LOCK, SEM_UNDO,
-                          ms_to_ns(LOCK_TIMEOUT_MS));
-}
-
 static void unlock_namespace(struct bh_namespace *ns)
 {
-    sem_op(ns->semid, BH_SEM_LOCK, +1, SEM_UNDO);
+    sem_op(ns->semid, BH_SEM_LOCK, -1, SEM_UNDO);
 }
 
-static int attach_memory(struct bh_namespace *ns, int create, int *created)
+/* Ours: created by and owned by this effective uid, mode 0600. Another
+ * user can create an object under our key before we do (the key is no
+ * secret), but cannot make its creator uid ours. */
+static int owned_by_us(const struct ipc_perm *perm)
 {
-    *created = 0;
-    ns->shmid = shmget(ns->key, sizeof *ns->state, 0);
-    if (ns->shmid < 0 && errno == ENOENT && create) {
-        ns->shmid = shmget(ns->key, sizeof *ns->state, IPC_CREAT | IPC_EXCL | 0600);
-        if (ns->shmid >= 0)
-            *created = 1;
-        else if (errno == EEXIST)
-            ns->shmid = shmget(ns->key, sizeof *ns->state, 0);
-    }
-    if (ns->shmid < 0)
+    uid_t me = geteuid();
+    return perm->uid == me && perm->cuid == me && (perm->mode & 0777) == 0600;
+}
+
+/* Something under our key that we must not use. errno EEXIST when it is
+ * our own user's (another program, an older layout: a plain collision),
+ * EPERM when another user made it, owns it, or may write it. */
+static int foreign(struct bh_namespace *ns, const struct ipc_perm *perm,
+                   const char *what)
+{
+    uid_t me = geteuid();
+    snprintf(ns->foreign_what, sizeof ns->foreign_what, "%s", what);
+    if (perm && perm->cuid == me && perm->uid == me && (perm->mode & 0777) == 0600) {
+        errno = EEXIST;
         return -1;
+    }
+    ns->squatter_uid = !perm ? (uid_t)-1 : perm->cuid != me ? perm->cuid : perm->uid;
+    ns->squatter_mode = perm ? perm->mode & 0777 : 0;
+    errno = EPERM;
+    return -1;
+}
+
+static int open_semaphores(struct bh_namespace *ns, int create)
+{
+    struct semid_ds info;
+    ns->semid = semget(ns->key, BH_SEM_COUNT, create ? IPC_CREAT | 0600 : 0);
+    if (ns->semid < 0) {
+        /* EINVAL: a set under our key with fewer semaphores (someone
+         * else's, or an older layout's); EACCES: one we may not use. */
+        if (errno != EINVAL && errno != EACCES)
+            return -1;
+        int other = semget(ns->key, 0, 0);
+        int known = other >= 0 && semctl(other, 0, IPC_STAT, &info) == 0;
+        return foreign(ns, known ? &info.sem_perm : NULL, "semaphores");
+    }
+    if (semctl(ns->semid, 0, IPC_STAT, &info) < 0)
+        return -1;
+    return owned_by_us(&info.sem_perm) ? 0 : foreign(ns, &info.sem_perm, "semaphores");
+}
+
+static int attach_memory(struct bh_namespace *ns, int create)
+{
+    struct shmid_ds info;
+    ns->shmid = shmget(ns->key, sizeof *ns->state, create ? IPC_CREAT | 0600 : 0);
+    if (ns->shmid < 0) {
+        if (errno != EINVAL && errno != EACCES)
+            return -1;
+        int other = shmget(ns->key, 0, 0);
+        int known = other >= 0 && shmctl(other, IPC_STAT, &info) == 0;
+        return foreign(ns, known ? &info.shm_perm : NULL, "shared memory");
+    }
+    if (shmctl(ns->shmid, IPC_STAT, &info) < 0)
+        return -1;
+    if (!owned_by_us(&info.shm_perm) || info.shm_segsz != sizeof *ns->state)
+        return foreign(ns, &info.shm_perm, "shared memory");
     void *address = shmat(ns->shmid, NULL, 0);
     if (address == (void *)-1)
         return -1;
@@ -131,33 +208,43 @@ static int attach_memory(struct bh_namespace *ns, int create, int *created)
     return 0;
 }
 
-static int open_semaphores(struct bh_namespace *ns, int create, int *created)
+/* Nothing was ever taken from a set whose permit and debt semaphores are
+ * all zero: a table can be (re)made for it. */
+static int set_is_pristine(struct bh_namespace *ns)
 {
-    *created = 0;
-    ns->semid = semget(ns->key, BH_SEM_COUNT, 0);
-    if (ns->semid >= 0 || errno != ENOENT || !create)
-        return ns->semid < 0 ? -1 : 0;
-    ns->semid = semget(ns->key, BH_SEM_COUNT, IPC_CREAT | IPC_EXCL | 0600);
-    if (ns->semid >= 0) {
-        *created = 1;
+    unsigned short values[BH_SEM_COUNT];
+    if (semctl(ns->semid, 0, GETALL, values) < 0)
         return 0;
-    }
-    if (errno == EEXIST)
-        ns->semid = semget(ns->key, BH_SEM_COUNT, 0);
-    return ns->semid < 0 ? -1 : 0;
+    for (int i = 1; i < BH_SEM_COUNT; i++)
+        if (values[i] != 0)
+            return 0;
+    return 1;
 }
 
-/* The creator of a fresh semaphore set owns a table nobody can be using
- * (the lock is still closed): it writes the header, then opens the lock. */
-static void initialise_namespace(struct bh_namespace *ns, const char *name)
+/* Under the lock: a table that is not this set's (fresh memory, or a
+ * creator that died half way) is written now, by whoever comes next.
+ * Returns 0, or -1 with errno EEXIST (the key is another namespace's of
+ * ours: a hash collision) or EIDRM (permits in flight with no table for
+ * them, memory removed by hand: the namespace must start over). */
+static int initialise_if_needed(struct bh_namespace *ns, const char *name)
 {
-    memset(ns->state, 0, sizeof *ns->state);
-    ns->state->layout_version = BH_LAYOUT_VERSION;
-    ns->state->owner_uid = geteuid();
-    snprintf(ns->state->namespace_name, BH_NAME_MAX, "%s", name);
+    struct bh_shared_state *state = ns->state;
+    if (state->magic == BH_STATE_MAGIC && state->semid == ns->semid) {
+        errno = EEXIST;
+        return strcmp(state->namespace_name, name) == 0 ? 0 : -1;
+    }
+    if (!set_is_pristine(ns)) {
+        errno = EIDRM;
+        return -1;
+    }
+    memset(state, 0, sizeof *state);
+    state->layout_version = BH_LAYOUT_VERSION;
+    state->owner_uid = geteuid();
+    state->semid = ns->semid;
+    snprintf(state->namespace_name, BH_NAME_MAX, "%s", name);
     atomic_thread_fence(memory_order_release);
-    ns->state->magic = BH_STATE_MAGIC;
-    sem_op(ns->semid, BH_SEM_LOCK, +1, 0);
+    state->magic = BH_STATE_MAGIC;
+    return 0;
 }
 
 static int fail(char *err, size_t errlen, const char *what, const char *name)
@@ -168,50 +255,65 @@ static int fail(char *err, size_t errlen, const char *what, const char *name)
     return -1;
 }
 
+static int fail_foreign(const struct bh_namespace *ns, char *err, size_t errlen,
+                        const char *name)
+{
+    if (errno == EEXIST) {
+        snprintf(err, errlen, "namespace \"%s\": %s: key 0x%08x holds something "
+                 "else of ours (another program's, or an older bulkhead's)",
+                 name, ns->foreign_what, (unsigned)ns->key);
+        errno = EEXIST;
+        return -1;
+    }
+    if (ns->squatter_uid == geteuid())
+        snprintf(err, errlen, "namespace \"%s\": key 0x%08x holds %s of ours "
+                 "with mode %04o: others may have written it", name,
+                 (unsigned)ns->key, ns->foreign_what, ns->squatter_mode);
+    else if (ns->squatter_uid == (uid_t)-1)
+        snprintf(err, errlen, "namespace \"%s\": key 0x%08x holds %s we may "
+                 "not use (another user's, or an older bulkhead's)", name,
+                 (unsigned)ns->key, ns->foreign_what);
+    else
+        snprintf(err, errlen, "namespace \"%s\": key 0x%08x holds %s of uid "
+                 "%u, not ours (uid %u, mode 0600)", name, (unsigned)ns->key,
+                 ns->foreign_what, (unsigned)ns->squatter_uid, (unsigned)geteuid());
+    errno = EPERM;
+    return -1;
+}
+
 static int open_once(const char *name, int create, struct bh_namespace *ns,
                      char *err, size_t errlen)
 {
     memset(ns, 0, sizeof *ns);
     ns->semid = ns->shmid = -1;
     ns->key = bh_namespace_key(geteuid(), name);
-    int memory_created, sems_created;
-    if (attach_memory(ns, create, &memory_created) < 0)
-        return fail(err, errlen, "shared memory", name);
-    if (open_semaphores(ns, create, &sems_created) < 0) {
-        int saved = errno;
-        bh_namespace_close(ns);
-        errno = saved;
-        return fail(err, errlen, "semaphores", name);
-    }
-    if (sems_created) {
-        initialise_namespace(ns, name);
-        return 0;
-    }
-    if (memory_created) {
-        /* Semaphores without their table (memory removed by hand): their
-         * values mean nothing now. Start the namespace over. */
-        semctl(ns->semid, 0, IPC_RMID);
+    if (open_semaphores(ns, create) < 0)
+        return errno == EPERM || errno == EEXIST ? fail_foreign(ns, err, errlen, name)
+                                                 : fail(err, errlen, "semaphores", name);
+    if (lock_namespace(ns) < 0)
+        return fail(err, errlen, "waiting for the namespace lock", name);
+    int rc = attach_memory(ns, create);
+    if (rc == 0 && initialise_if_needed(ns, name) < 0) {
+        if (errno == EEXIST) {
+            unlock_namespace(ns);
+            bh_namespace_close(ns);
+            errno = EEXIST;
+            return fail(err, errlen, "key taken by another namespace", name);
+        }
+        semctl(ns->semid, 0, IPC_RMID);  /* wakes everyone: they start over */
         shmctl(ns->shmid, IPC_RMID, NULL);
         bh_namespace_close(ns);
         errno = EIDRM;
         return fail(err, errlen, "state was half removed; try again", name);
     }
-    if (lock_namespace(ns) < 0) {
-        int saved = errno;
-        bh_namespace_close(ns);
-        errno = saved;
-        return fail(err, errlen, "waiting for the creator", name);
-    }
-    int foreign = ns->state->magic != BH_STATE_MAGIC ||
-                  ns->state->layout_version != BH_LAYOUT_VERSION ||
-                  strcmp(ns->state->namespace_name, name) != 0;
+    int saved = errno;
     unlock_namespace(ns);
-    if (foreign) {
-        bh_namespace_close(ns);
-        errno = EEXIST;
-        return fail(err, errlen, "key taken by something else", name);
-    }
-    return 0;
+    if (rc == 0)
+        return 0;
+    bh_namespace_close(ns);
+    errno = saved;
+    return errno == EPERM || errno == EEXIST ? fail_foreign(ns, err, errlen, name)
+                                             : fail(err, errlen, "shared memory", name);
 }
 
 int bh_namespace_open(const char *name, int create, struct bh_namespace *ns,
@@ -248,9 +350,15 @@ static int add_compartment(struct bh_namespace *ns, const char *name, int limit)
         return -1;
     }
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    memset(shared, 0, sizeof *shared);
     snprintf(shared->name, BH_NAME_MAX, "%s", name);
     atomic_store(&shared->limit, limit);
-    if (limit > 0 && sem_op(ns->semid, BH_SEM_FREE(index), (short)limit, 0) < 0)
+    /* SETVAL clears every process's undo entry for that semaphore, so it
+     * is safe only here: nobody can have taken from a compartment before
+     * compartment_count names it. It is idempotent, so a registrant killed
+     * half way leaves nothing the next one cannot redo. */
+    if (semctl(ns->semid, BH_SEM_FREE(index), SETVAL, limit) < 0 ||
+        semctl(ns->semid, BH_SEM_DEBT(index), SETVAL, 0) < 0)
         return -1;
     atomic_store(&shared->registered, 1);
     atomic_store(&ns->state->compartment_count, index + 1);
@@ -451,10 +559,15 @@ enum bh_acquire_result bh_permit_try(struct bh_namespace *ns, int index)
 {
     int saved_errno = errno;
     enum bh_acquire_result result = BH_ACQUIRED;
-    if (atomic_load_explicit(&ns->state->compartments[index].debt_hint,
-                             memory_order_relaxed))
+    /* Without a debt (the hint is raised before one is owed) the debt
+     * semaphore is 0 and need not be checked: one simple semop. */
+    int in_debt = atomic_load_explicit(&ns->state->compartments[index].debt_hint,
+                                       memory_order_relaxed) != 0;
+    if (in_debt)
         pay_debt_from_free(ns, index);
-    if (sem_op(ns->semid, BH_SEM_FREE(index), -1, SEM_UNDO | IPC_NOWAIT) == 0)
+    struct sembuf take[2];
+    take_permit_ops(take, index, IPC_NOWAIT);
+    if (semop(ns->semid, take, in_debt ? 2 : 1) == 0)
         count_granted(ns, index, -1);
     else
         result = errno == EAGAIN ? BH_REJECTED
@@ -472,17 +585,21 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns, int index,
     int64_t started = monotonic_ns();
     /* GETNCNT is the kernel's own count of waiters: exact, though two
      * callers checking at once may both get in. */
+    struct sembuf take[2];
+    take_permit_ops(take, index, 0);
+    struct timespec wait = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000 };
     if (semctl(ns->semid, BH_SEM_FREE(index), GETNCNT) >= max_waiters)
         bh_permit_count_rejected(ns, index);
-    else if (sem_take_timed(ns->semid, BH_SEM_FREE(index), SEM_UNDO,
-                            ms_to_ns(wait_ms)) == 0) {
+    else if (semtimedop(ns->semid, take, 2, &wait) == 0) {
         result = BH_ACQUIRED;
         count_granted(ns, index, monotonic_ns() - started);
     } else if (errno == EAGAIN) {
         result = BH_TIMED_OUT;
         atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
     } else {
-        result = BH_BYPASS;
+        /* EINTR: a signal ends the wait, as it ends a blocking connect();
+         * EIDRM/EINVAL: the namespace was removed (reset). */
+        result = errno == EINTR ? BH_INTERRUPTED : BH_BYPASS;
     }
     errno = saved_errno;
     return result;
@@ -594,9 +711,13 @@ static int lower_limit(struct bh_namespace *ns, int index, int amount)
         return -1;
     int owed = amount - retired_now;
     if (owed > 0) {
-        if (sem_op(ns->semid, BH_SEM_DEBT(index), (short)owed, 0) < 0)
+        /* The hint first: a taker that sees no hint must see no debt. */
+        _Atomic uint32_t *hint = &ns->state->compartments[index].debt_hint;
+        atomic_fetch_add(hint, owed);
+        if (sem_op(ns->semid, BH_SEM_DEBT(index), (short)owed, 0) < 0) {
+            atomic_fetch_sub(hint, owed);
             return -1;
-        atomic_fetch_add(&ns->state->compartments[index].debt_hint, owed);
+        }
     }
     return 0;
 }

@@ -16,7 +16,7 @@
 #include "config/config.h"
 
 enum {
-    BH_LAYOUT_VERSION = 1,
+    BH_LAYOUT_VERSION = 2,
     BH_MAX_PROCESSES = 512,  /* processes holding permits at once, for `stat` */
     BH_SEM_LOCK = 0,         /* registration lock, taken with SEM_UNDO */
 };
@@ -56,6 +56,7 @@ struct bh_shared_state {
     uint32_t magic;               /* BH_STATE_MAGIC once initialised */
     uint32_t layout_version;
     uint32_t owner_uid;
+    int32_t semid;                /* the set this table belongs to */
     char namespace_name[BH_NAME_MAX];
     _Atomic uint32_t compartment_count;
     struct bh_shared_compartment compartments[BH_MAX_COMPARTMENTS];
@@ -69,6 +70,11 @@ struct bh_namespace {
     int semid;
     int shmid;
     struct bh_shared_state *state;
+    /* After an EPERM from bh_namespace_open: what is under our key and
+     * whose it is ((uid_t)-1: unknown). */
+    uid_t squatter_uid;
+    unsigned squatter_mode;
+    char foreign_what[32];
 };
 
 enum bh_acquire_result {
@@ -76,6 +82,7 @@ enum bh_acquire_result {
     BH_REJECTED,   /* full, and no wait allowed (fail fast, non-blocking, too many waiters) */
     BH_TIMED_OUT,  /* full for all of wait_ms */
     BH_BYPASS,     /* the shared state is gone (reset) or broken: let it through */
+    BH_INTERRUPTED, /* a signal ended the wait: connect() fails with EINTR */
 };
 
 /* What `stat` shows for one compartment. */
@@ -92,8 +99,10 @@ struct bh_compartment_view {
 key_t bh_namespace_key(uid_t uid, const char *namespace_name);
 
 /* Attaches to a namespace's state; creates it when `create` and absent.
- * Returns 0, or -1 with a one-line reason in err (ENOENT-like absence
- * returns -1 with errno ENOENT when !create). */
+ * Returns 0, or -1 with a one-line reason in err and errno: ENOENT (absent
+ * and !create), EEXIST (our key holds something else of ours), EPERM
+ * (another user made or owns what is under our key, or it is not mode
+ * 0600: never used, see permits.c). */
 int bh_namespace_open(const char *namespace_name, int create,
                       struct bh_namespace *ns, char *err, size_t errlen);
 void bh_namespace_close(struct bh_namespace *ns);

@@ -31,9 +31,9 @@ cli_teardown() {
 }
 
 # The SysV key of a namespace, as permits.c makes it: FNV-1a (32 bits) of
-# "bulkhead/1/<euid>/<namespace>", 0 read as 1.
+# "bulkhead/2/<euid>/<namespace>", 0 read as 1.
 namespace_key() {
-    local text="bulkhead/1/$(id -u)/$1" hash=2166136261 i c
+    local text="bulkhead/2/$(id -u)/$1" hash=2166136261 i c
     for ((i = 0; i < ${#text}; i++)); do
         printf -v c '%d' "'${text:i:1}"
         hash=$(( ((hash ^ c) * 16777619) & 0xffffffff ))

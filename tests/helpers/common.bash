@@ -59,12 +59,12 @@ ns_track() {
     echo "$1" >>"$T/namespaces"
 }
 
-# ns_key NAMESPACE: the SysV key, FNV-1a 32 over "bulkhead/1/<euid>/<ns>",
+# ns_key NAMESPACE: the SysV key, FNV-1a 32 over "bulkhead/2/<euid>/<ns>",
 # 0 mapped to 1, printed as ipcs does (0x%08x).
 ns_key() {
     local euid text h=2166136261 i c
     euid=$(id -u)
-    text="bulkhead/1/$euid/$1"
+    text="bulkhead/2/$euid/$1"
     local LC_ALL=C
     for ((i = 0; i < ${#text}; i++)); do
         printf -v c '%d' "'${text:i:1}"
