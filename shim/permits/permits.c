@@ -576,6 +576,37 @@ enum bh_acquire_result bh_permit_try(struct bh_namespace *ns, int index)
     return result;
 }
 
+/* Waits for a permit until `deadline`: 0, or -1 with errno (EAGAIN when
+ * it passed, EINTR for a signal). While a debt is owed, a dead holder's
+ * permit sits in the free semaphore and the take waits on the debt, so
+ * the wait goes in slices, paying the debt from free permits between
+ * them (arrival order is given up only then). */
+static int take_within(struct bh_namespace *ns, int index, int64_t deadline)
+{
+    enum { DEBT_SLICE_NS = 50 * 1000000 };
+    struct sembuf take[2];
+    take_permit_ops(take, index, 0);
+    _Atomic uint32_t *debt_hint = &ns->state->compartments[index].debt_hint;
+    for (;;) {
+        int64_t left = deadline - monotonic_ns();
+        if (left <= 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        int in_debt = atomic_load(debt_hint) != 0;
+        if (in_debt) {
+            pay_debt_from_free(ns, index);
+            if (left > DEBT_SLICE_NS)
+                left = DEBT_SLICE_NS;
+        }
+        struct timespec wait = { left / 1000000000, left % 1000000000 };
+        if (semtimedop(ns->semid, take, 2, &wait) == 0)
+            return 0;
+        if (errno != EAGAIN || !in_debt)
+            return -1;
+    }
+}
+
 enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns, int index,
                                       int wait_ms, int max_waiters)
 {
@@ -585,12 +616,9 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns, int index,
     int64_t started = monotonic_ns();
     /* GETNCNT is the kernel's own count of waiters: exact, though two
      * callers checking at once may both get in. */
-    struct sembuf take[2];
-    take_permit_ops(take, index, 0);
-    struct timespec wait = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000 };
     if (semctl(ns->semid, BH_SEM_FREE(index), GETNCNT) >= max_waiters)
         bh_permit_count_rejected(ns, index);
-    else if (semtimedop(ns->semid, take, 2, &wait) == 0) {
+    else if (take_within(ns, index, started + ms_to_ns(wait_ms)) == 0) {
         result = BH_ACQUIRED;
         count_granted(ns, index, monotonic_ns() - started);
     } else if (errno == EAGAIN) {
