@@ -8,12 +8,14 @@
  * it asks for the next line, so a key line that got no call was refused. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <ini.h>
@@ -24,6 +26,7 @@
 enum {
     LINE_BUFFER_SIZE = 1024,   /* inih's line buffer: text, newline, NUL */
     MESSAGE_SIZE = 8192,
+    RULES_MAX_BYTES = 4 << 20, /* a rules file is text an operator wrote */
     LIMIT_MAX = 32767,         /* SEMVMX: the most a SysV semaphore holds */
     WAIT_MS_MAX = 3600000,
     MAX_WAITERS_MAX = 1000000,
@@ -63,6 +66,7 @@ struct parser {
     FILE *file;
     char *raw_line;              /* getline()'s buffer */
     size_t raw_capacity;
+    long long bytes_read;        /* bounded by RULES_MAX_BYTES */
     int read_errno;
     int line;                    /* the line inih is working on */
     bool expects_key;            /* it is neither blank, comment nor header */
@@ -709,6 +713,11 @@ static char *read_line(char *buffer, int size, void *stream)
         p->read_errno = ferror(p->file) ? errno : 0;
         return NULL;
     }
+    p->bytes_read += length;
+    if (p->bytes_read > RULES_MAX_BYTES) {
+        report(p, 0, "grew past %d MiB while being read", RULES_MAX_BYTES >> 20);
+        return NULL;
+    }
     p->line++;
     start = p->raw_line;
     if (p->line == 1 && strncmp(start, "\xEF\xBB\xBF", 3) == 0)
@@ -747,6 +756,39 @@ static void parse_file(struct parser *p)
         report(p, inih_error_line, "syntax error");
 }
 
+static const char *file_kind(mode_t mode)
+{
+    return S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
+         : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket"
+         : S_ISDIR(mode) ? "a directory" : "not a regular file";
+}
+
+/* The rules must be a regular file of at most RULES_MAX_BYTES, opened
+ * without blocking: a FIFO would stop every program before main, and a
+ * device such as /dev/zero never ends. */
+static FILE *open_rules(struct parser *p, const char *path)
+{
+    int fd = libc_open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0);
+    if (fd < 0) {
+        report(p, 0, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    struct stat info;
+    FILE *file = NULL;
+    if (fstat(fd, &info) < 0)
+        report(p, 0, "cannot stat: %s", strerror(errno));
+    else if (!S_ISREG(info.st_mode))
+        report(p, 0, "is %s, not a regular file", file_kind(info.st_mode));
+    else if (info.st_size > RULES_MAX_BYTES)
+        report(p, 0, "is %lld bytes; a rules file may be at most %d MiB",
+               (long long)info.st_size, RULES_MAX_BYTES >> 20);
+    else if (!(file = fdopen(fd, "r")))
+        report(p, 0, "cannot read: %s", strerror(errno));
+    if (!file)
+        libc_close(fd);
+    return file;
+}
+
 static void set_defaults(struct bh_config *config)
 {
     memset(config, 0, sizeof *config);
@@ -767,11 +809,9 @@ int bh_config_load(const char *path, struct bh_config *config,
         report_out_of_memory(&p);
         return p.error_count;
     }
-    p.file = libc_fopen(path, "re");
-    if (!p.file) {
-        report(&p, 0, "cannot open: %s", strerror(errno));
+    p.file = open_rules(&p, path);
+    if (!p.file)
         return p.error_count;
-    }
     parse_file(&p);
     libc_fclose(p.file);
     free(p.raw_line);

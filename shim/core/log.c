@@ -2,7 +2,14 @@
  *
  * A file log is opened, appended to and closed for every line. Lines are
  * rare (refusals are rate-limited), and holding a descriptor open would
- * leave us writing into whatever the program later put on that number. */
+ * leave us writing into whatever the program later put on that number.
+ * It is opened without following a symlink, created 0600, and used only
+ * if it is a regular file of our effective uid: a root program must not
+ * append to a file an attacker's link points at.
+ *
+ * stderr: only the one the program started with. A program that closed
+ * fd 2 and opened a data file there must not find our lines in its data;
+ * fd 2 is compared (device and inode) with what it was at start-up. */
 #include "core/log.h"
 
 #include <errno.h>
@@ -12,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +27,7 @@
 
 static enum bh_log_level log_level = BH_LOG_WARN;
 static char log_path[512];          /* empty: stderr */
+static struct { dev_t dev; ino_t ino; int known; } start_stderr;
 
 struct refusal_window {
     _Atomic int64_t second;         /* CLOCK_MONOTONIC second of the last line */
@@ -38,17 +47,46 @@ int bh_log_enabled(enum bh_log_level level)
     return level <= log_level;
 }
 
+void bh_log_remember_stderr(void)
+{
+    struct stat info;
+    start_stderr.known = fstat(2, &info) == 0;
+    start_stderr.dev = info.st_dev;
+    start_stderr.ino = info.st_ino;
+}
+
+static int is_start_stderr(void)
+{
+    struct stat info;
+    return start_stderr.known && fstat(2, &info) == 0 &&
+           info.st_dev == start_stderr.dev && info.st_ino == start_stderr.ino;
+}
+
+static int open_log_file(void)
+{
+    int fd = libc_open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
+                       O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
+    struct stat info;
+    if (fd >= 0 && (fstat(fd, &info) < 0 || !S_ISREG(info.st_mode) ||
+                    info.st_uid != geteuid())) {
+        libc_close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void write_line(const char *line, size_t length)
 {
-    int fd = 2;
-    if (log_path[0]) {
-        fd = libc_open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0)
-            return;
+    if (!log_path[0]) {
+        if (is_start_stderr())
+            (void)!write(2, line, length);
+        return;
     }
+    int fd = open_log_file();
+    if (fd < 0)
+        return;
     (void)!write(fd, line, length);
-    if (fd != 2)
-        libc_close(fd);
+    libc_close(fd);
 }
 
 static void log_formatted(const char *format, va_list args)

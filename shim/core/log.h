@@ -4,6 +4,8 @@
 
 #include "config/config.h"
 
+/* At start-up, before anything is logged: which file fd 2 is now. */
+void bh_log_remember_stderr(void);
 void bh_log_configure(enum bh_log_level level, const char *path);
 int bh_log_enabled(enum bh_log_level level);
 void bh_log(enum bh_log_level level, const char *format, ...)

@@ -142,6 +142,7 @@ static void forget_after_fork(void)
 static void start_once_per_image(void)
 {
     starting_here = 1;
+    bh_log_remember_stderr();
     int active = load_rules() == 0 && join_namespace() == 0;
     if (active) {
         bh_fd_table_reset();
