@@ -14,19 +14,32 @@
  *
  * Format: BULKHEAD_HANDOFF=<pid>/<semid>/<item>,<item>,...  The pid and
  * semaphore id guard against a variable that leaked to another process or
- * names a namespace this image does not use. */
+ * names a namespace this image does not use.
+ *
+ * Encoding runs in the exec hook, possibly in a signal handler on a small
+ * alternate stack, and uses no malloc and little stack: the items, a
+ * bitmap by connection id, the text and the new environment all live in
+ * one anonymous mapping sized for the fds really tracked, whatever their
+ * number. A vfork child owns no table (see fd_table.c) and hands off
+ * nothing, so it never maps anything into its parent.
+ *
+ * Adopting trusts nothing it cannot check: under AT_SECURE (setuid) the
+ * variable is ignored, and otherwise no compartment gets more permits
+ * given back or adopted than this process's row says it holds. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-#include "libc/libc.h"
 #include "core/log.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
+#include "libc/libc.h"
 
-enum { MAX_HANDOFF_FDS = 1024 };
+enum { ITEM_TEXT_MAX = 36 };  /* ",<fd>:<connection>:<compartment>" */
 
 struct tracked_fd {
     int fd;
@@ -35,80 +48,119 @@ struct tracked_fd {
     int survives_exec;
 };
 
-struct tracked_fds {
-    struct tracked_fd items[MAX_HANDOFF_FDS];
+struct collection {
+    struct tracked_fd *items;
+    int capacity;
     int count;
+    uint32_t max_connection;
 };
+
+static void count_tracked(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    (void)fd;
+    (void)compartment;
+    struct collection *collection = ctx;
+    collection->count++;
+    if (connection > collection->max_connection)
+        collection->max_connection = connection;
+}
 
 static void collect(int fd, uint32_t connection, int compartment, void *ctx)
 {
-    struct tracked_fds *tracked = ctx;
-    if (tracked->count == MAX_HANDOFF_FDS)
-        return;  /* left out: held until the process exits */
+    struct collection *collection = ctx;
+    if (collection->count == collection->capacity)
+        return;  /* tracked since we counted: held until the process exits */
     int flags = libc_fcntl(fd, F_GETFD, NULL);
-    if (flags < 0)
-        return;  /* closed behind our back: nothing to hand off */
-    tracked->items[tracked->count++] = (struct tracked_fd){
+    if (flags < 0 || connection > collection->max_connection)
+        return;  /* closed behind our back, or new since we counted */
+    collection->items[collection->count++] = (struct tracked_fd){
         fd, connection, compartment, !(flags & FD_CLOEXEC) };
 }
 
-static int connection_survives(const struct tracked_fds *tracked, uint32_t connection)
+static int test_and_set(unsigned char *bits, uint32_t n)
 {
-    for (int i = 0; i < tracked->count; i++)
-        if (tracked->items[i].connection == connection && tracked->items[i].survives_exec)
-            return 1;
-    return 0;
+    int was = bits[n / 8] & (1u << (n % 8));
+    bits[n / 8] |= (unsigned char)(1u << (n % 8));
+    return was != 0;
 }
 
-static int first_of_connection(const struct tracked_fds *tracked, int at)
+/* Appends every item: each surviving fd, and one "r" per connection none
+ * of whose fds survives. `marked`, a bitmap by connection, first marks the
+ * connections that survive, then those already given an "r". */
+static char *encode_items(char *text, const struct collection *collection,
+                          unsigned char *marked)
 {
-    for (int i = 0; i < at; i++)
-        if (tracked->items[i].connection == tracked->items[at].connection)
-            return 0;
-    return 1;
-}
-
-static int append_item(char *buf, unsigned long buflen, unsigned long *used,
-                       const struct tracked_fds *tracked, int i)
-{
-    const struct tracked_fd *item = &tracked->items[i];
-    int written;
-    if (item->survives_exec)
-        written = snprintf(buf + *used, buflen - *used, "%s%d:%u:%d",
-                           buf[*used - 1] == '/' ? "" : ",", item->fd,
-                           item->connection, item->compartment);
-    else if (!connection_survives(tracked, item->connection) &&
-             first_of_connection(tracked, i))
-        written = snprintf(buf + *used, buflen - *used, "%sr%d",
-                           buf[*used - 1] == '/' ? "" : ",", item->compartment);
-    else
-        return 0;
-    if (written < 0 || (unsigned long)written >= buflen - *used)
-        return -1;
-    *used += written;
-    return 1;
-}
-
-int bh_handoff_encode(char *buf, unsigned long buflen)
-{
-    if (atomic_load(&bh_shim.status) != BH_SHIM_ACTIVE)
-        return 0;
-    struct tracked_fds tracked;
-    tracked.count = 0;
-    bh_fd_for_each(collect, &tracked);
-    int written = snprintf(buf, buflen, "%s=%d/%d/", BH_HANDOFF_VARIABLE,
-                           (int)getpid(), bh_shim.ns.semid);
-    if (tracked.count == 0 || written < 0 || (unsigned long)written >= buflen)
-        return 0;
-    unsigned long used = written;
-    int items = 0;
-    for (int i = 0; i < tracked.count; i++) {
-        int appended = append_item(buf, buflen, &used, &tracked, i);
-        if (appended < 0)
-            break;  /* no room: the rest are held until the process exits */
-        items += appended;
+    for (int i = 0; i < collection->count; i++)
+        if (collection->items[i].survives_exec)
+            test_and_set(marked, collection->items[i].connection);
+    const char *comma = "";
+    for (int i = 0; i < collection->count; i++) {
+        const struct tracked_fd *item = &collection->items[i];
+        if (item->survives_exec)
+            text += sprintf(text, "%s%d:%u:%d", comma, item->fd, item->connection,
+                            item->compartment);
+        else if (!test_and_set(marked, item->connection))
+            text += sprintf(text, "%sr%d", comma, item->compartment);
+        else
+            continue;
+        comma = ",";
     }
-    return items > 0;
+    return text;
+}
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+void bh_handoff_release(struct bh_handoff *handoff)
+{
+    if (handoff->mapping)
+        munmap(handoff->mapping, handoff->mapped);
+    handoff->mapping = NULL;
+}
+
+/* Lays out, in one mapping: items, bitmap, text, environment. */
+int bh_handoff_encode(struct bh_handoff *handoff, char *const envp[])
+{
+    handoff->mapping = NULL;
+    if (atomic_load(&bh_shim.status) != BH_SHIM_ACTIVE || !envp)
+        return 0;
+    struct collection collection = { NULL, 0, 0, 0 };
+    bh_fd_for_each(count_tracked, &collection);
+    if (collection.count == 0)
+        return 0;
+    size_t env_count = 0;
+    while (envp[env_count])
+        env_count++;
+    size_t items_size = round_up(collection.count * sizeof(struct tracked_fd), 16);
+    size_t bitmap_size = round_up(collection.max_connection / 8 + 1, 16);
+    size_t text_size = round_up(64 + (size_t)collection.count * ITEM_TEXT_MAX, 16);
+    size_t env_size = (env_count + 2) * sizeof(char *);
+    handoff->mapped = items_size + bitmap_size + text_size + env_size;
+    char *base = mmap(NULL, handoff->mapped, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return 0;  /* nothing handed off: the permits go back at exit */
+    handoff->mapping = base;
+    collection.items = (struct tracked_fd *)base;
+    collection.capacity = collection.count;
+    collection.count = 0;
+    bh_fd_for_each(collect, &collection);
+    unsigned char *marked = (unsigned char *)base + items_size;
+    char *text = base + items_size + bitmap_size;
+    char *end = text + sprintf(text, "%s=%d/%d/", BH_HANDOFF_VARIABLE,
+                               (int)getpid(), bh_shim.ns.semid);
+    if (encode_items(end, &collection, marked) == end) {
+        bh_handoff_release(handoff);
+        return 0;
+    }
+    char **env = (char **)(text + text_size);
+    size_t kept = 0, prefix = strlen(BH_HANDOFF_VARIABLE "=");
+    for (size_t i = 0; i < env_count; i++)
+        if (strncmp(envp[i], BH_HANDOFF_VARIABLE "=", prefix) != 0)
+            env[kept++] = envp[i];
+    env[kept++] = text;
+    env[kept] = NULL;
+    handoff->envp = env;
+    return 1;
 }
 
 /* fds of one old connection become one new connection again. */
@@ -117,19 +169,29 @@ struct adopted {
     int fd;
 };
 
-static void adopt_fd(int fd, uint32_t old_connection, int compartment,
-                     struct adopted *adopted, int *adopted_count)
+struct adoption {
+    struct adopted *adopted;
+    int count;
+    int capacity;
+    uint32_t budget[BH_MAX_COMPARTMENTS];  /* permits this process holds */
+};
+
+static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
+                     int compartment)
 {
     if (libc_fcntl(fd, F_GETFD, NULL) < 0)
         return;
-    for (int i = 0; i < *adopted_count; i++) {
-        if (adopted[i].old_connection == old_connection) {
-            bh_give_back(bh_fd_duplicated(adopted[i].fd, fd));
+    for (int i = 0; i < adoption->count; i++) {
+        if (adoption->adopted[i].old_connection == old_connection) {
+            bh_give_back(bh_fd_duplicated(adoption->adopted[i].fd, fd));
             return;
         }
     }
-    if (*adopted_count < MAX_HANDOFF_FDS && bh_fd_attach(fd, compartment) == 0)
-        adopted[(*adopted_count)++] = (struct adopted){ old_connection, fd };
+    if (adoption->count < adoption->capacity && adoption->budget[compartment] > 0 &&
+        bh_fd_attach(fd, compartment) == 0) {
+        adoption->budget[compartment]--;
+        adoption->adopted[adoption->count++] = (struct adopted){ old_connection, fd };
+    }
 }
 
 static int valid_compartment(int compartment)
@@ -138,20 +200,22 @@ static int valid_compartment(int compartment)
            compartment < (int)atomic_load(&bh_shim.ns.state->compartment_count);
 }
 
-static void adopt_items(char *items)
+static void adopt_items(char *items, struct adoption *adoption)
 {
-    static struct adopted adopted[MAX_HANDOFF_FDS];
-    int adopted_count = 0;
     char *saveptr = NULL;
     for (char *item = strtok_r(items, ",", &saveptr); item;
          item = strtok_r(NULL, ",", &saveptr)) {
         int fd, compartment;
         unsigned connection;
-        if (sscanf(item, "r%d", &compartment) == 1 && valid_compartment(compartment))
-            bh_permit_release(&bh_shim.ns, compartment);
-        else if (sscanf(item, "%d:%u:%d", &fd, &connection, &compartment) == 3 &&
-                 valid_compartment(compartment))
-            adopt_fd(fd, connection, compartment, adopted, &adopted_count);
+        if (sscanf(item, "r%d", &compartment) == 1 && valid_compartment(compartment)) {
+            if (adoption->budget[compartment] > 0) {
+                adoption->budget[compartment]--;
+                bh_permit_release(&bh_shim.ns, compartment);
+            }
+        } else if (sscanf(item, "%d:%u:%d", &fd, &connection, &compartment) == 3 &&
+                   valid_compartment(compartment)) {
+            adopt_fd(adoption, fd, connection, compartment);
+        }
     }
 }
 
@@ -159,18 +223,23 @@ void bh_handoff_adopt(void)
 {
     const char *value = getenv(BH_HANDOFF_VARIABLE);
     int pid, semid, offset = 0;
-    if (!value || sscanf(value, "%d/%d/%n", &pid, &semid, &offset) != 2 || !offset)
+    if (!value || !bh_shim.ns.state || getauxval(AT_SECURE))
+        return;  /* none, no namespace of ours, or a caller we must not trust */
+    if (sscanf(value, "%d/%d/%n", &pid, &semid, &offset) != 2 || !offset)
         return;
-    if (!bh_shim.ns.state)
-        return;  /* no namespace of ours to hand anything back to */
     if (pid != getpid() || semid != bh_shim.ns.semid) {
         bh_log(BH_LOG_DEBUG, "ignoring a hand-off for another process or "
                "namespace; its permits go back when that process exits");
         return;
     }
-    bh_permits_rejoin_after_exec(&bh_shim.ns);
+    struct adoption adoption = { .count = 0 };
+    if (bh_permits_rejoin_after_exec(&bh_shim.ns, adoption.budget) < 0)
+        return;  /* no row says what we hold: keep it all until exit */
     char *items = strdup(value + offset);
-    if (items)
-        adopt_items(items);
+    adoption.capacity = items ? (int)strlen(items) / 4 + 1 : 0;
+    adoption.adopted = items ? calloc(adoption.capacity, sizeof *adoption.adopted) : NULL;
+    if (adoption.adopted)
+        adopt_items(items, &adoption);
+    free(adoption.adopted);
     free(items);
 }

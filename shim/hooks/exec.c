@@ -2,11 +2,11 @@
  *
  * glibc's execv, execvp, execl... call an internal execve alias, so each
  * one is hooked, not just execve. Every hook adds the hand-off variable
- * (see core/handoff.c) to the environment the new image starts with. All
- * of it is on the stack: exec may run in a vfork child, where malloc could
- * corrupt the parent. */
+ * (see core/handoff.c) to the environment the new image starts with. No
+ * malloc (exec may run in a vfork child, or a signal handler) and little
+ * stack (a handler's alternate stack may be small). */
+#include <errno.h>
 #include <stdarg.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "libc/libc.h"
@@ -27,21 +27,14 @@ static int exec_real(enum exec_kind kind, const char *name, int fd,
 static int bh_exec(enum exec_kind kind, const char *name, int fd,
                    char *const argv[], char *const envp[])
 {
-    char handoff[16384];
-    if (!envp || !bh_handoff_encode(handoff, sizeof handoff))
+    struct bh_handoff handoff;
+    if (!bh_handoff_encode(&handoff, envp))
         return exec_real(kind, name, fd, argv, envp);
-    size_t count = 0;
-    while (envp[count])
-        count++;
-    char *with_handoff[count + 2];
-    size_t kept = 0;
-    size_t prefix = strlen(BH_HANDOFF_VARIABLE "=");
-    for (size_t i = 0; i < count; i++)
-        if (strncmp(envp[i], BH_HANDOFF_VARIABLE "=", prefix) != 0)
-            with_handoff[kept++] = envp[i];
-    with_handoff[kept++] = handoff;
-    with_handoff[kept] = NULL;
-    return exec_real(kind, name, fd, argv, with_handoff);
+    int rc = exec_real(kind, name, fd, argv, handoff.envp);
+    int saved_errno = errno;
+    bh_handoff_release(&handoff);  /* exec failed: nothing has changed */
+    errno = saved_errno;
+    return rc;
 }
 
 /* execl and friends: count the arguments, then copy them into argv. */

@@ -660,8 +660,13 @@ void bh_permit_release(struct bh_namespace *ns, int index)
         retire_permit(ns, index) < 0)
         sem_op(ns->semid, BH_SEM_FREE(index), +1, SEM_UNDO);
     struct bh_process_slot *slot = atomic_load(&my_slot);
-    if (slot)
-        atomic_fetch_sub_explicit(&slot->held[index], 1, memory_order_relaxed);
+    if (slot) {
+        /* Never below 0: a permit taken before this row was ours (slots
+         * were full then) is not in it. */
+        uint32_t held = atomic_load_explicit(&slot->held[index], memory_order_relaxed);
+        while (held && !atomic_compare_exchange_weak(&slot->held[index], &held, held - 1))
+            ;
+    }
     errno = saved_errno;
 }
 
@@ -670,9 +675,15 @@ void bh_permits_forget_after_fork(void)
     atomic_store(&my_slot, NULL);
 }
 
-void bh_permits_rejoin_after_exec(struct bh_namespace *ns)
+int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
+                                 uint32_t held[BH_MAX_COMPARTMENTS])
 {
-    my_process_slot(ns);
+    struct bh_process_slot *slot = my_process_slot(ns);
+    if (!slot)
+        return -1;
+    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
+        held[i] = atomic_load(&slot->held[i]);
+    return 0;
 }
 
 int bh_compartment_read(struct bh_namespace *ns, int index,

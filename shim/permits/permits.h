@@ -131,8 +131,10 @@ void bh_permit_release(struct bh_namespace *ns, int index);
 /* The calling process was just forked: it holds no permits of its own. */
 void bh_permits_forget_after_fork(void);
 /* A new program image of the same process: find the holders row it had
- * before exec, so its releases are booked against it. */
-void bh_permits_rejoin_after_exec(struct bh_namespace *ns);
+ * before exec, so its releases are booked against it, and copy what the
+ * row says this process holds per compartment. -1: no row. */
+int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
+                                 uint32_t held[BH_MAX_COMPARTMENTS]);
 
 int bh_compartment_read(struct bh_namespace *ns, int index,
                         struct bh_compartment_view *view);
