@@ -79,9 +79,10 @@ static int run_child(const char *mode)
         if (rc != 0)
             return -1;
     } else if (strcmp(mode, "exec") == 0) {
-        /* cat reads a pipe we never close: it ends when we are killed. */
+        /* cat reads a pipe whose write end only we hold (close-on-exec):
+         * it ends when we are killed. */
         int pipe_fds[2];
-        if (pipe(pipe_fds) < 0)
+        if (pipe2(pipe_fds, O_CLOEXEC) < 0)
             return -1;
         pid = vfork();
         if (pid == 0) {
