@@ -199,3 +199,65 @@ squatted_scenario() {
 @test "another user's memory segment (0666) under our key: never used, refused" {
     squatted_scenario 'shmget($key, 4096, 0666 | IPC_CREAT) // die "shmget: $!"'
 }
+
+@test "a hostname rule matches AF_INET6 + AI_V4MAPPED answers" {
+    require_private_hosts
+    make_hosts
+    start_server web -1
+    write_rules "$RULES" <<EOF2
+[global]
+namespace = $NS
+[payments]
+limit = 0
+match = payments.test:$SERVER_PORT
+EOF2
+    run hosts_shim python3 -c '
+import errno, socket, sys
+infos = socket.getaddrinfo("payments.test", int(sys.argv[1]), socket.AF_INET6,
+                           socket.SOCK_STREAM, 0, socket.AI_V4MAPPED)
+address = infos[0][4]
+assert address[0] == "::ffff:127.0.0.1", address
+s = socket.socket(socket.AF_INET6)
+try:
+    s.connect(address)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+    sys.exit(1)
+print("ok")' "$SERVER_PORT"
+    assert_failure 1
+    assert_line ECONNREFUSED
+    assert_equal "$(server_stat web total)" 0
+}
+
+@test "connect(AF_UNSPEC) gives the permit back; reconnecting elsewhere is admitted afresh" {
+    start_server a -1
+    start_server b -1
+    write_rules "$RULES" <<EOF2
+[global]
+namespace = $NS
+[a]
+limit = 1
+match = 127.0.0.1:$PORT_a
+[b]
+limit = 0
+match = 127.0.0.1:$PORT_b
+EOF2
+    run --separate-stderr run_shim python3 -c '
+import ctypes, errno, socket, sys
+port_a, port_b = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port_a))
+unspec = ctypes.create_string_buffer(16)          # sa_family 0: AF_UNSPEC
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.connect(s.fileno(), unspec, 16) == 0, ctypes.get_errno()
+other = socket.create_connection(("127.0.0.1", port_a))   # a is free again
+print("a again: ok")
+try:
+    s.connect(("127.0.0.1", port_b))
+    print("b: ok")
+except OSError as e:
+    print("b:", errno.errorcode[e.errno])' "$PORT_a" "$PORT_b"
+    assert_success
+    assert_line "a again: ok"
+    assert_line "b: ECONNREFUSED"
+    assert_equal "$(server_stat b total)" 0
+}

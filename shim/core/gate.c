@@ -178,6 +178,17 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     return admit(fd, bh_shim.config.rules[rule].compartment, to);
 }
 
+int bh_gate_disconnected(int fd, int rc)
+{
+    struct bh_fd_state state = bh_fd_lookup(fd);
+    if (rc == 0 && state.compartment >= 0) {
+        int saved_errno = errno;
+        bh_give_back(bh_fd_new(fd, state.kind));  /* the connection is gone */
+        errno = saved_errno;
+    }
+    return rc;
+}
+
 void bh_gate_leave(int fd, int call_failed)
 {
     if (call_failed && errno != EINPROGRESS && errno != EINTR) {

@@ -12,6 +12,9 @@ enum {
 /* Before connect(), or sendto/sendmsg with MSG_FASTOPEN: returns the
  * compartment whose permit the fd now holds, or one of the values above. */
 int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length);
+/* After connect(AF_UNSPEC) returned rc: a connection it dissolved gives
+ * its permit back, so the socket's next connect() is admitted afresh. */
+int bh_gate_disconnected(int fd, int rc);
 /* After the real call: a connection under way (success, EINPROGRESS,
  * EINTR) keeps its permit; any other failure gives it back at once. */
 void bh_gate_leave(int fd, int call_failed);

@@ -455,6 +455,10 @@ static int merge_into(const struct rule_list *list, void *ctx)
 void bh_rule_index_note_name(struct bh_rule_index *index, const char *name,
                              int family, const void *address)
 {
+    if (family == AF_INET6 && IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)address)) {
+        family = AF_INET;  /* AI_V4MAPPED answers: matched as v4, like connects */
+        address = (const uint8_t *)address + 12;
+    }
     struct address_key key;
     size_t key_length = make_key(&key, family, address, family == AF_INET ? 32 : 128);
     sigset_t all, previous;
