@@ -93,12 +93,17 @@ struct bh_libc {
 extern struct bh_libc bh_libc;
 void *bh_libc_lookup(const char *name);
 
+/* Relaxed atomics: any thread may fill a slot first, all fill it with the
+ * same value, and a plain load is what x86 and arm64 emit anyway. */
 #define BH_LIBC_CALL(type, name, params, args)                                  \
     static inline type libc_##name params                                      \
     {                                                                          \
-        if (__builtin_expect(!bh_libc.name, 0))                                \
-            bh_libc.name = (type (*) params)bh_libc_lookup(#name);             \
-        return bh_libc.name args;                                              \
+        type (*real) params = __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED); \
+        if (__builtin_expect(!real, 0)) {                                      \
+            real = (type (*) params)bh_libc_lookup(#name);                     \
+            __atomic_store_n(&bh_libc.name, real, __ATOMIC_RELAXED);           \
+        }                                                                      \
+        return real args;                                                      \
     }
 BH_LIBC_FUNCTIONS(BH_LIBC_CALL)
 #undef BH_LIBC_CALL
@@ -106,9 +111,12 @@ BH_LIBC_FUNCTIONS(BH_LIBC_CALL)
 #define BH_LIBC_VOID_CALL(name, params, args)                                   \
     static inline void libc_##name params                                      \
     {                                                                          \
-        if (__builtin_expect(!bh_libc.name, 0))                                \
-            bh_libc.name = (void (*) params)bh_libc_lookup(#name);             \
-        bh_libc.name args;                                                     \
+        void (*real) params = __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED); \
+        if (__builtin_expect(!real, 0)) {                                      \
+            real = (void (*) params)bh_libc_lookup(#name);                     \
+            __atomic_store_n(&bh_libc.name, real, __ATOMIC_RELAXED);           \
+        }                                                                      \
+        real args;                                                             \
     }
 BH_LIBC_VOID_FUNCTIONS(BH_LIBC_VOID_CALL)
 #undef BH_LIBC_VOID_CALL
