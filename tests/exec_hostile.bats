@@ -79,3 +79,4 @@ os.execv(sys.executable, [sys.executable, "-c",
     assert_line ECONNREFUSED
     assert_equal "$(server_stat web max)" 1
 }
+

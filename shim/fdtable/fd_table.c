@@ -37,19 +37,25 @@
 enum {
     CHUNK_BITS = 12,
     CHUNK_SIZE = 1 << CHUNK_BITS,   /* entries per chunk */
-    CHUNK_COUNT = 256,              /* 1 Mi fds: the usual hard RLIMIT_NOFILE */
-    MAX_FDS = CHUNK_SIZE * CHUNK_COUNT,
+    /* Every fd number Linux can hand out (fs.nr_open tops out just under
+     * 2^31); the chunk tables are zero pages until a chunk is used. */
+    FD_CHUNKS = (1u << 31) / CHUNK_SIZE,
+    /* Connection ids fit the 30 bits an entry has beside the kind. */
+    CONNECTION_CHUNKS = (1u << 30) / CHUNK_SIZE,
     KIND_BITS = 2,
     KIND_MASK = (1 << KIND_BITS) - 1,
 };
+/* id + 1 shifted past the kind must fit 32 bits. */
+#define MAX_CONNECTIONS ((1u << 30) - 1)
 
 struct connection {
     _Atomic uint32_t refs;
     _Atomic int32_t compartment;
 };
 
-static _Atomic(_Atomic uint32_t *) fd_entries[CHUNK_COUNT];
-static _Atomic(struct connection *) connections[CHUNK_COUNT];
+static _Atomic(_Atomic uint32_t *) fd_entries[FD_CHUNKS];
+static _Atomic(struct connection *) connections[CONNECTION_CHUNKS];
+static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
 
 /* Called only when a tracked entry is about to change. */
@@ -88,11 +94,18 @@ static inline void *chunk_for(void *_Atomic *chunks, unsigned index,
 
 static _Atomic uint32_t *entry_for(int fd, int create)
 {
-    if (fd < 0 || fd >= MAX_FDS)
+    if (fd < 0)
         return NULL;
     _Atomic uint32_t *chunk = chunk_for((void *_Atomic *)fd_entries, (unsigned)fd,
                                         sizeof *chunk, create);
-    return chunk ? &chunk[fd & (CHUNK_SIZE - 1)] : NULL;
+    if (!chunk)
+        return NULL;
+    unsigned in_use = atomic_load_explicit(&fd_chunks_in_use, memory_order_relaxed);
+    unsigned needed = ((unsigned)fd >> CHUNK_BITS) + 1;
+    while (in_use < needed &&
+           !atomic_compare_exchange_weak(&fd_chunks_in_use, &in_use, needed))
+        ;
+    return &chunk[fd & (CHUNK_SIZE - 1)];
 }
 
 static struct connection *connection_for(uint32_t id, int create)
@@ -182,8 +195,11 @@ int bh_fd_closing(int fd)
 void bh_fd_closing_range(unsigned first, unsigned last,
                          void (*ended)(int compartment, void *ctx), void *ctx)
 {
-    if (last >= MAX_FDS)
-        last = MAX_FDS - 1;
+    unsigned end = atomic_load(&fd_chunks_in_use) * CHUNK_SIZE;  /* past the last */
+    if (end == 0 || first >= end)
+        return;
+    if (last >= end)
+        last = end - 1;
     for (unsigned fd = first; fd <= last; fd++) {
         if (!atomic_load_explicit(&fd_entries[fd >> CHUNK_BITS], memory_order_acquire)) {
             fd |= CHUNK_SIZE - 1;   /* skip a chunk never used */
@@ -219,8 +235,8 @@ int bh_fd_duplicated(int oldfd, int newfd)
 /* A free connection slot: the fd's own number first, then a scan. */
 static uint32_t allocate_connection(int fd, int compartment)
 {
-    for (uint32_t tries = 0; tries < MAX_FDS; tries++) {
-        uint32_t id = ((uint32_t)fd + tries) % MAX_FDS;
+    for (uint32_t tries = 0; tries < MAX_CONNECTIONS; tries++) {
+        uint32_t id = ((uint32_t)fd + tries) % MAX_CONNECTIONS;
         struct connection *connection = connection_for(id, 1);
         uint32_t expected = 0;
         if (connection && atomic_compare_exchange_strong(&connection->refs,
@@ -257,7 +273,8 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
 {
     if (!owned_here())
         return;
-    for (unsigned chunk = 0; chunk < CHUNK_COUNT; chunk++) {
+    unsigned chunks = atomic_load(&fd_chunks_in_use);
+    for (unsigned chunk = 0; chunk < chunks; chunk++) {
         _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
         for (unsigned i = 0; entries && i < CHUNK_SIZE; i++) {
             uint32_t id_plus_one = entry_connection(atomic_load(&entries[i]));
@@ -272,12 +289,19 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
 void bh_fd_table_reset(void)
 {
     atomic_store(&owner, getpid());
-    for (unsigned chunk = 0; chunk < CHUNK_COUNT; chunk++) {
+    unsigned chunks = atomic_load(&fd_chunks_in_use);
+    for (unsigned chunk = 0; chunk < chunks; chunk++) {
         _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
-        struct connection *pool = atomic_load(&connections[chunk]);
         if (entries)
             memset((void *)entries, 0, CHUNK_SIZE * sizeof *entries);
+    }
+    /* Connection ids start at their fd's number, so the pools in use are
+     * those below the fd chunks in use, and any a scan went past. */
+    for (unsigned chunk = 0; chunk < CONNECTION_CHUNKS; chunk++) {
+        struct connection *pool = atomic_load(&connections[chunk]);
         if (pool)
             memset((void *)pool, 0, CHUNK_SIZE * sizeof *pool);
+        else if (chunk >= chunks)
+            break;
     }
 }
