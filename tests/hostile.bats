@@ -261,3 +261,28 @@ except OSError as e:
     assert_line "b: ECONNREFUSED"
     assert_equal "$(server_stat b total)" 0
 }
+
+@test "a holder that connected at its fd limit is still named by stat" {
+    start_server web -1
+    rules_for "$NS" 2
+    # The socket takes the last fd the process may have, so the shim cannot
+    # open /proc to learn its start time.
+    bg_shim "$T/holder" python3 -c '
+import os, resource, socket, sys, time
+free = os.dup(0); os.close(free)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (free + 1, hard))
+s = socket.socket()
+assert s.fileno() == free
+s.connect(("127.0.0.1", int(sys.argv[1])))
+print("held", flush=True)
+time.sleep(3600)' "$SERVER_PORT"
+    local holder=$BG_PID
+    wait_for file_has "$T/holder" '^held$'
+    # A second process that reaps dead rows on its way in.
+    run run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_success
+    run "$BULKHEAD" stat --json -c "$RULES"
+    assert_success
+    [[ "$output" == *"\"pid\": $holder"* ]] || fail "holder $holder not named: $output"
+}

@@ -402,12 +402,14 @@ static uint64_t process_start_time(pid_t pid)
     return start;
 }
 
+/* A start time of 0 is unknown (the holder could not open /proc, at its
+ * fd limit): then only the pid's absence says it is gone. */
 static int slot_is_dead(const struct bh_process_slot *slot, pid_t pid)
 {
     if (kill(pid, 0) < 0 && errno == ESRCH)
         return 1;
     uint64_t start = process_start_time(pid);
-    return start != 0 && start != slot->start_time;
+    return slot->start_time != 0 && start != 0 && start != slot->start_time;
 }
 
 /* A dead process's permits came back through SEM_UNDO; take its share out
