@@ -92,20 +92,29 @@ static inline void *chunk_for(void *_Atomic *chunks, unsigned index,
     return map_chunk(slot, item_size);
 }
 
+/* The first entry of an fd chunk: map it, and let scans reach it. */
+__attribute__((noinline))
+static _Atomic uint32_t *map_fd_chunk(unsigned fd)
+{
+    _Atomic uint32_t *chunk = map_chunk((void *_Atomic *)&fd_entries[fd >> CHUNK_BITS],
+                                        sizeof *chunk);
+    unsigned in_use = atomic_load(&fd_chunks_in_use);
+    unsigned needed = (fd >> CHUNK_BITS) + 1;
+    while (chunk && in_use < needed &&
+           !atomic_compare_exchange_weak(&fd_chunks_in_use, &in_use, needed))
+        ;
+    return chunk;
+}
+
 static _Atomic uint32_t *entry_for(int fd, int create)
 {
     if (fd < 0)
         return NULL;
     _Atomic uint32_t *chunk = chunk_for((void *_Atomic *)fd_entries, (unsigned)fd,
-                                        sizeof *chunk, create);
-    if (!chunk)
-        return NULL;
-    unsigned in_use = atomic_load_explicit(&fd_chunks_in_use, memory_order_relaxed);
-    unsigned needed = ((unsigned)fd >> CHUNK_BITS) + 1;
-    while (in_use < needed &&
-           !atomic_compare_exchange_weak(&fd_chunks_in_use, &in_use, needed))
-        ;
-    return &chunk[fd & (CHUNK_SIZE - 1)];
+                                        sizeof *chunk, 0);
+    if (!chunk && create)
+        chunk = map_fd_chunk((unsigned)fd);
+    return chunk ? &chunk[fd & (CHUNK_SIZE - 1)] : NULL;
 }
 
 static struct connection *connection_for(uint32_t id, int create)
