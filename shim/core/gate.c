@@ -161,11 +161,19 @@ static int admit(int fd, int local, const struct sockaddr *to)
     return shared;
 }
 
+/* connect(AF_UNSPEC) dissolves a connection: if it was counted, its
+ * permit goes back once the call succeeds (see bh_gate_leave). */
+static int unspec(int fd)
+{
+    return bh_fd_lookup(fd).compartment >= 0 ? BH_GATE_DISCONNECT : BH_GATE_PASS;
+}
+
 int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
 {
     if (!to || length < sizeof(sa_family_t) ||
         (to->sa_family != AF_INET && to->sa_family != AF_INET6))
-        return BH_GATE_PASS;
+        return to && length >= sizeof(sa_family_t) && to->sa_family == AF_UNSPEC
+                   ? unspec(fd) : BH_GATE_PASS;
     if (!bh_shim_active())
         return BH_GATE_PASS;
     int rule = bh_rule_index_match(bh_shim.rules, to, length);
@@ -178,22 +186,14 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     return admit(fd, bh_shim.config.rules[rule].compartment, to);
 }
 
-int bh_gate_disconnected(int fd, int rc)
+void bh_gate_leave(int fd, int entered, int call_failed)
 {
-    struct bh_fd_state state = bh_fd_lookup(fd);
-    if (rc == 0 && state.compartment >= 0) {
-        int saved_errno = errno;
-        bh_give_back(bh_fd_new(fd, state.kind));  /* the connection is gone */
-        errno = saved_errno;
-    }
-    return rc;
-}
-
-void bh_gate_leave(int fd, int call_failed)
-{
-    if (call_failed && errno != EINPROGRESS && errno != EINTR) {
-        int saved_errno = errno;
+    int saved_errno = errno;
+    if (entered == BH_GATE_DISCONNECT) {
+        if (!call_failed)  /* the connection is gone: so is its permit */
+            bh_give_back(bh_fd_new(fd, BH_FD_INET_STREAM));
+    } else if (call_failed && errno != EINPROGRESS && errno != EINTR) {
         bh_give_back(bh_fd_new(fd, BH_FD_INET_STREAM)); /* drops the connection */
-        errno = saved_errno;
     }
+    errno = saved_errno;
 }

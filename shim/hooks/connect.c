@@ -9,40 +9,38 @@
 
 static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
 {
-    if (to && length >= sizeof(sa_family_t) && to->sa_family == AF_UNSPEC)
-        return bh_gate_disconnected(fd, libc_connect(fd, to, length));
-    int compartment = bh_gate_enter(fd, to, length);
-    if (compartment == BH_GATE_REFUSED)
+    int entered = bh_gate_enter(fd, to, length);
+    if (entered == BH_GATE_REFUSED)
         return -1;
     int rc = libc_connect(fd, to, length);
-    if (compartment >= 0)
-        bh_gate_leave(fd, rc < 0);
+    if (entered != BH_GATE_PASS)
+        bh_gate_leave(fd, entered, rc < 0);
     return rc;
 }
 
 static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
                          const struct sockaddr *to, socklen_t length)
 {
-    int compartment = (flags & MSG_FASTOPEN) ? bh_gate_enter(fd, to, length)
+    int entered = (flags & MSG_FASTOPEN) ? bh_gate_enter(fd, to, length)
                                              : BH_GATE_PASS;
-    if (compartment == BH_GATE_REFUSED)
+    if (entered == BH_GATE_REFUSED)
         return -1;
     ssize_t sent = libc_sendto(fd, buf, n, flags, to, length);
-    if (compartment >= 0)
-        bh_gate_leave(fd, sent < 0);
+    if (entered != BH_GATE_PASS)
+        bh_gate_leave(fd, entered, sent < 0);
     return sent;
 }
 
 static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-    int compartment = (flags & MSG_FASTOPEN) && msg
+    int entered = (flags & MSG_FASTOPEN) && msg
                           ? bh_gate_enter(fd, msg->msg_name, msg->msg_namelen)
                           : BH_GATE_PASS;
-    if (compartment == BH_GATE_REFUSED)
+    if (entered == BH_GATE_REFUSED)
         return -1;
     ssize_t sent = libc_sendmsg(fd, msg, flags);
-    if (compartment >= 0)
-        bh_gate_leave(fd, sent < 0);
+    if (entered != BH_GATE_PASS)
+        bh_gate_leave(fd, entered, sent < 0);
     return sent;
 }
 

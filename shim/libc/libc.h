@@ -96,7 +96,7 @@ void *bh_libc_lookup(const char *name);
 /* Relaxed atomics: any thread may fill a slot first, all fill it with the
  * same value, and a plain load is what x86 and arm64 emit anyway. */
 #define BH_LIBC_CALL(type, name, params, args)                                  \
-    static inline type libc_##name params                                      \
+    static inline __attribute__((always_inline)) type libc_##name params      \
     {                                                                          \
         type (*real) params = __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED); \
         if (__builtin_expect(!real, 0)) {                                      \
@@ -109,7 +109,7 @@ BH_LIBC_FUNCTIONS(BH_LIBC_CALL)
 #undef BH_LIBC_CALL
 
 #define BH_LIBC_VOID_CALL(name, params, args)                                   \
-    static inline void libc_##name params                                      \
+    static inline __attribute__((always_inline)) void libc_##name params      \
     {                                                                          \
         void (*real) params = __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED); \
         if (__builtin_expect(!real, 0)) {                                      \
