@@ -189,8 +189,26 @@ static void print_verdict(const struct bh_config *config,
            matched->text);
 }
 
-static int explain_one(const struct bh_config *config,
-                       struct bh_rule_index *index, const char *destination)
+static void print_verdicts(const struct bh_config *config,
+                           const struct bh_rule_index *index,
+                           const char *destination, int resolved,
+                           const struct addrinfo *addresses)
+{
+    for (const struct addrinfo *a = addresses; a; a = a->ai_next) {
+        char shown[INET6_ADDRSTRLEN];
+        inet_ntop(a->ai_family, address_bytes(a), shown, sizeof shown);
+        if (resolved)
+            printf("%s = %s -> ", destination, shown);
+        else
+            printf("%s -> ", destination);
+        print_verdict(config, index, a);
+    }
+}
+
+/* Each destination gets an index of its own: names noted while explaining
+ * one must not make a later literal address match a hostname rule, as if
+ * this process had resolved them for it. */
+static int explain_one(const struct bh_config *config, const char *destination)
 {
     char text[512];
     unsigned port;
@@ -200,21 +218,19 @@ static int explain_one(const struct bh_config *config,
         cli_error("explain: \"%s\": not HOST:PORT or [V6]:PORT", destination);
         return CLI_USAGE;
     }
+    struct bh_rule_index *index = bh_rule_index_build(config);
+    if (!index) {
+        cli_error("explain: out of memory");
+        return CLI_FAILED;
+    }
     struct addrinfo *addresses;
     int resolved = resolve(index, host, port, &addresses);
-    if (resolved < 0)
-        return CLI_FAILED;
-    for (struct addrinfo *a = addresses; a; a = a->ai_next) {
-        char shown[INET6_ADDRSTRLEN];
-        inet_ntop(a->ai_family, address_bytes(a), shown, sizeof shown);
-        if (resolved)
-            printf("%s = %s -> ", destination, shown);
-        else
-            printf("%s -> ", destination);
-        print_verdict(config, index, a);
+    if (resolved >= 0) {
+        print_verdicts(config, index, destination, resolved, addresses);
+        freeaddrinfo(addresses);
     }
-    freeaddrinfo(addresses);
-    return CLI_OK;
+    bh_rule_index_free(index);
+    return resolved < 0 ? CLI_FAILED : CLI_OK;
 }
 
 static int explain(int argc, char **argv)
@@ -226,17 +242,12 @@ static int explain(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error(&cli_explain_command, "no destination given");
     struct bh_config config;
-    struct bh_rule_index *index = NULL;
-    int status = cli_load_rules(given, &config) == 0 ? CLI_OK : CLI_FAILED;
-    if (status == CLI_OK && !(index = bh_rule_index_build(&config))) {
-        cli_error("explain: out of memory");
-        status = CLI_FAILED;
-    }
-    for (int i = optind; index && i < argc; i++) {
-        int outcome = explain_one(&config, index, argv[i]);
+    int loaded = cli_load_rules(given, &config) == 0;
+    int status = loaded ? CLI_OK : CLI_FAILED;
+    for (int i = optind; loaded && i < argc; i++) {
+        int outcome = explain_one(&config, argv[i]);
         status = outcome > status ? outcome : status;
     }
-    bh_rule_index_free(index);
     bh_config_free(&config);
     return status;
 }

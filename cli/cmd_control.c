@@ -105,7 +105,12 @@ static int change_limit(struct bh_namespace *ns, const char *namespace_name,
     }
     printf("%s: limit %d -> %d, %d in use\n", name, before.limit, after.limit,
            after.in_use);
-    if (after.in_use > limit)
+    if (after.in_use > limit && limit == 0)
+        printf("%s: no connection is cut; new ones are refused\n", name);
+    else if (after.in_use > limit && limit == 1)
+        printf("%s: no connection is cut; new ones wait or are refused until "
+               "none is in use\n", name);
+    else if (after.in_use > limit)
         printf("%s: no connection is cut; new ones wait or are refused until "
                "fewer than %d are in use\n", name, limit);
     return CLI_OK;

@@ -3,14 +3,76 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
-static void print_config_error(void *ctx, const char *message)
+/* The parser reports some errors late: "[x]: limit is required" and "[x]:
+ * no match rules" name the section's header line but can only be found when
+ * the section ends, after the errors on the lines inside it. So errors are
+ * kept, then printed sorted by line (a stable sort: the parser's order
+ * within one line), errors about the whole file first. */
+struct config_error {
+    long line;       /* 0: about the whole file */
+    int order;       /* as reported */
+    char *message;
+};
+
+struct config_errors {
+    const char *path;  /* messages start "PATH:LINE: " or "PATH: " */
+    struct config_error *list;
+    int count, capacity;
+};
+
+static long message_line(const char *path, const char *message)
 {
-    (void)ctx;
-    cli_error("%s", message);
+    size_t length = strlen(path);
+    if (strncmp(message, path, length) != 0 || message[length] != ':')
+        return 0;
+    char *end;
+    long line = strtol(message + length + 1, &end, 10);
+    return end != message + length + 1 && *end == ':' && line > 0 ? line : 0;
+}
+
+static void keep_config_error(void *ctx, const char *message)
+{
+    struct config_errors *errors = ctx;
+    if (errors->count == errors->capacity) {
+        int capacity = errors->capacity ? 2 * errors->capacity : 16;
+        void *grown = realloc(errors->list, (size_t)capacity * sizeof *errors->list);
+        if (grown) {
+            errors->list = grown;
+            errors->capacity = capacity;
+        }
+    }
+    char *copy = errors->count < errors->capacity ? strdup(message) : NULL;
+    if (!copy) {
+        cli_error("%s", message);  /* out of memory: at least say it */
+        return;
+    }
+    errors->list[errors->count] = (struct config_error) {
+        message_line(errors->path, message), errors->count, copy };
+    errors->count++;
+}
+
+static int by_line(const void *a, const void *b)
+{
+    const struct config_error *x = a, *y = b;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    return x->order - y->order;
+}
+
+static void print_config_errors(struct config_errors *errors)
+{
+    if (errors->count)
+        qsort(errors->list, (size_t)errors->count, sizeof *errors->list, by_line);
+    for (int i = 0; i < errors->count; i++) {
+        cli_error("%s", errors->list[i].message);
+        free(errors->list[i].message);
+    }
+    free(errors->list);
 }
 
 int cli_locate_rules(const char *given, char *path)
@@ -33,7 +95,10 @@ int cli_load_rules(const char *given, struct bh_config *config)
     memset(config, 0, sizeof *config);
     if (cli_locate_rules(given, path) < 0)
         return -1;
-    return bh_config_load(path, config, print_config_error, NULL);
+    struct config_errors errors = { .path = path };
+    int count = bh_config_load(path, config, keep_config_error, &errors);
+    print_config_errors(&errors);
+    return count;
 }
 
 int cli_target_namespace(const struct cli_target *target,

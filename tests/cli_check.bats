@@ -1,0 +1,163 @@
+#!/usr/bin/env bats
+# bulkhead check, explain and counts in the command's output: errors come in
+# line order, each explained destination stands on its own, and "1 thing"
+# is never "1 things".
+
+load helpers/common
+
+BULKHEAD="$BH_ROOT/build/bulkhead"
+
+setup() {
+    bh_setup
+    [[ -x "$BULKHEAD" ]] || fail "missing $BULKHEAD: run make"
+}
+teardown() { bh_teardown; }
+
+# The line numbers of the "bulkhead: FILE:LINE: ..." lines of the last run,
+# in the order printed, on one line.
+error_lines() {
+    local line numbers=()
+    for line in "${lines[@]}"; do
+        if [[ "$line" =~ ^bulkhead:\ $RULES:([0-9]+):\  ]]; then
+            numbers+=("${BASH_REMATCH[1]}")
+        fi
+    done
+    echo "${numbers[*]}"
+}
+
+@test "check: errors of every kind come out in line order" {
+    # Errors the parser finds late (a section's missing limit or match
+    # rules, known only when the section ends) sit between errors found on
+    # the lines themselves.
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+bogus = 1
+
+[a]
+limit = twenty
+errno = ENOPE
+
+[b]
+match = 127.0.0.1:1
+wait_ms = -3
+
+[a]
+limit = 1
+match = 127.0.0.1:2
+match = nope:99999
+[c d]
+limit = 1
+EOF
+    run "$BULKHEAD" check "$RULES"
+    assert_failure 1
+    assert_equal "$(error_lines)" "3 5 6 7 9 11 13 16 17"
+    assert_line --index 0 --regexp "^bulkhead: $RULES:3: unknown key \"bogus\""
+    assert_line --index 1 --regexp "^bulkhead: $RULES:5: \[a\]: no match rules"
+    assert_line --index 2 --regexp "^bulkhead: $RULES:6: limit: "
+    assert_line --index 3 --regexp "^bulkhead: $RULES:7: errno: "
+    assert_line --index 4 --regexp "^bulkhead: $RULES:9: \[b\]: limit is required"
+    assert_line --index 5 --regexp "^bulkhead: $RULES:11: wait_ms: "
+    assert_line --index 6 --regexp "^bulkhead: $RULES:13: duplicate compartment \[a\]"
+    assert_line --index 7 --regexp "^bulkhead: $RULES:16: match: "
+    assert_line --index 8 --regexp "^bulkhead: $RULES:17: bad section name"
+    assert_line --index 9 "bulkhead: $RULES: 9 errors"
+}
+
+@test "check: two errors on one header line keep the parser's order" {
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[empty]
+wait_ms = x
+EOF
+    run "$BULKHEAD" check "$RULES"
+    assert_failure 1
+    assert_equal "$(error_lines)" "3 3 4"
+    assert_line --index 0 "bulkhead: $RULES:3: [empty]: limit is required"
+    assert_line --index 1 "bulkhead: $RULES:3: [empty]: no match rules"
+    assert_line --index 2 --regexp "^bulkhead: $RULES:4: wait_ms: "
+    assert_line --index 3 "bulkhead: $RULES: 3 errors"
+}
+
+@test "explain: a literal address gets the same answer whatever comes before it" {
+    # localhost resolves to 127.0.0.1; a rule for the name must not make the
+    # literal 127.0.0.1 match once the name was explained first.
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[named]
+limit = 1
+match = localhost:9000
+EOF
+    run "$BULKHEAD" explain -c "$RULES" 127.0.0.1:9000
+    assert_success
+    assert_output "127.0.0.1:9000 -> not limited"
+    local alone=$output
+    run "$BULKHEAD" explain -c "$RULES" localhost:9000 127.0.0.1:9000
+    assert_success
+    assert_line "localhost:9000 = 127.0.0.1 -> compartment named (line 5: match = localhost:9000)"
+    assert_equal "$(grep '^127\.0\.0\.1:9000 ' <<<"$output")" "$alone"
+    run "$BULKHEAD" explain -c "$RULES" 127.0.0.1:9000 localhost:9000 127.0.0.1:9000
+    assert_success
+    assert_equal "$(grep -c '^127\.0\.0\.1:9000 -> not limited$' <<<"$output")" 2
+}
+
+@test "counts: one compartment, one rule, one error, one permit are singular" {
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[one]
+limit = 1
+match = 127.0.0.1:1
+EOF
+    run "$BULKHEAD" check "$RULES"
+    assert_success
+    assert_line "1 compartment, 1 match rule; the first match in file order wins"
+    cat >>"$RULES" <<EOF
+match = 127.0.0.1:2
+[two]
+limit = 2
+match = 127.0.0.1:3
+EOF
+    run "$BULKHEAD" check "$RULES"
+    assert_line "2 compartments, 3 match rules; the first match in file order wins"
+    printf '[global]\nnamespace = %s\n[bad]\nlimit = x\nmatch = 127.0.0.1:1\n' "$NS" \
+        >"$T/bad.ini"
+    run "$BULKHEAD" check "$T/bad.ini"
+    assert_failure 1
+    assert_line "bulkhead: $T/bad.ini: 1 error"
+    run "$BULKHEAD" stat -c "$T/bad.ini"
+    assert_failure 1
+    assert_line --partial "not valid (1 error)"
+}
+
+@test "counts: set says how a lowered limit holds, in the singular for 1" {
+    start_server srv -1
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[c]
+limit = 3
+match = 127.0.0.1:$SERVER_PORT
+EOF
+    bg_shim "$T/h1" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
+    bg_shim "$T/h2" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
+    wait_for file_has "$T/h1" '^ok$'
+    wait_for file_has "$T/h2" '^ok$'
+    assert_equal "$(server_stat srv open)" 2
+    run "$BULKHEAD" set -c "$RULES" c limit=1
+    assert_success
+    assert_output "c: limit 3 -> 1, 2 in use
+c: no connection is cut; new ones wait or are refused until none is in use"
+    run "$BULKHEAD" set -c "$RULES" c limit=0
+    assert_output "c: limit 1 -> 0, 2 in use
+c: no connection is cut; new ones are refused"
+    run "$BULKHEAD" reset -c "$RULES"
+    assert_failure 1
+    assert_output --partial "c: 2 permits held by "
+    run "$BULKHEAD" reset -c "$RULES" c
+    assert_success
+    assert_output "c: counters reset; limit 0 and 2 permits in use untouched"
+    assert_equal "$(server_stat srv open)" 2
+}
