@@ -1,23 +1,34 @@
 # bulkhead: build the LD_PRELOAD shim, the bulkhead command, the test
-# programs; run the demo, the suite and the benchmark.
+# programs; run the demo, the suites and the benchmark.
 #
 #   make            build/libbulkhead.so and build/bulkhead
 #   make demo       install what is missing, build, show a program being capped
-#   make test       install what is missing, build, run the bats suite
+#   make unit       the C unit tests (tests/unit, cmocka): seconds
+#   make test       install what is missing, build, run make unit, then the
+#                   bats suite
+#   make test-asan, test-ubsan, test-tsan
+#                   unit tests and bats files against a sanitized shim
+#   make fuzz       libFuzzer on the rules parser and the matcher, each for
+#                   FUZZ_SECONDS (default 60)
 #   make bench      install what is missing, build, measure (see README)
 #   make install    PREFIX=/usr/local DESTDIR=
+#
+# CFLAGS is yours (default -O2 -g): `make CFLAGS=-O0` keeps every flag the
+# project needs, which live in BH_CFLAGS.
 
 CC      ?= cc
+CLANG   ?= clang
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BUILD   := build
 
-WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
-CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Ishim
+WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS    ?= -O2 -g
+BH_CFLAGS := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Ishim
 # inih is linked statically and hidden (--exclude-libs) so a host program
 # with its own ini_parse can neither break the shim nor be broken by it.
 INIH    := -l:libinih.a
+SHIM_LDFLAGS := -shared -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now
 
 # Code shared by the shim and the command: config, rules, permits.
 CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/permits/*.c)
@@ -25,6 +36,11 @@ CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/permits
 SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/clients/*.c)
+# What the unit tests and fuzzers link: the parser, the matcher and the
+# real-symbol table the parser opens files through.
+UNIT_CODE := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c)
+UNIT_SRC  := $(wildcard tests/unit/test_*.c)
+UNIT_NAMES := $(UNIT_SRC:tests/unit/%.c=%)
 
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/obj/%.o)
@@ -34,23 +50,126 @@ TEST_BIN := $(TEST_SRC:tests/clients/%.c=$(BUILD)/tests/%)
 SHIM := $(BUILD)/libbulkhead.so
 CLI  := $(BUILD)/bulkhead
 
-.PHONY: all deps demo test bench install clean
+.PHONY: all deps demo unit test bench install clean fuzz \
+        test-asan test-ubsan test-tsan
 all: $(SHIM) $(if $(CLI_SRC),$(CLI))
+# Objects built on the way to a unit test or fuzzer are kept for the next
+# build, not deleted as intermediates.
+.SECONDARY:
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(BH_CFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(SHIM): $(CORE_OBJ) $(SHIM_OBJ)
-	$(CC) -shared -o $@ $^ -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now \
-	    $(INIH) -ldl -lpthread
+	$(CC) $(CFLAGS) $(SHIM_LDFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
 
 $(CLI): $(CORE_OBJ) $(CLI_OBJ)
-	$(CC) -o $@ $^ $(INIH) -lpthread
+	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -lpthread
 
-$(BUILD)/tests/%: tests/clients/%.c
+# Every client includes client_util.h: a change there rebuilds them all,
+# also in a build directory made before this rule existed.
+$(BUILD)/tests/%: tests/clients/%.c $(wildcard tests/clients/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 $(WARN) -O2 -g -D_GNU_SOURCE -o $@ $< -lpthread
+	$(CC) $(BH_CFLAGS) $(CFLAGS) -o $@ $< -lpthread
+
+# ---- unit tests -------------------------------------------------------------
+
+# $(call unit_rules,DIR,EXTRA_FLAGS): DIR/unit/test_NAME from
+# tests/unit/test_NAME.c and the code under test, compiled into DIR/obj.
+define unit_rules
+$(1)/obj/tests/unit/%.o: tests/unit/%.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BH_CFLAGS) $$(CFLAGS) $(2) -MMD -MP -c $$< -o $$@
+
+$(1)/unit/%: $(1)/obj/tests/unit/%.o $(UNIT_CODE:%.c=$(1)/obj/%.o)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) $(2) -o $$@ $$^ -lcmocka $$(INIH) -ldl -lpthread
+endef
+$(eval $(call unit_rules,$(BUILD),))
+
+UNIT_BIN := $(UNIT_NAMES:%=$(BUILD)/unit/%)
+
+# Every program runs even when one fails; the status says whether any did.
+# $(1): the directory holding unit/test_*.
+run_units = status=0; for t in $(UNIT_NAMES); do \
+	    echo "== $(1)/unit/$$t"; $(1)/unit/$$t || status=1; done; exit $$status
+
+unit: deps
+	$(MAKE) $(UNIT_BIN)
+	@$(call run_units,$(BUILD))
+
+# ---- sanitizers ---------------------------------------------------------------
+#
+# Each builds the shim and the unit tests with gcc's sanitizer into
+# build/SAN/ and runs scripts/run-sanitized.sh, which preloads the runtime
+# ahead of the shim, sends every report to build/SAN/reports/ and fails if
+# any report is there afterwards. The bats files each runs:
+#   asan, ubsan: every file but cli.bats (it always runs build/libbulkhead.so,
+#     whatever BULKHEAD_TEST_SHIM says) and exports.bats (the export list of
+#     an instrumented build is not the product's).
+#   tsan: the files whose programs run threads, signals or forks under the
+#     shim (caps, matching, nonblocking, release_paths, resolver, fork_exec,
+#     exit_order): the rest start single-threaded programs, where TSan has
+#     nothing to see, at 5-15x the cost.
+SAN_asan  := -fsanitize=address -fno-omit-frame-pointer
+SAN_ubsan := -fsanitize=undefined -fno-sanitize-recover=all
+SAN_tsan  := -fsanitize=thread
+SAN_FILES_asan  = $(filter-out tests/cli.bats tests/exports.bats,$(wildcard tests/*.bats))
+SAN_FILES_ubsan = $(SAN_FILES_asan)
+SAN_FILES_tsan  = $(addprefix tests/,caps.bats matching.bats nonblocking.bats \
+	release_paths.bats resolver.bats fork_exec.bats exit_order.bats)
+
+define sanitizer_rules
+$(BUILD)/$(1)/obj/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BH_CFLAGS) $$(CFLAGS) $$(SAN_$(1)) -MMD -MP -c $$< -o $$@
+
+$(BUILD)/$(1)/libbulkhead.so: $$(CORE_SRC:%.c=$(BUILD)/$(1)/obj/%.o) \
+                              $$(SHIM_SRC:%.c=$(BUILD)/$(1)/obj/%.o)
+	$$(CC) $$(CFLAGS) $$(SAN_$(1)) $$(SHIM_LDFLAGS) -o $$@ $$^ $$(INIH) -ldl -lpthread
+
+test-$(1): deps
+	$$(MAKE) all $$(TEST_BIN) $(BUILD)/$(1)/libbulkhead.so \
+	    $(UNIT_NAMES:%=$(BUILD)/$(1)/unit/%)
+	scripts/run-sanitized.sh $(1) $(BUILD)/$(1) $$(SAN_FILES_$(1))
+endef
+$(foreach s,asan ubsan tsan,$(eval $(call sanitizer_rules,$(s))))
+$(foreach s,asan ubsan tsan,$(eval $(call unit_rules,$(BUILD)/$(s),$$(SAN_$(s)))))
+
+# ---- fuzzing ----------------------------------------------------------------
+#
+# clang's libFuzzer with ASan and UBSan; the code under test is compiled
+# with the same instrumentation into build/fuzz/obj. Each harness runs for
+# FUZZ_SECONDS from the seeds in tests/fuzz/corpus/NAME (new finds go to
+# build/fuzz/corpus/NAME, the repo's seeds stay as they are); a crash,
+# leak or sanitizer report fails the target and leaves the input in
+# build/fuzz/.
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN   := $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
+
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CLANG) $(BH_CFLAGS) -O1 -g $(subst fuzzer,fuzzer-no-link,$(FUZZ_FLAGS)) \
+	    -MMD -MP -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o \
+                      $(UNIT_CODE:%.c=$(BUILD)/fuzz/obj/%.o)
+	$(CLANG) $(FUZZ_FLAGS) -o $@ $^ $(INIH) -ldl -lpthread
+
+fuzz: deps
+	$(MAKE) $(FUZZ_BIN)
+	@for f in $(FUZZ_NAMES); do \
+	    mkdir -p $(BUILD)/fuzz/corpus/$$f || exit 1; \
+	    echo "== fuzz_$$f for $(FUZZ_SECONDS) s"; \
+	    $(BUILD)/fuzz/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) \
+	        -artifact_prefix=$(BUILD)/fuzz/$$f- -print_final_stats=1 \
+	        $(BUILD)/fuzz/corpus/$$f tests/fuzz/corpus/$$f || exit 1; \
+	done
+
+# ---- the rest -----------------------------------------------------------------
 
 deps:
 	@scripts/install-deps.sh
@@ -59,7 +178,7 @@ demo: deps
 	$(MAKE) all
 	scripts/demo.sh
 
-test: deps
+test: unit
 	$(MAKE) all $(TEST_BIN)
 	scripts/run-tests.sh
 
@@ -76,4 +195,4 @@ install: all
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

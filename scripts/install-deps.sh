@@ -6,6 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
     build-essential uthash-dev libinih-dev
+    libcmocka-dev clang libclang-rt-14-dev
     bats bats-support bats-assert
     curl wget python3 python3-requests perl netcat-openbsd haproxy tcpdump redis-tools redis-server
     strace valgrind util-linux iproute2 procps man-db groff-base
