@@ -144,10 +144,9 @@ static void unlock_namespace(struct bh_namespace *ns)
 /* Ours: created by and owned by this effective uid, mode 0600. Another
  * user can create an object under our key before we do (the key is no
  * secret), but cannot make its creator uid ours. */
-static int owned_by_us(const struct ipc_perm *perm)
+static int owned_by(const struct ipc_perm *perm, uid_t uid)
 {
-    uid_t me = geteuid();
-    return perm->uid == me && perm->cuid == me && (perm->mode & 0777) == 0600;
+    return perm->uid == uid && perm->cuid == uid && (perm->mode & 0777) == 0600;
 }
 
 /* Something under our key that we must not use. errno EEXIST when it is
@@ -156,7 +155,7 @@ static int owned_by_us(const struct ipc_perm *perm)
 static int foreign(struct bh_namespace *ns, const struct ipc_perm *perm,
                    const char *what)
 {
-    uid_t me = geteuid();
+    uid_t me = ns->uid;
     snprintf(ns->foreign_what, sizeof ns->foreign_what, "%s", what);
     if (perm && perm->cuid == me && perm->uid == me && (perm->mode & 0777) == 0600) {
         errno = EEXIST;
@@ -183,7 +182,7 @@ static int open_semaphores(struct bh_namespace *ns, int create)
     }
     if (semctl(ns->semid, 0, IPC_STAT, &info) < 0)
         return -1;
-    return owned_by_us(&info.sem_perm) ? 0 : foreign(ns, &info.sem_perm, "semaphores");
+    return owned_by(&info.sem_perm, ns->uid) ? 0 : foreign(ns, &info.sem_perm, "semaphores");
 }
 
 static int attach_memory(struct bh_namespace *ns, int create)
@@ -199,7 +198,7 @@ static int attach_memory(struct bh_namespace *ns, int create)
     }
     if (shmctl(ns->shmid, IPC_STAT, &info) < 0)
         return -1;
-    if (!owned_by_us(&info.shm_perm) || info.shm_segsz != sizeof *ns->state)
+    if (!owned_by(&info.shm_perm, ns->uid) || info.shm_segsz != sizeof *ns->state)
         return foreign(ns, &info.shm_perm, "shared memory");
     void *address = shmat(ns->shmid, NULL, 0);
     if (address == (void *)-1)
@@ -239,7 +238,7 @@ static int initialise_if_needed(struct bh_namespace *ns, const char *name)
     }
     memset(state, 0, sizeof *state);
     state->layout_version = BH_LAYOUT_VERSION;
-    state->owner_uid = geteuid();
+    state->owner_uid = ns->uid;
     state->semid = ns->semid;
     snprintf(state->namespace_name, BH_NAME_MAX, "%s", name);
     atomic_thread_fence(memory_order_release);
@@ -265,7 +264,7 @@ static int fail_foreign(const struct bh_namespace *ns, char *err, size_t errlen,
         errno = EEXIST;
         return -1;
     }
-    if (ns->squatter_uid == geteuid())
+    if (ns->squatter_uid == ns->uid)
         snprintf(err, errlen, "namespace \"%s\": key 0x%08x holds %s of ours "
                  "with mode %04o: others may have written it", name,
                  (unsigned)ns->key, ns->foreign_what, ns->squatter_mode);
@@ -276,17 +275,18 @@ static int fail_foreign(const struct bh_namespace *ns, char *err, size_t errlen,
     else
         snprintf(err, errlen, "namespace \"%s\": key 0x%08x holds %s of uid "
                  "%u, not ours (uid %u, mode 0600)", name, (unsigned)ns->key,
-                 ns->foreign_what, (unsigned)ns->squatter_uid, (unsigned)geteuid());
+                 ns->foreign_what, (unsigned)ns->squatter_uid, (unsigned)ns->uid);
     errno = EPERM;
     return -1;
 }
 
-static int open_once(const char *name, int create, struct bh_namespace *ns,
-                     char *err, size_t errlen)
+static int open_once(uid_t uid, const char *name, int create,
+                     struct bh_namespace *ns, char *err, size_t errlen)
 {
     memset(ns, 0, sizeof *ns);
     ns->semid = ns->shmid = -1;
-    ns->key = bh_namespace_key(geteuid(), name);
+    ns->uid = uid;
+    ns->key = bh_namespace_key(uid, name);
     if (open_semaphores(ns, create) < 0)
         return errno == EPERM || errno == EEXIST ? fail_foreign(ns, err, errlen, name)
                                                  : fail(err, errlen, "semaphores", name);
@@ -316,13 +316,34 @@ static int open_once(const char *name, int create, struct bh_namespace *ns,
                                              : fail(err, errlen, "shared memory", name);
 }
 
+int bh_namespace_open_for(uid_t uid, const char *name, int create,
+                          struct bh_namespace *ns, char *err, size_t errlen)
+{
+    int rc = open_once(uid, name, create, ns, err, errlen);
+    if (rc < 0 && errno == EIDRM && create)
+        rc = open_once(uid, name, create, ns, err, errlen);
+    return rc;
+}
+
 int bh_namespace_open(const char *name, int create, struct bh_namespace *ns,
                       char *err, size_t errlen)
 {
-    int rc = open_once(name, create, ns, err, errlen);
-    if (rc < 0 && errno == EIDRM && create)
-        rc = open_once(name, create, ns, err, errlen);
-    return rc;
+    return bh_namespace_open_for(geteuid(), name, create, ns, err, errlen);
+}
+
+int bh_namespace_remove_key(uid_t uid, const char *name)
+{
+    key_t key = bh_namespace_key(uid, name);
+    int removed = 0, semid = semget(key, 0, 0), shmid = shmget(key, 0, 0);
+    struct semid_ds sem_info;
+    struct shmid_ds shm_info;
+    if (semid >= 0 && semctl(semid, 0, IPC_STAT, &sem_info) == 0 &&
+        sem_info.sem_perm.cuid == uid && semctl(semid, 0, IPC_RMID) == 0)
+        removed++;
+    if (shmid >= 0 && shmctl(shmid, IPC_STAT, &shm_info) == 0 &&
+        shm_info.shm_perm.cuid == uid && shmctl(shmid, IPC_RMID, NULL) == 0)
+        removed++;
+    return removed;
 }
 
 void bh_namespace_close(struct bh_namespace *ns)
@@ -815,4 +836,63 @@ int bh_namespace_remove(struct bh_namespace *ns)
         rc = -1;
     bh_namespace_close(ns);
     return rc;
+}
+
+/* Takes every free permit out (with SEM_UNDO, so a reset killed here gives
+ * them back), in one semop over all compartments. Fills taken[]. */
+static int drain_free(struct bh_namespace *ns, int count, short taken[])
+{
+    unsigned short values[BH_SEM_COUNT];
+    struct sembuf ops[BH_MAX_COMPARTMENTS];
+    for (int attempt = 0; attempt < 100; attempt++) {
+        if (semctl(ns->semid, 0, GETALL, values) < 0)
+            return -1;
+        int n = 0;
+        for (int i = 0; i < count; i++) {
+            taken[i] = (short)values[BH_SEM_FREE(i)];
+            if (taken[i] > 0)
+                ops[n++] = (struct sembuf){ BH_SEM_FREE(i), (short)-taken[i],
+                                            IPC_NOWAIT | SEM_UNDO };
+        }
+        if (n == 0 || semop(ns->semid, ops, n) == 0)
+            return 0;
+        if (errno != EAGAIN)
+            return -1;
+    }
+    errno = EBUSY;
+    return -1;
+}
+
+static void undrain(struct bh_namespace *ns, int count, const short taken[])
+{
+    for (int i = 0; i < count; i++)
+        if (taken[i] > 0)
+            sem_op(ns->semid, BH_SEM_FREE(i), taken[i], SEM_UNDO);
+}
+
+int bh_namespace_remove_unused(struct bh_namespace *ns)
+{
+    if (lock_namespace(ns) < 0)
+        return -1;
+    int count = (int)atomic_load(&ns->state->compartment_count);
+    short taken[BH_MAX_COMPARTMENTS];
+    if (drain_free(ns, count, taken) < 0) {
+        int saved = errno;
+        unlock_namespace(ns);
+        errno = saved;
+        return -1;
+    }
+    /* Nobody can take a permit now: whoever holds or waits is visible. */
+    int in_use = 0;
+    for (int i = 0; i < count && !in_use; i++) {
+        int left = in_use_now(ns, i);
+        in_use = left != taken[i] ||  /* limit + debt - free, with ours out */
+                 semctl(ns->semid, BH_SEM_FREE(i), GETNCNT) > 0;
+    }
+    if (in_use) {
+        undrain(ns, count, taken);
+        unlock_namespace(ns);
+        return 1;
+    }
+    return bh_namespace_remove(ns);  /* the lock goes with the set */
 }

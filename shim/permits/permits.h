@@ -66,6 +66,7 @@ struct bh_shared_state {
 #define BH_STATE_MAGIC 0x42484b31u /* "BHK1" */
 
 struct bh_namespace {
+    uid_t uid;                    /* whose namespace: the key and the owner */
     key_t key;
     int semid;
     int shmid;
@@ -105,7 +106,13 @@ key_t bh_namespace_key(uid_t uid, const char *namespace_name);
  * 0600: never used, see permits.c). */
 int bh_namespace_open(const char *namespace_name, int create,
                       struct bh_namespace *ns, char *err, size_t errlen);
+/* The same for another user's namespace (root steering a service's). */
+int bh_namespace_open_for(uid_t uid, const char *name, int create,
+                          struct bh_namespace *ns, char *err, size_t errlen);
 void bh_namespace_close(struct bh_namespace *ns);
+/* Removes whatever uid made under the namespace's key, of any size or
+ * layout (reset --force); returns how many objects went. */
+int bh_namespace_remove_key(uid_t uid, const char *name);
 
 /* Finds or adds a compartment by name. A new one starts with `limit`
  * permits; an existing one keeps its live limit, returned in live_limit.
@@ -150,5 +157,10 @@ int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit);
 void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_use);
 /* Removes the namespace (semaphores and memory). Waiters see EIDRM. */
 int bh_namespace_remove(struct bh_namespace *ns);
+/* Removes it only if no permit is held or waited for, with no window for a
+ * new holder in between: every free permit is taken out first, and put
+ * back if anyone turns out to hold one. 0 removed, 1 in use (nothing
+ * changed), -1 error. */
+int bh_namespace_remove_unused(struct bh_namespace *ns);
 
 #endif
