@@ -60,11 +60,19 @@ def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
+KEYS = {}  # namespace name -> its SysV key, "0x%08x"
+
+
 def namespace_key(name):
-    h = 2166136261
-    for byte in f"bulkhead/1/{os.geteuid()}/{name}".encode():
-        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
-    return h or 1
+    """The namespace's SysV key as ipcs prints it, from `bulkhead key`:
+    shim/permits owns the hash, nobody re-derives it."""
+    if name not in KEYS:
+        r = subprocess.run([os.path.join(BUILD, "bulkhead"), "key", "-n", name],
+                           capture_output=True, text=True, env=BASE_ENV)
+        if r.returncode != 0:
+            raise BenchError(f"bulkhead key -n {name}: {r.stderr.strip()}")
+        KEYS[name] = r.stdout.strip()
+    return KEYS[name]
 
 
 def note(kind, value):
@@ -75,8 +83,9 @@ def note(kind, value):
 
 def new_namespace(base, suffix):
     name = f"{base}-{suffix}"
+    key = namespace_key(name)  # first: every name listed has its key
     NAMESPACES.append(name)
-    note("keys", f"0x{namespace_key(name):08x}")
+    note("keys", key)
     return name
 
 
@@ -187,7 +196,7 @@ def cleanup():
             pass
     leftovers = []
     for name in NAMESPACES:
-        key = f"0x{namespace_key(name):08x}"
+        key = KEYS[name]
         subprocess.run(["ipcrm", "-S", key], stderr=subprocess.DEVNULL)
         subprocess.run(["ipcrm", "-M", key], stderr=subprocess.DEVNULL)
         ipcs = subprocess.run(["ipcs", "-s", "-m"], capture_output=True, text=True).stdout
@@ -308,7 +317,7 @@ def check_rules(path):
 
 
 def nsstat(namespace):
-    out = run([CLIENT, "nsstat", namespace], BASE_ENV)
+    out = run([CLIENT, "nsstat", namespace_key(namespace)], BASE_ENV)
     stats = {}
     for line in out.splitlines():
         name, *rest = line.split()
@@ -508,7 +517,7 @@ def main():
     for d in (RUN_DIR, CG_DIR, ST_DIR):
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-    for f in (SHIM, CLIENT, SERVER):
+    for f in (SHIM, os.path.join(BUILD, "bulkhead"), CLIENT, SERVER):
         if not os.access(f, os.R_OK):
             raise BenchError(f"{f} is missing: build first (bench/run.sh does)")
     tmp = tempfile.mkdtemp(prefix="bulkhead-bench.")

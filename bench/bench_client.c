@@ -7,8 +7,8 @@
  *   contend HOST PORT procs|threads W DURATION_MS
  *                                    W workers loop for DURATION_MS: connect,
  *                                    read the hold server's one byte, close
- *   nsstat NAMESPACE                 a namespace's counters, from its shm
- *   key NAMESPACE                    the namespace's SysV key, in decimal
+ *   nsstat KEY                       a namespace's counters, from its shm;
+ *                                    KEY as `bulkhead key -n NAME` prints it
  *
  * The single-connection modes run WARMUP iterations untimed, then N timed
  * with CLOCK_MONOTONIC around the loop alone, and print one line:
@@ -331,27 +331,31 @@ static int mode_contend(const char *how, int workers, int duration_ms)
 
 /* ---- namespace ------------------------------------------------------------ */
 
-static key_t namespace_key(const char *name)
+/* The key comes from `bulkhead key`: shim/permits owns the hash, and this
+ * program is not linked with it. */
+static key_t parse_key(const char *text)
 {
-    char versioned[128];
-    snprintf(versioned, sizeof versioned, "bulkhead/%d/%u/%s",
-             BH_LAYOUT_VERSION, (unsigned)geteuid(), name);
-    uint32_t hash = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)versioned; *p; p++)
-        hash = (hash ^ *p) * 16777619u;
-    return (key_t)(hash ? hash : 1);
+    char *end;
+    errno = 0;
+    unsigned long key = strtoul(text, &end, 0);
+    if (errno || end == text || *end || key == 0 || key > 0xffffffffUL) {
+        fprintf(stderr, "bench_client: nsstat: \"%s\" is not a SysV key "
+                "(0x%%08x, as bulkhead key prints it)\n", text);
+        exit(2);
+    }
+    return (key_t)(uint32_t)key;
 }
 
-static int mode_nsstat(const char *name)
+static int mode_nsstat(const char *key)
 {
-    int shmid = shmget(namespace_key(name), 0, 0);
+    int shmid = shmget(parse_key(key), 0, 0);
     if (shmid < 0)
         fail("shmget");
     const struct bh_shared_state *s = shmat(shmid, NULL, SHM_RDONLY);
     if (s == (void *)-1)
         fail("shmat");
     if (s->magic != BH_STATE_MAGIC) {
-        fprintf(stderr, "bench_client: %s: not a bulkhead namespace\n", name);
+        fprintf(stderr, "bench_client: %s: not a bulkhead namespace\n", key);
         return 1;
     }
     uint32_t count = atomic_load(&s->compartment_count);
@@ -377,8 +381,7 @@ static void usage(void)
             "       bench_client pingpong HOST PORT N [send|msg]\n"
             "       bench_client request HOST PORT N\n"
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
-            "       bench_client nsstat NAMESPACE\n"
-            "       bench_client key NAMESPACE\n");
+            "       bench_client nsstat KEY\n");
     exit(2);
 }
 
@@ -391,10 +394,6 @@ int main(int argc, char **argv)
     const char *mode = argv[1];
     if (strcmp(mode, "nsstat") == 0)
         return mode_nsstat(argv[2]);
-    if (strcmp(mode, "key") == 0) {
-        printf("%d\n", (int)namespace_key(argv[2]));
-        return 0;
-    }
     if (argc < 5)
         usage();
     parse_dest(argv[2], argv[3]);

@@ -1,8 +1,8 @@
 /* The bulkhead command: what the subcommand files share.
  *
  * main.c dispatches to one struct cli_command per subcommand; each lives in
- * the file of its group (cmd_run.c, cmd_check.c, cmd_stat.c, cmd_control.c)
- * with its own help text. target.c turns -c FILE / -n NAME into the rules
+ * the file of its group (cmd_run.c, cmd_check.c, cmd_stat.c, cmd_control.c,
+ * cmd_key.c) with its own help text. target.c turns -c FILE / -n NAME into the rules
  * and the namespace a command works on. */
 #ifndef BH_CLI_H
 #define BH_CLI_H
@@ -35,6 +35,7 @@ extern const struct cli_command cli_stat_command;
 extern const struct cli_command cli_set_command;
 extern const struct cli_command cli_apply_command;
 extern const struct cli_command cli_reset_command;
+extern const struct cli_command cli_key_command;
 
 /* "bulkhead: <message>" on stderr. */
 void cli_error(const char *format, ...) __attribute__((format(printf, 1, 2)));
@@ -73,6 +74,11 @@ int cli_target_namespace(const struct cli_target *target,
  * it has no shared state yet (nothing ran; not reported); -1 once reported. */
 int cli_target_open(const struct cli_target *target, struct bh_namespace *ns,
                     char name[BH_NAME_MAX]);
+
+/* When CMD, found as execvp finds it, cannot be interposed by the shim
+ * (statically linked, a Go program, set-ID, or a script for such an
+ * interpreter): says why in text (no newline) and returns 1; else 0. */
+int cli_interpose_warning(const char *command, char *text, size_t textlen);
 
 /* "1234(2),1240(1)": pids with the permits each holds; "-" for none. */
 void cli_format_holders(const pid_t *pids, const uint32_t *permits, int count,

@@ -9,7 +9,7 @@
 static const struct cli_command *const commands[] = {
     &cli_run_command, &cli_check_command, &cli_explain_command,
     &cli_stat_command, &cli_set_command, &cli_apply_command,
-    &cli_reset_command,
+    &cli_reset_command, &cli_key_command,
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };
 
@@ -20,8 +20,8 @@ static const char overview[] =
 
 static const char trailer[] =
     "\n"
-    "Options of stat, set, apply and reset: -c FILE takes the namespace from\n"
-    "FILE's [global] namespace; -n/--namespace NAME names it directly.\n"
+    "Options of stat, set, apply, reset and key: -c FILE takes the namespace\n"
+    "from FILE's [global] namespace; -n/--namespace NAME names it directly.\n"
     "Without either, the rules file is $BULKHEAD_CONFIG, else\n"
     "$XDG_CONFIG_HOME/bulkhead/rules.ini, else /etc/bulkhead/rules.ini.\n"
     "\n"
