@@ -136,6 +136,11 @@ static int run(int argc, char **argv)
         return CLI_USAGE;
     if (prepare_environment(rules, strict) < 0)
         return CLI_FAILED;
+    /* Only a warning: the program may still be worth running, unlimited. */
+    char warning[3 * PATH_MAX];
+    if (cli_interpose_warning(argv[optind], warning, sizeof warning))
+        cli_error("run: warning: %s; its connections will not be limited",
+                  warning);
     execvp(argv[optind], argv + optind);
     cli_error("run: %s: %s", argv[optind], strerror(errno));
     return CLI_CANNOT_EXEC;
@@ -154,6 +159,12 @@ const struct cli_command cli_run_command = {
         "entries already there are kept, and no libbulkhead.so is added\n"
         "twice), BULKHEAD_CONFIG is set to the rules file's absolute path, and\n"
         "CMD replaces bulkhead, so the exit status is CMD's own.\n"
+        "\n"
+        "CMD is looked up along PATH as execvp does, and one line on stderr\n"
+        "warns when the shim cannot reach it: a statically linked program, a\n"
+        "Go program (static or not: Go connects with its own system calls), a\n"
+        "set-user-ID or set-group-ID program, or a script whose interpreter is\n"
+        "one of these. CMD runs all the same, unlimited.\n"
         "\n"
         "  -c, --config FILE  the rules file (default: $BULKHEAD_CONFIG, else\n"
         "                     $XDG_CONFIG_HOME/bulkhead/rules.ini, else\n"
