@@ -51,7 +51,10 @@ semaphore() {
     # Semaphore 1 is compartment 0's free permits (see shim/permits).
     assert_equal "$(semaphore 1 value)" 4
     assert_equal "$(sem_waiters "$NS")" 0
-    assert_equal "$(server_stat web max)" 4
+    # No assertion on the server's maximum: a SIGKILLed holder's permit goes
+    # back (exit_sem) a moment before its socket closes (exit_files), and a
+    # waiter not yet killed may connect in between. That window is stated
+    # in the README's Limits and measured by make bench.
 }
 
 @test "waiters behind a SIGSTOPped holder time out with the configured errno" {
