@@ -216,10 +216,11 @@ static const struct metric metrics[] = {
     { "bulkhead_acquired_total", "", "counter",
       "Permits granted.", read_acquired, 0 },
     { "bulkhead_rejected_total", "", "counter",
-      "Connects refused at once (full, no wait allowed or too many waiters).",
+      "connect() calls refused at once (full, no wait allowed or too many "
+      "waiters); calls, not connections nor processes.",
       read_rejected, 0 },
     { "bulkhead_timed_out_total", "", "counter",
-      "Connects that waited wait_ms for a permit, then were refused.",
+      "connect() calls that waited wait_ms for a permit, then were refused.",
       read_timed_out, 0 },
     { "bulkhead_wait_seconds", "_sum", "summary",
       "Time spent waiting by connects that waited and got a permit.",
@@ -377,11 +378,14 @@ const struct cli_command cli_stat_command = {
         "Shows the live state of every compartment registered in the namespace,\n"
         "shared by all its processes: LIMIT (live), IN_USE (permits held,\n"
         "exact, from the semaphores), WAITING (connects waiting now), PEAK (most\n"
-        "in use at once), ACQUIRED (permits granted), REJECTED (refused at\n"
-        "once), TIMED_OUT (waited wait_ms, then refused), WAIT_MEAN_MS and\n"
-        "WAIT_MAX_MS (over the connects that waited and got a permit) and\n"
-        "HOLDERS (pid(permits) of the processes holding permits). A namespace\n"
-        "where nothing has run yet has no state: stat says so and exits 0.\n"
+        "in use at once), ACQUIRED (permits granted), REJECTED (connect()\n"
+        "calls refused at once), TIMED_OUT (calls that waited wait_ms, then\n"
+        "were refused), WAIT_MEAN_MS and WAIT_MAX_MS (over the connects that\n"
+        "waited and got a permit) and HOLDERS (pid(permits) of the processes\n"
+        "holding permits). REJECTED and TIMED_OUT count calls, not connections\n"
+        "nor processes: a client that retries counts each refused attempt.\n"
+        "A namespace where nothing has run yet has no state: stat says so and\n"
+        "exits 0.\n"
         "\n"
         "  -c, --config FILE     the namespace of FILE's [global] section\n"
         "  -n, --namespace NAME  that namespace\n"

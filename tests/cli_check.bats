@@ -161,3 +161,31 @@ c: no connection is cut; new ones are refused"
     assert_output "c: counters reset; limit 0 and 2 permits in use untouched"
     assert_equal "$(server_stat srv open)" 2
 }
+
+@test "stat: REJECTED counts refused connect() calls, not processes" {
+    start_server srv -1
+    write_rules "$RULES" <<EOF2
+[global]
+namespace = $NS
+[c]
+limit = 1
+match = 127.0.0.1:$SERVER_PORT
+EOF2
+    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
+    wait_for file_has "$T/holder" '^ok$'
+    # one process, three refused calls
+    run --separate-stderr run_shim python3 -c '
+import socket, sys
+refused = 0
+for _ in range(3):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    except ConnectionRefusedError:
+        refused += 1
+print("refused=%d" % refused)' "$SERVER_PORT"
+    assert_output "refused=3"
+    assert_equal "$(server_stat srv total)" 1
+    run "$BULKHEAD" stat -c "$RULES" --json
+    assert_success
+    assert_equal "$(python3 -c 'import json, sys; print(json.load(sys.stdin)["compartments"][0]["rejected"])' <<<"$output")" 3
+}
