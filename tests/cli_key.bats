@@ -84,3 +84,19 @@ EOF
     assert_failure 1
     assert_output --partial "missing.ini"
 }
+
+@test "key: in the help, its own help and the man page" {
+    run "$BULKHEAD" --help
+    assert_success
+    assert_line "  bulkhead key [-c rules.ini | -n NAMESPACE]"
+    run "$BULKHEAD" help key
+    assert_success
+    assert_line --index 0 "usage: bulkhead key [-c rules.ini | -n NAMESPACE]"
+    run "$BULKHEAD" key --help
+    assert_success
+    assert_line --index 0 "usage: bulkhead key [-c rules.ini | -n NAMESPACE]"
+    run env MANWIDTH=80 MANPAGER=cat man -l "$BH_ROOT/bulkhead.1"
+    assert_success
+    assert_line --regexp '^ +bulkhead key \[-c rules\.ini \| -n NAMESPACE\]$'
+    assert_output --partial "LIMITS"
+}
