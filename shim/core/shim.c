@@ -27,17 +27,33 @@ static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static __thread int starting_here;
 
 /* Bad rules are one line (once per process tree, see log.h): the
- * first error, and how many more `bulkhead check` will list. */
+ * first error by line, as `bulkhead check` lists them first, and how many
+ * more it will list. Some errors are found only when their section ends,
+ * so they do not arrive in line order. */
 struct config_errors {
+    const char *path;
     char first[512];
+    long first_line;   /* 0: an error about the whole file */
     int count;
 };
+
+/* "PATH:LINE: ..." gives LINE; "PATH: ..." is about the whole file. */
+static long error_line(const struct config_errors *errors, const char *message)
+{
+    size_t length = strlen(errors->path);
+    if (strncmp(message, errors->path, length) != 0 || message[length] != ':')
+        return 0;
+    return strtol(message + length + 1, NULL, 10);
+}
 
 static void keep_config_error(void *ctx, const char *message)
 {
     struct config_errors *errors = ctx;
-    if (errors->count++ == 0)
+    long line = error_line(errors, message);
+    if (errors->count++ == 0 || line < errors->first_line) {
         snprintf(errors->first, sizeof errors->first, "%s", message);
+        errors->first_line = line;
+    }
 }
 
 static void report_config_errors(const struct config_errors *errors, const char *path)
@@ -70,7 +86,7 @@ static int load_rules(void)
     char path[4096];
     if (bh_config_locate(path, sizeof path) < 0)
         return -1;  /* no rules anywhere: do nothing, quietly */
-    struct config_errors errors = { .count = 0 };
+    struct config_errors errors = { .path = path, .count = 0 };
     if (bh_config_load(path, &bh_shim.config, keep_config_error, &errors)) {
         report_config_errors(&errors, path);  /* before the log is set up: stderr */
         if (strict_mode())
