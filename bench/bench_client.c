@@ -7,6 +7,16 @@
  *   contend HOST PORT procs|threads W DURATION_MS
  *                                    W workers loop for DURATION_MS: connect,
  *                                    read the hold server's one byte, close
+ *   window HOST PORT N kill|exit|_exit CONTROL_PORT
+ *                                    N hand-off trials against the server's
+ *                                    watch port (limit 1): a holder connects,
+ *                                    a waiter blocks in connect() for the
+ *                                    permit, the holder is SIGKILLed, calls
+ *                                    exit() or _exit() without closing; one
+ *                                    line per trial from the server's view:
+ *                                    trial=I lead_ns=L open=O
+ *   getpid N                         N getpid() calls (the close path's
+ *                                    owner check), timed: ns_per_op=F
  *   nsstat KEY                       a namespace's counters, from its shm;
  *                                    KEY as `bulkhead key -n NAME` prints it
  *
@@ -20,7 +30,9 @@
  * piles up on the client side and long loops cannot run out of ports.
  * HOST is numeric. Exit 0, or 1 with a message on the first failure. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -35,6 +47,7 @@
 #include <sys/prctl.h>
 #include <sys/shm.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -329,6 +342,166 @@ static int mode_contend(const char *how, int workers, int duration_ms)
     return 0;
 }
 
+/* ---- window: the permit hand-off when a holder ends ---------------------- */
+
+/* One question to the server's control port (an address no rule names:
+ * the shim lets it through uncounted). */
+static void control_query(int port, char cmd, char *line, size_t size)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0)
+        fail("control port");
+    if (send(fd, &cmd, 1, 0) != 1)
+        fail("control port");
+    size_t got = 0;
+    ssize_t n;
+    while (got < size - 1 && (n = recv(fd, line + got, size - 1 - got, 0)) > 0) {
+        got += (size_t)n;
+        if (line[got - 1] == '\n')
+            break;
+    }
+    line[got] = 0;
+    close(fd);
+}
+
+/* 1 when pid sleeps in a semaphore wait, 0 when not (yet), -1 when this
+ * kernel does not say (/proc/PID/syscall). */
+static int waits_for_permit(pid_t pid)
+{
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    if (!isdigit((unsigned char)buf[0]))
+        return 0;  /* "running" */
+    long nr = strtol(buf, NULL, 10);
+#ifdef SYS_semop
+    if (nr == SYS_semop)
+        return 1;
+#endif
+    return nr == SYS_semtimedop;
+}
+
+static int mode_window(long trials, const char *how, int control_port)
+{
+    int killed = strcmp(how, "kill") == 0, quick = strcmp(how, "_exit") == 0;
+    if (!killed && !quick && strcmp(how, "exit") != 0) {
+        fprintf(stderr, "bench_client: window takes kill, exit or _exit\n");
+        return 2;
+    }
+    char line[160];
+    control_query(control_port, 'T', line, sizeof line);
+    long seq = 0;
+    if (sscanf(line, "seq=%ld", &seq) != 1) {
+        errno = EPROTO;
+        fail("the server has no watch port");
+    }
+    for (long t = 0; t < trials; t++) {
+        int ready[2], go[2];
+        if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0)
+            fail("pipe");
+        pid_t holder = fork();
+        if (holder < 0)
+            fail("fork");
+        if (holder == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            /* an ordinary connection (no SO_LINGER): its end is a FIN */
+            int fd = socket(dest.ss_family, SOCK_STREAM, 0);
+            if (fd < 0 || connect(fd, (struct sockaddr *)&dest, dest_len) < 0 ||
+                send(fd, "H", 1, 0) != 1 || write(ready[1], "r", 1) != 1)
+                _exit(3);
+            char c;  /* SIGKILL comes while it sleeps here */
+            if (read(go[0], &c, 1) != 1)
+                _exit(5);  /* the parent is gone */
+            if (quick)
+                _exit(0);
+            exit(0);  /* fd still open: the shim's exit path closes it */
+        }
+        close(ready[1]);
+        close(go[0]);
+        char c;
+        if (read(ready[0], &c, 1) != 1) {
+            errno = EPROTO;
+            fail("holder did not connect");
+        }
+        pid_t waiter = fork();
+        if (waiter < 0)
+            fail("fork");
+        if (waiter == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            int fd = open_connection();  /* waits for the holder's permit */
+            if (fd < 0)
+                _exit(4);
+            close(fd);
+            _exit(0);
+        }
+        /* end the holder only once the waiter sleeps for the permit */
+        int64_t give_up = now_ns() + 5000000000LL;
+        int state;
+        while ((state = waits_for_permit(waiter)) == 0 && now_ns() < give_up)
+            usleep(100);
+        if (state != 1)
+            usleep(20000);
+        if (killed) {
+            kill(holder, SIGKILL);
+        } else if (write(go[1], "g", 1) != 1) {
+            fail("holder's pipe");
+        }
+        int status;
+        waitpid(holder, &status, 0);
+        if (waitpid(waiter, &status, 0) < 0 || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0) {
+            errno = EPROTO;
+            fail("waiter did not connect");
+        }
+        close(ready[0]);
+        close(go[1]);
+        seq++;
+        give_up = now_ns() + 5000000000LL;
+        for (;;) {
+            control_query(control_port, 'T', line, sizeof line);
+            long got_seq = 0, ok = 0, open = 0;
+            long long lead = 0;
+            if (sscanf(line, "seq=%ld lead_ns=%lld open=%ld ok=%ld",
+                       &got_seq, &lead, &open, &ok) == 4 && got_seq >= seq) {
+                if (got_seq != seq || !ok) {
+                    errno = EPROTO;
+                    fail("the server's watch saw a malformed trial");
+                }
+                printf("trial=%ld lead_ns=%lld open=%ld\n", t, lead, open);
+                break;
+            }
+            if (now_ns() > give_up) {
+                errno = ETIMEDOUT;
+                fail("the server's watch did not finish the trial");
+            }
+            usleep(200);
+        }
+    }
+    return 0;
+}
+
+/* ---- getpid: the owner check's syscall, alone ----------------------------- */
+
+static int mode_getpid(long n)
+{
+    for (long i = 0; i < WARMUP; i++)
+        (void)getpid();
+    int64_t t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        (void)getpid();
+    report(now_ns() - t0, n);
+    return 0;
+}
+
 /* ---- namespace ------------------------------------------------------------ */
 
 /* The key comes from `bulkhead key`: shim/permits owns the hash, and this
@@ -381,6 +554,8 @@ static void usage(void)
             "       bench_client pingpong HOST PORT N [send|msg]\n"
             "       bench_client request HOST PORT N\n"
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
+            "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
+            "       bench_client getpid N\n"
             "       bench_client nsstat KEY\n");
     exit(2);
 }
@@ -394,9 +569,13 @@ int main(int argc, char **argv)
     const char *mode = argv[1];
     if (strcmp(mode, "nsstat") == 0)
         return mode_nsstat(argv[2]);
+    if (strcmp(mode, "getpid") == 0)
+        return mode_getpid(atol(argv[2]));
     if (argc < 5)
         usage();
     parse_dest(argv[2], argv[3]);
+    if (strcmp(mode, "window") == 0 && argc >= 7)
+        return mode_window(atol(argv[4]), argv[5], atoi(argv[6]));
     if (strcmp(mode, "connect_close") == 0)
         return mode_connect_close(atol(argv[4]));
     if (strcmp(mode, "pingpong") == 0)

@@ -2,8 +2,9 @@
  *
  *     bench_server READY_FILE HOLD_MS [LIFETIME_S]
  *
- * Listens on four ephemeral ports of 127.0.0.1 and writes them, once all
- * listen, to READY_FILE (tmp + rename) as one line "sink echo hold control":
+ * Listens on five ephemeral ports of 127.0.0.1 and writes them, once all
+ * listen, to READY_FILE (tmp + rename) as one line
+ * "sink echo hold control watch":
  *
  *   sink     accept, close at once (a thread of its own, blocking accept):
  *            the peer of connect+close loops.
@@ -24,6 +25,21 @@
  *            accept, answers and accepts paired in order: with a queue of
  *            clients, the time a permit spends passing from one connection
  *            to the next. A permit's cycle is hold + late + gap.
+ *            'T' answers "seq=N lead_ns=L open=O ok=K\n" for the last
+ *            trial the watch port finished (seq=0: none yet).
+ *   watch    the observer of the hand-off at a holder's end, one trial at a
+ *            time (a thread of its own): the first connection of a trial is
+ *            the holder (it sends 'H', then dies or exits without closing),
+ *            the second the waiter the shim let through once the holder's
+ *            permit came back. A thread blocked in recv() on the holder
+ *            stamps its EOF/RST, the thread blocked in accept() stamps the
+ *            waiter's arrival (CLOCK_MONOTONIC, right as each call returns);
+ *            lead_ns = waiter's accept - holder's EOF: negative when the
+ *            new connection arrived while the old one was still open. open=1
+ *            when, at the waiter's accept, the kernel still had the holder's
+ *            connection ESTABLISHED (its FIN/RST not yet received): an
+ *            overlap seen in kernel state, free of wake-up order. ok=0: the
+ *            trial was malformed (no 'H', or no EOF within 10 s).
  *
  * The echo, hold and control ports share one epoll thread, so the control
  * answer is consistent with the hold counts. Hold deadlines are FIFO (one
@@ -123,6 +139,76 @@ static void forget(int fd)
     fd_kind[fd] = K_FREE;
     fd_gen[fd]++;
     close(fd);  /* also leaves the epoll set */
+}
+
+/* ---- watch: one hand-off trial at a time -------------------------------- */
+
+static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { long seq; int64_t lead_ns; int open, ok; } last_trial;
+
+struct holder_watch { int fd; int saw_hello; int64_t eof_at; };
+
+static void *holder_eof_thread(void *arg)
+{
+    struct holder_watch *h = arg;
+    char buf[64];
+    for (;;) {
+        ssize_t n = recv(h->fd, buf, sizeof buf, 0);
+        if (n > 0) {
+            if (buf[0] == 'H')
+                h->saw_hello = 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return NULL;  /* SO_RCVTIMEO: no EOF in time, eof_at stays 0 */
+        h->eof_at = now_ns();  /* EOF (FIN) or reset (RST) */
+        return NULL;
+    }
+}
+
+static int still_established(int fd)
+{
+    struct tcp_info info;
+    socklen_t len = sizeof info;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) < 0)
+        return 0;
+    return info.tcpi_state == TCP_ESTABLISHED;
+}
+
+static void *watch_thread(void *arg)
+{
+    int lfd = (int)(intptr_t)arg;
+    long seq = 0;
+    for (;;) {
+        int holder = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (holder < 0)
+            continue;
+        struct timeval tv = { 10, 0 };
+        setsockopt(holder, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        struct holder_watch h = { holder, 0, 0 };
+        pthread_t tid;
+        if (pthread_create(&tid, NULL, holder_eof_thread, &h) != 0) {
+            close(holder);
+            continue;
+        }
+        int waiter = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        int64_t arrived = now_ns();
+        int open = waiter >= 0 && still_established(holder);
+        pthread_join(tid, NULL);
+        int ok = waiter >= 0 && h.saw_hello && h.eof_at != 0;
+        pthread_mutex_lock(&trial_lock);
+        last_trial.seq = ++seq;
+        last_trial.lead_ns = ok ? arrived - h.eof_at : 0;
+        last_trial.open = open;
+        last_trial.ok = ok;
+        pthread_mutex_unlock(&trial_lock);
+        close(holder);
+        if (waiter >= 0)
+            close(waiter);
+    }
+    return NULL;
 }
 
 static void *sink_thread(void *arg)
@@ -267,7 +353,17 @@ static void serve_control(int lfd)
     struct timeval tv = { 2, 0 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char cmd = 0;
-    if (recv(fd, &cmd, 1, 0) == 1) {
+    if (recv(fd, &cmd, 1, 0) == 1 && cmd == 'T') {
+        char line[160];
+        pthread_mutex_lock(&trial_lock);
+        int n = snprintf(line, sizeof line, "seq=%ld lead_ns=%lld open=%d ok=%d\n",
+                         last_trial.seq, (long long)last_trial.lead_ns,
+                         last_trial.open, last_trial.ok);
+        pthread_mutex_unlock(&trial_lock);
+        if (send(fd, line, (size_t)n, MSG_NOSIGNAL) < 0) {
+            /* the asker went away: nothing to do */
+        }
+    } else if (cmd) {
         char line[160];
         int n = snprintf(line, sizeof line,
                          "max=%d accepted=%llu current=%d late_us=%.1f gap_us=%.1f\n",
@@ -309,11 +405,12 @@ int main(int argc, char **argv)
         setrlimit(RLIMIT_NOFILE, &rl);
     }
 
-    uint16_t sink_port, echo_port, hold_port, control_port;
+    uint16_t sink_port, echo_port, hold_port, control_port, watch_port;
     int sink = listen_on(&sink_port);
     int echo = listen_on(&echo_port);
     int hold = listen_on(&hold_port);
     int control = listen_on(&control_port);
+    int watch_fd = listen_on(&watch_port);
     fcntl(echo, F_SETFL, O_NONBLOCK);
     fcntl(hold, F_SETFL, O_NONBLOCK);
 
@@ -329,13 +426,16 @@ int main(int argc, char **argv)
     pthread_t tid;
     if (pthread_create(&tid, NULL, sink_thread, (void *)(intptr_t)sink) != 0)
         die("pthread_create");
+    if (pthread_create(&tid, NULL, watch_thread, (void *)(intptr_t)watch_fd) != 0)
+        die("pthread_create");
 
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", argv[1]);
     FILE *f = fopen(tmp, "w");
     if (!f)
         die("ready file");
-    fprintf(f, "%u %u %u %u\n", sink_port, echo_port, hold_port, control_port);
+    fprintf(f, "%u %u %u %u %u\n", sink_port, echo_port, hold_port, control_port,
+            watch_port);
     fclose(f);
     if (rename(tmp, argv[1]) < 0)
         die("rename ready file");
