@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +248,68 @@ static void resolved_names(void **state)
     EXPECT(f, still);
 }
 
+/* Names noted on some threads while others match: what the resolver hooks
+ * and connect() do at once in a threaded program (run under make test-tsan
+ * for the locking). Every noted address matches its rule afterwards. */
+enum { RACE_ADDRESSES = 2000 };
+
+static void race_address(int i, uint8_t out[4])
+{
+    out[0] = 203;
+    out[1] = 0;
+    out[2] = (uint8_t)(i >> 8);
+    out[3] = (uint8_t)i;
+}
+
+static void *race_noter(void *arg)
+{
+    struct fixture *f = arg;
+    for (int i = 0; i < RACE_ADDRESSES; i++) {
+        uint8_t address[4];
+        race_address(i, address);
+        bh_rule_index_note_name(f->index, i % 2 ? "api.example.com" : "b.example.net",
+                                AF_INET, address);
+    }
+    return NULL;
+}
+
+static void *race_matcher(void *arg)
+{
+    struct fixture *f = arg;
+    for (int i = 0; i < RACE_ADDRESSES; i++) {
+        struct sockaddr_in v4 = { .sin_family = AF_INET, .sin_port = htons(443) };
+        race_address(i, (uint8_t *)&v4.sin_addr);
+        int rule = bh_rule_index_match(f->index, (struct sockaddr *)&v4, sizeof v4);
+        /* Unmatched until noted, then the name's rule: nothing else. */
+        if (rule != -1 && rule != 9 && rule != 10)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void notes_race_matches(void **state)
+{
+    struct fixture *f = *state;
+    pthread_t threads[4];
+    void *(*bodies[4])(void *) = { race_noter, race_matcher, race_noter, race_matcher };
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, bodies[i], f), 0);
+    for (int i = 0; i < 4; i++) {
+        void *result;
+        assert_int_equal(pthread_join(threads[i], &result), 0);
+        assert_null(result);
+    }
+    for (int i = 0; i < RACE_ADDRESSES; i++) {
+        char text[32];
+        uint8_t address[4];
+        race_address(i, address);
+        snprintf(text, sizeof text, "%u.%u.%u.%u:443", address[0], address[1],
+                 address[2], address[3]);
+        /* odd: api.example.com (line 18), even: *.example.net (line 19) */
+        assert_int_equal(matched_line(f, text), i % 2 ? 18 : 19);
+    }
+}
+
 static const char *scratch_file(void)
 {
     static char path[64];
@@ -297,6 +360,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(lengths_and_families, build, destroy),
         cmocka_unit_test_setup_teardown(wanted_names, build, destroy),
         cmocka_unit_test_setup_teardown(resolved_names, build, destroy),
+        cmocka_unit_test_setup_teardown(notes_race_matches, build, destroy),
     };
     return cmocka_run_group_tests_name("rules", tests, NULL, NULL);
 }
