@@ -374,6 +374,14 @@ static const char *parse_network(char *host, struct bh_rule *rule)
     rule->family = family;
     rule->prefix_len = (int)prefix_len;
     zero_host_bits(rule->address, rule->prefix_len, max_prefix);
+    if (family == AF_INET6 && prefix_len >= 96 &&
+        IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)rule->address)) {
+        /* [::ffff:a.b.c.d] is a v4 destination: connects to it are matched
+         * as v4, so the rule must be one too, or it could never match. */
+        memmove(rule->address, rule->address + 12, 4);
+        rule->family = AF_INET;
+        rule->prefix_len -= 96;
+    }
     return NULL;
 }
 

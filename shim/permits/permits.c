@@ -241,8 +241,7 @@ static int initialise_if_needed(struct bh_namespace *ns, const char *name)
     state->owner_uid = ns->uid;
     state->semid = ns->semid;
     snprintf(state->namespace_name, BH_NAME_MAX, "%s", name);
-    atomic_thread_fence(memory_order_release);
-    state->magic = BH_STATE_MAGIC;
+    __atomic_store_n(&state->magic, BH_STATE_MAGIC, __ATOMIC_RELEASE);
     return 0;
 }
 

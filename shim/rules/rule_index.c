@@ -460,7 +460,8 @@ static int merge_into(const struct rule_list *list, void *ctx)
 void bh_rule_index_note_name(struct bh_rule_index *index, const char *name,
                              int family, const void *address)
 {
-    if (family == AF_INET6 && IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)address)) {
+    static const uint8_t v4_mapped_prefix[12] = { [10] = 0xff, [11] = 0xff };
+    if (family == AF_INET6 && memcmp(address, v4_mapped_prefix, 12) == 0) {
         family = AF_INET;  /* AI_V4MAPPED answers: matched as v4, like connects */
         address = (const uint8_t *)address + 12;
     }

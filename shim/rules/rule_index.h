@@ -17,7 +17,8 @@ struct bh_rule_index *bh_rule_index_build(const struct bh_config *config);
 void bh_rule_index_free(struct bh_rule_index *index);
 
 /* The first rule, in file order, that matches an AF_INET/AF_INET6 address
- * (v4-mapped v6 counts as v4); -1 when none does. Async-signal-safe only
+ * (v4-mapped v6 counts as v4); -1 when none does. `length` must be at
+ * least sizeof(sa_family_t): the family is read first. Async-signal-safe only
  * in the sense that it takes no lock a resolver hook could hold. */
 int bh_rule_index_match(const struct bh_rule_index *index,
                         const struct sockaddr *address, socklen_t length);

@@ -362,7 +362,9 @@ static const struct rule_case rule_cases[] = {
     { "192.168.255.255/17:443", BH_RULE_ADDRESS, AF_INET, "192.168.128.0", 17, 443, 443 },
     { "[2001:db8::1]:443", BH_RULE_ADDRESS, AF_INET6, "2001:db8::1", 128, 443, 443 },
     { "[2001:db8:ffff::1]/33:1-65535", BH_RULE_ADDRESS, AF_INET6, "2001:db8:8000::", 33, 1, 65535 },
-    { "[::ffff:10.0.0.1]:80", BH_RULE_ADDRESS, AF_INET6, "::ffff:10.0.0.1", 128, 80, 80 },
+    /* v4-mapped: connects to it are matched as v4, so the rule is one. */
+    { "[::ffff:10.0.0.1]:80", BH_RULE_ADDRESS, AF_INET, "10.0.0.1", 32, 80, 80 },
+    { "[::ffff:10.1.2.3]/104:80", BH_RULE_ADDRESS, AF_INET, "10.0.0.0", 8, 80, 80 },
     { "API.Example.COM.:443", BH_RULE_HOSTNAME, 0, "api.example.com", 0, 443, 443 },
     { "*.Example.com:*", BH_RULE_HOST_SUFFIX, 0, ".example.com", 0, 0, 65535 },
     { "localhost:6379", BH_RULE_HOSTNAME, 0, "localhost", 0, 6379, 6379 },
