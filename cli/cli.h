@@ -55,11 +55,27 @@ void cli_print_help(const struct cli_command *command);
 struct cli_target {
     const char *config_path;     /* -c, or NULL */
     const char *namespace_name;  /* -n / --namespace, or NULL */
+    const char *user;            /* --user NAME or UID, or NULL: ourselves */
+    uid_t uid;                   /* whose namespace, once cli_target_user ran */
 };
 
 /* CLI_USAGE, reported, when -c and -n are both given; else CLI_OK. */
 int cli_target_usage(const struct cli_command *command,
                      const struct cli_target *target);
+/* Resolves target->user (a user name or a numeric uid) into target->uid;
+ * without --user, the effective uid. Naming another user than ourselves
+ * takes euid 0 unless `anyone` (key: the key is public). Returns CLI_OK,
+ * or the status to exit with once reported. */
+int cli_target_user(const struct cli_command *command, struct cli_target *target,
+                    int anyone);
+/* " of user NAME (uid N)" when the target is another user's namespace,
+ * else "": for messages. */
+const char *cli_target_owner(const struct cli_target *target);
+/* bh_namespace_open_for, creating another user's namespace (root only) with
+ * that user's effective uid, so that its objects are the user's own. */
+int cli_namespace_open(const struct cli_target *target, const char *name,
+                       int create, struct bh_namespace *ns, char *why,
+                       size_t whylen);
 /* The rules file: `given` (-c), else bh_config_locate()'s. 0, or -1 once
  * reported that there is none. path holds PATH_MAX bytes. */
 int cli_locate_rules(const char *given, char *path);

@@ -8,11 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <unistd.h>
 
 #include "cli.h"
 
-/* Parses the options of set, apply and reset (-c, -n, --force for reset,
- * --help). Returns -1 when parsing went on to the end, else the status to
+/* Parses the options of set, apply and reset (-c, -n, -u, --force for
+ * reset, --help). Returns -1 when parsing went on to the end, else the status to
  * exit with. */
 static int parse_control_options(const struct cli_command *command, int argc,
                                  char **argv, struct cli_target *target,
@@ -21,11 +25,12 @@ static int parse_control_options(const struct cli_command *command, int argc,
     static const struct option options[] = {
         { "config", required_argument, NULL, 'c' },
         { "namespace", required_argument, NULL, 'n' },
+        { "user", required_argument, NULL, 'u' },
         { "force", no_argument, NULL, 'f' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    const char *short_options = force ? ":c:n:fh" : ":c:n:h";
+    const char *short_options = force ? ":c:n:u:fh" : ":c:n:u:h";
     int option;
     opterr = 0;
     while ((option = getopt_long(argc, argv, short_options, options, NULL)) != -1) {
@@ -33,12 +38,15 @@ static int parse_control_options(const struct cli_command *command, int argc,
             target->config_path = optarg;
         else if (option == 'n')
             target->namespace_name = optarg;
+        else if (option == 'u')
+            target->user = optarg;
         else if (option == 'f' && force)
             *force = 1;
         else
             return cli_option_problem(command, option == 'f' ? '?' : option, argv);
     }
-    return -1;
+    int status = cli_target_user(command, target, 0);
+    return status == CLI_OK ? -1 : status;
 }
 
 /* Attaches to the target's namespace; reports a missing one as an error. */
@@ -47,8 +55,8 @@ static int open_existing(const struct cli_target *target, struct bh_namespace *n
 {
     int opened = cli_target_open(target, ns, name);
     if (opened == 1)
-        cli_error("namespace \"%s\" has no shared state yet: nothing has run "
-                  "in it", name);
+        cli_error("namespace \"%s\"%s has no shared state yet: nothing has run "
+                  "in it", name, cli_target_owner(target));
     return opened == 0 ? 0 : -1;
 }
 
@@ -141,7 +149,8 @@ static int set_command(int argc, char **argv)
 
 const struct cli_command cli_set_command = {
     .name = "set",
-    .synopsis = "bulkhead set [-c rules.ini | -n NAMESPACE] COMPARTMENT limit=N",
+    .synopsis = "bulkhead set [-c rules.ini | -n NAMESPACE] [-u USER] "
+                "COMPARTMENT limit=N",
     .help =
         "Changes the live limit of a registered compartment for every process\n"
         "of the namespace at once; the live limit wins over any rules file, for\n"
@@ -152,6 +161,8 @@ const struct cli_command cli_set_command = {
         "\n"
         "  -c, --config FILE     the namespace of FILE's [global] section\n"
         "  -n, --namespace NAME  that namespace\n"
+        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
+        "                        unless USER is yourself)\n"
         "\n"
         "Exit status: 0; 1 when the namespace has no state yet or has no such\n"
         "compartment; 2 for a usage error.\n",
@@ -200,11 +211,12 @@ static void report_unlisted(const struct bh_namespace *ns,
     }
 }
 
-static int apply_config(const struct bh_config *config, const char *namespace_name)
+static int apply_config(const struct cli_target *target,
+                        const struct bh_config *config, const char *namespace_name)
 {
     struct bh_namespace ns;
     char why[256];
-    if (bh_namespace_open(namespace_name, 1, &ns, why, sizeof why) < 0) {
+    if (cli_namespace_open(target, namespace_name, 1, &ns, why, sizeof why) < 0) {
         cli_error("apply: %s", why);
         return CLI_FAILED;
     }
@@ -238,7 +250,7 @@ static int apply_command(int argc, char **argv)
     if (errors > 0)
         cli_error("apply: %s is not valid; nothing was changed", config.path);
     else if (errors == 0)
-        status = apply_config(&config, target.namespace_name ? namespace_name
+        status = apply_config(&target, &config, target.namespace_name ? namespace_name
                                                              : config.namespace_name);
     bh_config_free(&config);
     return status;
@@ -246,7 +258,7 @@ static int apply_command(int argc, char **argv)
 
 const struct cli_command cli_apply_command = {
     .name = "apply",
-    .synopsis = "bulkhead apply [-n NAMESPACE] [[-c] rules.ini]",
+    .synopsis = "bulkhead apply [-n NAMESPACE] [-u USER] [[-c] rules.ini]",
     .help =
         "Pushes the limits of a rules file into the live state of its namespace\n"
         "(or of NAMESPACE): compartments not registered yet are registered with\n"
@@ -257,6 +269,9 @@ const struct cli_command cli_apply_command = {
         "\n"
         "  -c, --config FILE     the rules file (also accepted as the argument)\n"
         "  -n, --namespace NAME  push into that namespace instead of FILE's\n"
+        "  -u, --user USER       into USER's namespace (a name or a uid; root\n"
+        "                        only, unless USER is yourself); made as USER's\n"
+        "                        when nothing has run in it yet\n"
         "\n"
         "Exit status: 0; 1 when the file is not valid or a limit could not be\n"
         "set; 2 for a usage error.\n",
@@ -296,23 +311,92 @@ static int describe_users(struct bh_namespace *ns, char *text, size_t textlen)
     return 0;
 }
 
+/* " a semaphore set of 3 semaphores" / " a shared memory segment of N
+ * bytes" for what uid created under key: what reset --force will remove. */
+static void describe_key(key_t key, uid_t uid, char *text, size_t textlen)
+{
+    struct semid_ds sem_info;
+    struct shmid_ds shm_info;
+    int semid = semget(key, 0, 0), shmid = shmget(key, 0, 0);
+    size_t used = 0;
+    text[0] = '\0';
+    if (semid >= 0 && semctl(semid, 0, IPC_STAT, &sem_info) == 0 &&
+        sem_info.sem_perm.cuid == uid)
+        used += (size_t)snprintf(text, textlen, "a semaphore set of %lu "
+                                 "semaphore%s (mode %04o)",
+                                 (unsigned long)sem_info.sem_nsems,
+                                 sem_info.sem_nsems == 1 ? "" : "s",
+                                 (unsigned)(sem_info.sem_perm.mode & 0777));
+    if (used < textlen && shmid >= 0 && shmctl(shmid, IPC_STAT, &shm_info) == 0 &&
+        shm_info.shm_perm.cuid == uid)
+        snprintf(text + used, textlen - used, "%sa shared memory segment of "
+                 "%zu bytes (mode %04o)", used ? " and " : "",
+                 (size_t)shm_info.shm_segsz,
+                 (unsigned)(shm_info.shm_perm.mode & 0777));
+}
+
+/* reset --force when the key holds objects the namespace cannot use:
+ * removes whatever the target's user created under it, of any size. */
+static int remove_unusable(const struct cli_target *target, const char *name,
+                           const char *why)
+{
+    uid_t uid = target->user ? target->uid : geteuid();
+    key_t key = bh_namespace_key(uid, name);
+    char what[256];
+    describe_key(key, uid, what, sizeof what);
+    int removed = what[0] ? bh_namespace_remove_key(uid, name) : 0;
+    if (removed <= 0) {
+        cli_error("reset: %s; nothing there was made by uid %u, so --force "
+                  "cannot remove it: ipcrm it as root or as its owner", why,
+                  (unsigned)uid);
+        return CLI_FAILED;
+    }
+    printf("namespace %s%s: key 0x%08x held %s, not a namespace's state; "
+           "removed %d object%s\n", name, cli_target_owner(target),
+           (unsigned)key, what, removed, removed == 1 ? "" : "s");
+    return CLI_OK;
+}
+
 static int remove_namespace(const struct cli_target *target, int force)
 {
     struct bh_namespace ns;
-    char name[BH_NAME_MAX];
-    int opened = cli_target_open(target, &ns, name);
-    if (opened == 1)
-        printf("namespace %s: no shared state, nothing to reset\n", name);
-    if (opened != 0)
-        return opened == 1 ? CLI_OK : CLI_FAILED;
+    char name[BH_NAME_MAX], why[256];
+    if (cli_target_namespace(target, name) < 0)
+        return CLI_FAILED;
+    if (cli_namespace_open(target, name, 0, &ns, why, sizeof why) < 0) {
+        if (errno == ENOENT) {
+            printf("namespace %s%s: no shared state, nothing to reset\n", name,
+                   cli_target_owner(target));
+            return CLI_OK;
+        }
+        if ((errno == EEXIST || errno == EPERM) && force)
+            return remove_unusable(target, name, why);
+        cli_error("reset: %s%s", why, errno == EEXIST
+                  ? "; reset --force removes it" : "");
+        return CLI_FAILED;
+    }
     static char users[BH_MAX_COMPARTMENTS * BH_MAX_PROCESSES * 8];
-    if (describe_users(&ns, users, sizeof users) < 0) {
+    if (!force) {
+        /* Removed only when unused, with no window for a new holder. */
+        int unused = bh_namespace_remove_unused(&ns);
+        if (unused == 0) {
+            printf("namespace %s%s: shared state removed\n", name,
+                   cli_target_owner(target));
+            return CLI_OK;
+        }
+        if (unused < 0 || describe_users(&ns, users, sizeof users) < 0) {
+            if (unused < 0)
+                cli_error("reset: namespace \"%s\": %s", name, strerror(errno));
+            bh_namespace_close(&ns);
+            return CLI_FAILED;
+        }
+        cli_error("reset: namespace \"%s\"%s is in use (%s); stop those "
+                  "processes or use --force", name, cli_target_owner(target),
+                  users[0] ? users : "its holders just left; try again");
         bh_namespace_close(&ns);
         return CLI_FAILED;
     }
-    if (users[0] && !force) {
-        cli_error("reset: namespace \"%s\" is in use (%s); stop those processes "
-                  "or use --force", name, users);
+    if (describe_users(&ns, users, sizeof users) < 0) {
         bh_namespace_close(&ns);
         return CLI_FAILED;
     }
@@ -320,8 +404,8 @@ static int remove_namespace(const struct cli_target *target, int force)
         cli_error("reset: namespace \"%s\": %s", name, strerror(errno));
         return CLI_FAILED;
     }
-    printf("namespace %s: shared state removed%s%s%s\n", name,
-           users[0] ? " while in use (" : "", users,
+    printf("namespace %s%s: shared state removed%s%s%s\n", name,
+           cli_target_owner(target), users[0] ? " while in use (" : "", users,
            users[0] ? "); its running processes are no longer limited" : "");
     return CLI_OK;
 }
@@ -372,7 +456,7 @@ static int reset_command(int argc, char **argv)
 
 const struct cli_command cli_reset_command = {
     .name = "reset",
-    .synopsis = "bulkhead reset [-c rules.ini | -n NAMESPACE] [--force] "
+    .synopsis = "bulkhead reset [-c rules.ini | -n NAMESPACE] [-u USER] [--force] "
                 "[COMPARTMENT...]",
     .help =
         "Without COMPARTMENT: removes the namespace's shared state (its one\n"
@@ -380,6 +464,12 @@ const struct cli_command cli_reset_command = {
         "process starts it afresh from its rules file. It refuses, saying which\n"
         "pids hold how many permits, while any permit is held or any connect\n"
         "waits, unless --force is given; waiters then go through unlimited.\n"
+        "Unforced, it first takes every free permit itself, so no process can\n"
+        "take one between the check and the removal; when it refuses, those\n"
+        "permits are put back and nothing has changed. --force also removes\n"
+        "whatever the user made under the namespace's key that is not a\n"
+        "namespace's state (another program's set, an older bulkhead's), and\n"
+        "says what it removed.\n"
         "\n"
         "With COMPARTMENT names: the state cannot be removed one compartment at\n"
         "a time, so only their counters are zeroed (acquired, rejected,\n"
@@ -388,6 +478,8 @@ const struct cli_command cli_reset_command = {
         "\n"
         "  -c, --config FILE     the namespace of FILE's [global] section\n"
         "  -n, --namespace NAME  that namespace\n"
+        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
+        "                        unless USER is yourself)\n"
         "  -f, --force           remove the state even while permits are held\n"
         "\n"
         "Exit status: 0, also when there was no state to remove; 1 when\n"

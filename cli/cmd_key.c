@@ -11,17 +11,20 @@ static int key_command(int argc, char **argv)
     static const struct option options[] = {
         { "config", required_argument, NULL, 'c' },
         { "namespace", required_argument, NULL, 'n' },
+        { "user", required_argument, NULL, 'u' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     struct cli_target target = { 0 };
     int option;
     opterr = 0;
-    while ((option = getopt_long(argc, argv, ":c:n:h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":c:n:u:h", options, NULL)) != -1) {
         if (option == 'c')
             target.config_path = optarg;
         else if (option == 'n')
             target.namespace_name = optarg;
+        else if (option == 'u')
+            target.user = optarg;
         else
             return cli_option_problem(&cli_key_command, option, argv);
     }
@@ -29,11 +32,16 @@ static int key_command(int argc, char **argv)
         return cli_usage_error(&cli_key_command, "unexpected \"%s\"", argv[optind]);
     if (cli_target_usage(&cli_key_command, &target) != CLI_OK)
         return CLI_USAGE;
+    /* The key is no secret (anyone can compute the hash): any user may ask
+     * for any user's. */
+    int user_status = cli_target_user(&cli_key_command, &target, 1);
+    if (user_status != CLI_OK)
+        return user_status;
     char name[BH_NAME_MAX];
     if (cli_target_namespace(&target, name) < 0)
         return CLI_FAILED;
     /* As ipcs prints it, so that its output can be matched and fed to ipcrm. */
-    printf("0x%08x\n", (unsigned)bh_namespace_key(geteuid(), name));
+    printf("0x%08x\n", (unsigned)bh_namespace_key(target.user ? target.uid : geteuid(), name));
     return CLI_OK;
 }
 
@@ -48,6 +56,8 @@ const struct cli_command cli_key_command = {
         "\n"
         "  -c, --config FILE     the namespace of FILE's [global] section\n"
         "  -n, --namespace NAME  that namespace\n"
+        "  -u, --user USER       the key of USER's processes (a name or a uid;\n"
+        "                        any user may ask: the key is no secret)\n"
         "\n"
         "  ipcs -s | grep \"$(bulkhead key -n default)\"\n"
         "  ipcrm -S \"$(bulkhead key -n NAME)\"   (bulkhead reset does this and more)\n"

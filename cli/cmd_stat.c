@@ -326,6 +326,7 @@ static int stat_command(int argc, char **argv)
     static const struct option options[] = {
         { "config", required_argument, NULL, 'c' },
         { "namespace", required_argument, NULL, 'n' },
+        { "user", required_argument, NULL, 'u' },
         { "json", no_argument, NULL, 'j' },
         { "prometheus", no_argument, NULL, 'p' },
         { "watch", required_argument, NULL, 'w' },
@@ -337,11 +338,13 @@ static int stat_command(int argc, char **argv)
     double watch_seconds = 0;
     int option, formats_given = 0;
     opterr = 0;
-    while ((option = getopt_long(argc, argv, ":c:n:h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":c:n:u:h", options, NULL)) != -1) {
         if (option == 'c')
             target.config_path = optarg;
         else if (option == 'n')
             target.namespace_name = optarg;
+        else if (option == 'u')
+            target.user = optarg;
         else if (option == 'j' || option == 'p') {
             format = option == 'j' ? FORMAT_JSON : FORMAT_PROMETHEUS;
             formats_given++;
@@ -359,6 +362,9 @@ static int stat_command(int argc, char **argv)
                                "--prometheus and --watch");
     if (cli_target_usage(&cli_stat_command, &target) != CLI_OK)
         return CLI_USAGE;
+    int user_status = cli_target_user(&cli_stat_command, &target, 0);
+    if (user_status != CLI_OK)
+        return user_status;
     struct snapshot *snapshot = malloc(sizeof *snapshot);
     if (!snapshot) {
         cli_error("stat: out of memory");
@@ -372,7 +378,7 @@ static int stat_command(int argc, char **argv)
 
 const struct cli_command cli_stat_command = {
     .name = "stat",
-    .synopsis = "bulkhead stat [-c rules.ini | -n NAMESPACE] "
+    .synopsis = "bulkhead stat [-c rules.ini | -n NAMESPACE] [-u USER] "
                 "[--json | --prometheus | --watch SECONDS]",
     .help =
         "Shows the live state of every compartment registered in the namespace,\n"
@@ -389,6 +395,8 @@ const struct cli_command cli_stat_command = {
         "\n"
         "  -c, --config FILE     the namespace of FILE's [global] section\n"
         "  -n, --namespace NAME  that namespace\n"
+        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
+        "                        unless USER is yourself)\n"
         "      --json            one JSON object: {\"namespace\", \"compartments\":\n"
         "                        [{\"name\", \"limit\", \"in_use\", \"waiting\",\n"
         "                        \"peak\", \"acquired\", \"rejected\", \"timed_out\",\n"

@@ -24,6 +24,8 @@ static const char trailer[] =
     "from FILE's [global] namespace; -n/--namespace NAME names it directly.\n"
     "Without either, the rules file is $BULKHEAD_CONFIG, else\n"
     "$XDG_CONFIG_HOME/bulkhead/rules.ini, else /etc/bulkhead/rules.ini.\n"
+    "-u/--user USER works on USER's namespace instead of your own (root only,\n"
+    "except for key).\n"
     "\n"
     "Exit status: 0 ok; 1 check found errors, or an operation failed;\n"
     "2 usage error (for run, also a bad rules file); 127 run could not\n"

@@ -2,9 +2,11 @@
  * it names (or that -n names directly). */
 #include <errno.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -126,13 +128,88 @@ int cli_target_namespace(const struct cli_target *target,
     return errors == 0 ? 0 : -1;
 }
 
+static uid_t target_uid(const struct cli_target *target)
+{
+    return target->user ? target->uid : geteuid();
+}
+
+int cli_target_user(const struct cli_command *command, struct cli_target *target,
+                    int anyone)
+{
+    if (!target->user)
+        return CLI_OK;
+    const char *text = target->user;
+    char *end;
+    errno = 0;
+    unsigned long number = strtoul(text, &end, 10);
+    struct passwd *entry;
+    if (text[0] >= '0' && text[0] <= '9' && *end == '\0') {
+        if (errno || number >= (unsigned long)(uid_t)-1)
+            return cli_usage_error(command, "--user %s: not a uid", text);
+        target->uid = (uid_t)number;
+    } else if ((entry = getpwnam(text)) != NULL) {
+        target->uid = entry->pw_uid;
+    } else {
+        return cli_usage_error(command, "--user %s: no such user", text);
+    }
+    if (target->uid != geteuid() && geteuid() != 0 && !anyone) {
+        cli_error("%s: --user %s: only root may work on another user's "
+                  "namespace (you are uid %u)", command->name, text,
+                  (unsigned)geteuid());
+        return CLI_FAILED;
+    }
+    return CLI_OK;
+}
+
+const char *cli_target_owner(const struct cli_target *target)
+{
+    static char text[64 + BH_NAME_MAX];
+    if (!target->user || target->uid == geteuid())
+        return "";
+    struct passwd *entry = getpwuid(target->uid);
+    if (entry && strlen(entry->pw_name) < BH_NAME_MAX)
+        snprintf(text, sizeof text, " of user %s (uid %u)", entry->pw_name,
+                 (unsigned)target->uid);
+    else
+        snprintf(text, sizeof text, " of uid %u", (unsigned)target->uid);
+    return text;
+}
+
+int cli_namespace_open(const struct cli_target *target, const char *name,
+                       int create, struct bh_namespace *ns, char *why,
+                       size_t whylen)
+{
+    uid_t uid = target_uid(target), me = geteuid();
+    if (!create || uid == me)
+        return bh_namespace_open_for(uid, name, create, ns, why, whylen);
+    int rc = bh_namespace_open_for(uid, name, 0, ns, why, whylen);
+    if (rc == 0 || errno != ENOENT)
+        return rc;
+    /* Made by root, the objects would be root's and the user's processes
+     * would refuse them as foreign: make them as the user. Our saved uid
+     * stays 0, so the switch back cannot fail. */
+    if (seteuid(uid) < 0) {
+        int saved = errno;
+        snprintf(why, whylen, "namespace \"%s\": cannot act as uid %u: %s", name,
+                 (unsigned)uid, strerror(saved));
+        errno = saved;
+        return -1;
+    }
+    rc = bh_namespace_open_for(uid, name, 1, ns, why, whylen);
+    int saved = errno;
+    if (seteuid(me) < 0)
+        abort();
+    errno = saved;
+    return rc;
+}
+
 int cli_target_open(const struct cli_target *target, struct bh_namespace *ns,
                     char name[BH_NAME_MAX])
 {
     char why[256];
     if (cli_target_namespace(target, name) < 0)
         return -1;
-    if (bh_namespace_open(name, 0, ns, why, sizeof why) == 0)
+    if (cli_namespace_open(target, name, 0, ns, why, sizeof why) == 0)
         return 0;
     if (errno == ENOENT)
         return 1;
