@@ -1,0 +1,217 @@
+/* The fd table, a leaf: tables of operation sequences and the connection
+ * each one ends (or not), the owner rule across a vfork child, and a race
+ * of dup against the last close in which every connection must end
+ * exactly once. No real fds are needed: the table only holds numbers. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fdtable/fd_table.h"
+
+enum { NONE = BH_FD_NOTHING_ENDED };
+
+/* One step: what to do, on which fds, and the compartment it must end. */
+enum op { ATTACH, DUP, NEW, CLOSE, NEW_SOCKET };
+struct step {
+    enum op op;
+    int fd, other;   /* DUP: other -> fd; ATTACH: other is the compartment */
+    int ends;
+};
+
+struct sequence {
+    const char *name;
+    struct step steps[8];
+    int count;
+};
+
+static int run_step(const struct step *step)
+{
+    switch (step->op) {
+    case ATTACH:
+        return bh_fd_attach(step->fd, step->other) == 0 ? NONE : -100;
+    case DUP:
+        return bh_fd_duplicated(step->other, step->fd);
+    case NEW:
+        return bh_fd_new(step->fd, BH_FD_UNKNOWN);
+    case NEW_SOCKET:
+        return bh_fd_new(step->fd, BH_FD_INET_STREAM);
+    case CLOSE:
+    default:
+        return bh_fd_release(bh_fd_detach(step->fd));
+    }
+}
+
+static const struct sequence sequences[] = {
+    { "close ends the connection", { { ATTACH, 10, 3, NONE }, { CLOSE, 10, 0, 3 } }, 2 },
+    { "a dup keeps it until the last fd closes",
+      { { ATTACH, 10, 3, NONE }, { DUP, 11, 10, NONE }, { CLOSE, 10, 0, NONE },
+        { CLOSE, 11, 0, 3 } }, 4 },
+    { "dup2 of an untracked fd onto a tracked one ends that one",
+      { { ATTACH, 10, 5, NONE }, { DUP, 10, 20, 5 }, { CLOSE, 10, 0, NONE } }, 3 },
+    { "dup2 of a tracked fd onto itself changes nothing",
+      { { ATTACH, 10, 5, NONE }, { DUP, 10, 10, NONE }, { CLOSE, 10, 0, 5 } }, 3 },
+    { "dup2 of one connection onto another ends the other",
+      { { ATTACH, 10, 1, NONE }, { ATTACH, 11, 2, NONE }, { DUP, 11, 10, 2 },
+        { CLOSE, 10, 0, NONE }, { CLOSE, 11, 0, 1 } }, 5 },
+    { "a number handed out again was closed behind our back",
+      { { ATTACH, 10, 4, NONE }, { NEW, 10, 0, 4 }, { CLOSE, 10, 0, NONE } }, 3 },
+    { "socket() on a tracked number ends it too",
+      { { ATTACH, 10, 4, NONE }, { NEW_SOCKET, 10, 0, 4 }, { CLOSE, 10, 0, NONE } }, 3 },
+    { "closing an untracked fd ends nothing", { { CLOSE, 12, 0, NONE } }, 1 },
+    { "a second connection on a tracked fd is refused",
+      { { ATTACH, 10, 1, NONE }, { ATTACH, 10, 2, -100 }, { CLOSE, 10, 0, 1 } }, 3 },
+};
+
+static void test_sequence(void **state)
+{
+    const struct sequence *sequence = *state;
+    bh_fd_table_reset();
+    for (int i = 0; i < sequence->count; i++) {
+        int ended = run_step(&sequence->steps[i]);
+        if (ended != sequence->steps[i].ends)
+            fail_msg("%s: step %d ended %d, wanted %d", sequence->name, i, ended,
+                     sequence->steps[i].ends);
+    }
+}
+
+static void record(int compartment, void *ctx)
+{
+    int *ended = ctx;
+    ended[compartment]++;
+}
+
+static void test_closing_range(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_attach(3, 0), 0);
+    assert_int_equal(bh_fd_duplicated(3, 4), NONE);
+    assert_int_equal(bh_fd_attach(5, 1), 0);
+    assert_int_equal(bh_fd_attach(9000, 1), 0);   /* another chunk */
+    int ended[2] = { 0, 0 };
+    bh_fd_closing_range(4, 8999, record, ended);
+    assert_int_equal(ended[0], 0);   /* fd 3 still holds connection 0 */
+    assert_int_equal(ended[1], 1);
+    bh_fd_closing_range(0, ~0u, record, ended);
+    assert_int_equal(ended[0], 1);
+    assert_int_equal(ended[1], 2);
+}
+
+static void test_lookup(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_new(7, BH_FD_INET_STREAM), NONE);
+    struct bh_fd_state seen = bh_fd_lookup(7);
+    assert_int_equal(seen.kind, BH_FD_INET_STREAM);
+    assert_int_equal(seen.compartment, -1);
+    assert_int_equal(bh_fd_attach(7, 6), 0);
+    seen = bh_fd_lookup(7);
+    assert_int_equal(seen.kind, BH_FD_INET_STREAM);
+    assert_int_equal(seen.compartment, 6);
+    assert_int_equal(bh_fd_lookup(-1).compartment, -1);
+}
+
+/* A vfork child shares the table's memory but is another process: it may
+ * end nothing, and the parent's entries survive it. */
+static void test_vfork_child_changes_nothing(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_attach(10, 2), 0);
+    assert_int_equal(bh_fd_attach(11, 2), 0);
+    pid_t pid = vfork();
+    if (pid == 0) {
+        int ended = bh_fd_release(bh_fd_detach(10));
+        ended += bh_fd_new(11, BH_FD_UNKNOWN) + 1;
+        ended += bh_fd_duplicated(12, 11) + 1;
+        int ranged[8] = { 0 };
+        bh_fd_closing_range(0, ~0u, record, ranged);
+        _exit(ended == NONE && ranged[2] == 0 && !bh_fd_table_owned_here() ? 0 : 1);
+    }
+    int status = -1;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(bh_fd_lookup(10).compartment, 2);
+    assert_int_equal(bh_fd_lookup(11).compartment, 2);
+    assert_int_equal(bh_fd_release(bh_fd_detach(10)), 2);
+    assert_int_equal(bh_fd_release(bh_fd_detach(11)), 2);
+}
+
+/* dup (10 -> 11, then close 11) races the last close of 10. Whichever
+ * wins, the connection ends exactly once: a dup must never revive it. */
+enum { ROUNDS = 20000 };
+static pthread_barrier_t start_line;
+static _Atomic int ended_count;
+
+static void count_if_ended(int compartment)
+{
+    if (compartment != NONE)
+        atomic_fetch_add(&ended_count, 1);
+}
+
+static void *closer(void *arg)
+{
+    (void)arg;
+    for (int round = 0; round < ROUNDS; round++) {
+        pthread_barrier_wait(&start_line);
+        count_if_ended(bh_fd_release(bh_fd_detach(10)));
+        pthread_barrier_wait(&start_line);
+    }
+    return NULL;
+}
+
+static void *duplicator(void *arg)
+{
+    (void)arg;
+    for (int round = 0; round < ROUNDS; round++) {
+        pthread_barrier_wait(&start_line);
+        count_if_ended(bh_fd_duplicated(10, 11));
+        count_if_ended(bh_fd_release(bh_fd_detach(11)));
+        pthread_barrier_wait(&start_line);
+    }
+    return NULL;
+}
+
+static void test_dup_races_last_close(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    pthread_barrier_init(&start_line, NULL, 3);
+    pthread_t threads[2];
+    pthread_create(&threads[0], NULL, closer, NULL);
+    pthread_create(&threads[1], NULL, duplicator, NULL);
+    for (int round = 0; round < ROUNDS; round++) {
+        assert_int_equal(bh_fd_attach(10, 1), 0);
+        pthread_barrier_wait(&start_line);   /* go */
+        pthread_barrier_wait(&start_line);   /* both done */
+        if (atomic_load(&ended_count) != round + 1)
+            fail_msg("round %d: %d connections ended, wanted %d", round,
+                     atomic_load(&ended_count), round + 1);
+    }
+    pthread_join(threads[0], NULL);
+    pthread_join(threads[1], NULL);
+    pthread_barrier_destroy(&start_line);
+}
+
+int main(void)
+{
+    enum { SEQUENCES = sizeof sequences / sizeof sequences[0] };
+    struct CMUnitTest tests[SEQUENCES + 4];
+    for (size_t i = 0; i < SEQUENCES; i++)
+        tests[i] = (struct CMUnitTest){ .name = sequences[i].name,
+                                        .test_func = test_sequence,
+                                        .initial_state = (void *)&sequences[i] };
+    tests[SEQUENCES] = (struct CMUnitTest)cmocka_unit_test(test_closing_range);
+    tests[SEQUENCES + 1] = (struct CMUnitTest)cmocka_unit_test(test_lookup);
+    tests[SEQUENCES + 2] = (struct CMUnitTest)cmocka_unit_test(test_vfork_child_changes_nothing);
+    tests[SEQUENCES + 3] = (struct CMUnitTest)cmocka_unit_test(test_dup_races_last_close);
+    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 4, NULL, NULL);
+}
