@@ -1,0 +1,78 @@
+#!/usr/bin/env bats
+# Every command, key included, in the overview, in `help CMD` and in
+# `CMD --help`; --user in the help of the commands that take it; the man
+# page renders without warnings and states the shim's behaviour.
+#
+# BULKHEAD_TEST_CLI and BULKHEAD_TEST_MAN run these against another build
+# of the command and another man page.
+
+load helpers/common
+
+BULKHEAD="${BULKHEAD_TEST_CLI:-$BH_ROOT/build/bulkhead}"
+MANPAGE="${BULKHEAD_TEST_MAN:-$BH_ROOT/bulkhead.1}"
+COMMANDS=(run check explain stat set apply reset key)
+
+setup() {
+    [[ -x "$BULKHEAD" ]] || fail "missing $BULKHEAD: run make"
+}
+
+@test "help: every command, key included, in the overview, help CMD and CMD --help" {
+    run "$BULKHEAD" --help
+    assert_success
+    local overview=("${lines[@]}") command
+    for command in "${COMMANDS[@]}"; do
+        printf '%s\n' "${overview[@]}" | grep -q "^  bulkhead $command " ||
+            fail "the overview does not list $command"
+        run "$BULKHEAD" help "$command"
+        assert_success
+        assert_line --index 0 --partial "usage: bulkhead $command "
+        run "$BULKHEAD" "$command" --help
+        assert_success
+        assert_line --index 0 --partial "usage: bulkhead $command "
+        run "$BULKHEAD" "$command" -h
+        assert_success
+        assert_line --index 0 --partial "usage: bulkhead $command "
+    done
+    # The overview lists exactly these commands, no more.
+    assert_equal "$(printf '%s\n' "${overview[@]}" | grep -c '^  bulkhead ')" "${#COMMANDS[@]}"
+}
+
+@test "help: --user in the help of stat, set, apply, reset and key, and in the man page" {
+    local command
+    for command in stat set apply reset key; do
+        run "$BULKHEAD" help "$command"
+        assert_success
+        assert_line --regexp '^  -u, --user USER +'
+    done
+    run env MANWIDTH=80 MANPAGER=cat man -l "$MANPAGE"
+    assert_success
+    assert_line --regexp '^ +-u USER, --user USER$'
+}
+
+@test "man page: renders without warnings, states the shim's behaviour, FILES names no old layout" {
+    run bash -c 'groff -man -Tutf8 -ww "$1" 2>&1 >/dev/null' _ "$MANPAGE"
+    assert_success
+    assert_output ""
+    # Justified text: spaces squeezed so a phrase matches across the padding.
+    run bash -c 'MANWIDTH=200 MANPAGER=cat man -l "$1" | tr -s " "' _ "$MANPAGE"
+    assert_success
+    refute_output --partial "bulkhead/1/"
+
+    assert_line BEHAVIOUR
+    # One fact per promise, as a reader finds it.
+    local fact
+    for fact in "fork(), vfork(), posix_spawn() or system()" \
+        "on exit(), on a return from main()" "_exit() or _Exit()" \
+        "killed by a signal cannot do this" "SO_SNDTIMEO" "EINTR" \
+        "at once: limit 0" "at once: full; wait_ms = 0" \
+        "at once: full; non-blocking socket and wait_nonblocking = no" \
+        "already waiting" "after waiting N ms (the socket's SO_SNDTIMEO)" \
+        "exact peak: never above what was really in use at once" \
+        "refuses every connection the rules match until it is removed" \
+        "only while it is the one the program started with" \
+        "without following symbolic links, created with mode 0600" \
+        "regular file of at most 4 MiB" \
+        "no process can take a permit between the check and the removal"; do
+        assert_output --partial "$fact"
+    done
+}
