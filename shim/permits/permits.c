@@ -318,6 +318,10 @@ static int open_once(uid_t uid, const char *name, int create,
 int bh_namespace_open_for(uid_t uid, const char *name, int create,
                           struct bh_namespace *ns, char *err, size_t errlen)
 {
+    /* Objects we made under another user's key would be ours, not theirs:
+     * their processes would refuse them as a squatter's. */
+    if (uid != geteuid())
+        create = 0;
     int rc = open_once(uid, name, create, ns, err, errlen);
     if (rc < 0 && errno == EIDRM && create)
         rc = open_once(uid, name, create, ns, err, errlen);

@@ -106,7 +106,8 @@ key_t bh_namespace_key(uid_t uid, const char *namespace_name);
  * 0600: never used, see permits.c). */
 int bh_namespace_open(const char *namespace_name, int create,
                       struct bh_namespace *ns, char *err, size_t errlen);
-/* The same for another user's namespace (root steering a service's). */
+/* The same for another user's namespace (root steering a service's);
+ * it never creates one for another uid (it would be ours, not theirs). */
 int bh_namespace_open_for(uid_t uid, const char *name, int create,
                           struct bh_namespace *ns, char *err, size_t errlen);
 void bh_namespace_close(struct bh_namespace *ns);
