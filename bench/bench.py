@@ -642,6 +642,94 @@ def handoff(how, watch, ctl, cfg, trials, pcap):
     return {"server": server, "open": opened, "wire": wire, "wire_why": why}
 
 
+def spinners_start(tmp):
+    """One busy-looping process per CPU (they end by themselves after 120 s;
+    their command line names the run's temp dir, for run.sh's trap)."""
+    procs = []
+    for _ in CPUS:
+        with LIVE_LOCK:
+            if STOPPING:
+                raise BenchError("stopping")
+            p = subprocess.Popen([sys.executable, "-c",
+                                  "import sys, time\nend = time.monotonic() + 120\n"
+                                  "while time.monotonic() < end: pass", tmp + "/spin"],
+                                 env=BASE_ENV)
+            LIVE.add(p)
+        note("pids", p.pid)
+        procs.append(p)
+    time.sleep(0.3)
+    return procs
+
+
+def spinners_stop(procs):
+    for p in procs:
+        stop(p)
+        with LIVE_LOCK:
+            LIVE.discard(p)
+
+
+def handoff_section(watch, ctl, cfg, trials, tmp):
+    """Every kind of end, on a quiet machine and with every CPU busy.
+    Returns (report lines, budget checks as (ok, text))."""
+    ho = {}
+    for how, label in HANDOFF_ENDS:
+        for busy in (False, True):
+            key = f"{how}{' busy' if busy else ''}"
+            spin = spinners_start(tmp) if busy else []
+            try:
+                ho[key] = handoff(how, watch, ctl, cfg, trials,
+                                  os.path.join(tmp, f"handoff.{how}.{int(busy)}.pcap"))
+            finally:
+                spinners_stop(spin)
+            for view in ("wire", "server"):
+                for i, v in enumerate(ho[key][view] or []):
+                    record("handoff", f"{key} {view}", i, "lead_ns", v)
+            record("handoff", f"{key} server", 0, "open_at_accept", ho[key]["open"])
+    lines = [
+        f"permit hand-off when a holder ends: limit 1, a waiter blocked in connect() "
+        f"for the permit, {trials} trials per row; quiet = nothing else of the bench "
+        f"runs, busy = one busy-looping process per CPU ({len(CPUS)})",
+        "  lead = the waiter's new connection minus the holder's end: on the wire, its "
+        "SYN minus the holder's FIN/RST (tcpdump -i lo, kernel timestamps);",
+        "  at the server, accept() minus EOF (CLOCK_MONOTONIC as each call returns; "
+        "scheduling noise of a busy machine goes into it)",
+        "  negative = the new connection arrived while the dead holder's was still open "
+        "(its permit free, its socket not yet closed)",
+        f"{'holder ends by':<15} {'machine':<7} {'view':<7} {'overlapped':>11} "
+        f"{'median':>10} {'p1':>10} {'p99':>10} {'min':>10} {'max':>10}"]
+    us = lambda v: f"{v / 1000:+.1f}us"
+    checks = []
+    for how, label in HANDOFF_ENDS:
+        for busy in (False, True):
+            key = f"{how}{' busy' if busy else ''}"
+            state = "busy" if busy else "quiet"
+            r = ho[key]
+            for view in ("wire", "server"):
+                xs = r[view]
+                if not xs:
+                    lines.append(f"{label:<15} {state:<7} {view:<7} not measured: "
+                                 f"{r['wire_why']}")
+                    continue
+                lines.append(f"{label:<15} {state:<7} {view:<7} "
+                             f"{sum(x < 0 for x in xs):>5}/{len(xs):<5} "
+                             f"{us(median(xs)):>10} {us(rank(xs, 0.01)):>10} "
+                             f"{us(rank(xs, 0.99)):>10} {us(min(xs)):>10} {us(max(xs)):>10}")
+            lines.append(f"{'':<15} {'':<7} {'kernel':<7} {r['open']:>5}/{trials:<5} "
+                         f"still ESTABLISHED at the server when it accepted the waiter")
+            if how == "kill":
+                continue  # measured, not budgeted: the shim cannot act in a killed process
+            # the wire when tcpdump could capture; the server's timestamps
+            # only without it (a busy machine's wake-ups can invert them)
+            views = [(v, r[v]) for v in ("wire", "server") if r[v]][:1]
+            bad = sum(x < 0 for _, xs in views for x in xs) + r["open"]
+            checks.append((bad == 0, f"a holder's {label}, {state} machine: its socket closed "
+                           f"before its permit went back in all {trials} trials (" + ", ".join(
+                               f"{v}: {sum(x < 0 for x in xs)} overlapped, lead min "
+                               f"{min(xs) / 1000:+.1f} us" for v, xs in views)
+                           + f", kernel: {r['open']} still open at accept; limit 0)"))
+    return lines, checks
+
+
 def rank(xs, q):
     """Nearest-rank percentile q (0..1) of xs."""
     s = sorted(xs)
@@ -657,6 +745,8 @@ def main():
     ap.add_argument("--summary", help="also write the report to this file")
     ap.add_argument("--quick", action="store_true",
                     help="fewer rounds and iterations (a smoke test, not numbers)")
+    ap.add_argument("--only", choices=("handoff",),
+                    help="run one section alone (its table and budget lines)")
     args = ap.parse_args()
     cfgp = QUICK if args.quick else FULL
     if args.summary:
@@ -734,6 +824,23 @@ def main():
         shutil.copy(scale_cfgs[10000][0], os.path.join(out_dir, "rules10000.ini"))
 
         R = cfgp["rounds"]
+
+        if args.only == "handoff":
+            HN = cfgp["handoffs"]
+            log(f"permit hand-off when a holder ends: {HN} trials each of SIGKILL, "
+                f"exit(), _exit(), on a quiet machine and with every CPU busy")
+            ho_lines, ho_checks = handoff_section(watch, ctl, cfg_w, HN, tmp)
+            print()
+            for line in ho_lines:
+                print(line)
+            print()
+            print("budget")
+            for ok, text in ho_checks:
+                print(f"{'PASS' if ok else 'MISS'} {text}")
+            print()
+            print(f"raw numbers: {tsv_path}")
+            print(f"total time: {time.monotonic() - t_start:.0f} s")
+            return
 
         # ---- 1. connect+close ------------------------------------------------
         log(f"[1/7] connect+close to loopback, {R} rounds x {cfgp['cc_n']}")
@@ -829,15 +936,8 @@ backend be_hold
         # ---- 6. hand-off when a holder ends -------------------------------------
         HN = cfgp["handoffs"]
         log(f"[6/7] permit hand-off when a holder ends: {HN} trials each of "
-            f"SIGKILL, exit(), _exit()")
-        ho = {}
-        for how, _ in HANDOFF_ENDS:
-            ho[how] = handoff(how, watch, ctl, cfg_w, HN,
-                              os.path.join(tmp, f"handoff.{how}.pcap"))
-            for view in ("wire", "server"):
-                for i, v in enumerate(ho[how][view] or []):
-                    record("handoff", f"{how} {view}", i, "lead_ns", v)
-            record("handoff", f"{how} server", 0, "open_at_accept", ho[how]["open"])
+            f"SIGKILL, exit(), _exit(), on a quiet machine and with every CPU busy")
+        ho_lines, ho_checks = handoff_section(watch, ctl, cfg_w, HN, tmp)
 
         # ---- 7. deterministic cost ------------------------------------------------
         log(f"[7/7] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
@@ -1031,28 +1131,8 @@ backend be_hold
                 print(f"    {diff:+8.1f}  {name}")
         print()
 
-        print(f"permit hand-off when a holder ends: limit 1, a waiter blocked in "
-              f"connect() for the permit, {HN} trials per kind of end")
-        print("  lead = the waiter's new connection minus the holder's end: on the wire, "
-              "its SYN minus the holder's FIN/RST (tcpdump -i lo, kernel timestamps);")
-        print("  at the server, accept() minus EOF (CLOCK_MONOTONIC as each call returns; "
-              "scheduling noise of a busy machine goes into it)")
-        print("  negative = the new connection arrived while the dead holder's was still "
-              "open (its permit free, its socket not yet closed)")
-        print(f"{'holder ends by':<15} {'view':<7} {'overlapped':>11} {'median':>10} "
-              f"{'p1':>10} {'p99':>10} {'min':>10} {'max':>10}")
-        for how, label in HANDOFF_ENDS:
-            for view in ("wire", "server"):
-                xs = ho[how][view]
-                if not xs:
-                    print(f"{label:<15} {view:<7} not measured: {ho[how]['wire_why']}")
-                    continue
-                us = lambda v: f"{v / 1000:+.1f}us"
-                print(f"{label:<15} {view:<7} {sum(x < 0 for x in xs):>5}/{len(xs):<5} "
-                      f"{us(median(xs)):>10} {us(rank(xs, 0.01)):>10} "
-                      f"{us(rank(xs, 0.99)):>10} {us(min(xs)):>10} {us(max(xs)):>10}")
-            print(f"{'':<15} {'kernel':<7} {ho[how]['open']:>5}/{HN:<5} still ESTABLISHED "
-                  f"at the server when it accepted the waiter")
+        for line in ho_lines:
+            print(line)
         print()
 
         # ---- budget -------------------------------------------------------------
@@ -1106,16 +1186,8 @@ backend be_hold
                     f"{max(c['util'] for c in runs32):.3f}] (limit >= 0.900); "
                     f"{p32 / ceiling_per_s:.3f} of this harness's ceiling; "
                     f"32 threads {ctab[('threads', 32)]['util']:.3f}")
-        for how, label in HANDOFF_ENDS[1:]:
-            # the wire when tcpdump could capture; the server's timestamps
-            # only without it (a busy machine's wake-ups can invert them)
-            views = [(v, ho[how][v]) for v in ("wire", "server") if ho[how][v]][:1]
-            bad = sum(x < 0 for _, xs in views for x in xs) + ho[how]["open"]
-            table.check(bad == 0, f"a holder's {label}: its socket closed before its permit "
-                        f"went back in all {HN} trials (" + ", ".join(
-                            f"{v}: {sum(x < 0 for x in xs)} overlapped, lead min "
-                            f"{min(xs) / 1000:+.1f} us" for v, xs in views)
-                        + f", kernel: {ho[how]['open']} still open at accept; limit 0)")
+        for ok, text in ho_checks:
+            table.check(ok, text)
         s, h = median(added_shim), median(added_hp)
         table.check(s < h, f"against haproxy: shim adds {s:.1f} us per request, haproxy "
                     f"{h:.1f} us: {h - s:.1f} us less per request")
