@@ -696,6 +696,17 @@ void bh_permit_release(struct bh_namespace *ns, int index)
     errno = saved_errno;
 }
 
+void bh_permits_leave(void)
+{
+    struct bh_process_slot *slot = atomic_exchange(&my_slot, NULL);
+    if (!slot)
+        return;
+    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
+        if (atomic_load(&slot->held[i]) != 0)
+            return;  /* still holding: stat must keep naming us */
+    atomic_store(&slot->pid, 0);
+}
+
 void bh_permits_forget_after_fork(void)
 {
     atomic_store(&my_slot, NULL);

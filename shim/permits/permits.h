@@ -136,6 +136,9 @@ void bh_permit_count_rejected(struct bh_namespace *ns, int index);
 /* Gives one permit back. Async-signal-safe: atomics and one semop. */
 void bh_permit_release(struct bh_namespace *ns, int index);
 
+/* The process is exiting: its holders row is freed if it holds nothing, so
+ * rows of exited processes do not wait for a reaper. */
+void bh_permits_leave(void);
 /* The calling process was just forked: it holds no permits of its own. */
 void bh_permits_forget_after_fork(void);
 /* A new program image of the same process: find the holders row it had
