@@ -3,10 +3,7 @@
 # Real processes under the shim, observed by the hold server and by the
 # shared state; each test has a namespace of its own.
 
-bats_require_minimum_version 1.5.0
-
-load /usr/lib/bats/bats-support/load.bash
-load /usr/lib/bats/bats-assert/load.bash
+load helpers/common
 load helpers/cli
 
 setup() {
@@ -14,7 +11,7 @@ setup() {
 }
 
 teardown() {
-    cli_teardown
+    bh_teardown
 }
 
 # --- stat -----------------------------------------------------------------
@@ -22,8 +19,8 @@ teardown() {
 # Three processes hold 2 + 1 + 1 connections of a limit of 4; a fourth is
 # refused twice. Returns with all of them settled.
 hold_four_refuse_two() {
-    start_server
-    write_rules "$RULES" 4
+    start_server srv -1
+    c_rules "$RULES" 4
     start_client a hold 2
     assert_equal "$(client_report a)" "ok=2 refused=0 "
     start_client b hold 1
@@ -36,7 +33,7 @@ hold_four_refuse_two() {
 
 @test "stat: in_use is what three processes hold, rejected what they were refused" {
     hold_four_refuse_two
-    assert_equal "$(server_count open)" 4
+    assert_equal "$(server_stat srv open)" 4
     run "$BULKHEAD" stat -c "$RULES"
     assert_success
     assert_line --index 0 "namespace $NS"
@@ -48,7 +45,7 @@ hold_four_refuse_two() {
         "$(cat "$T/a.pid")(2)" "$(cat "$T/b.pid")(1)" "$(cat "$T/c.pid")(1)" | sort)"
 
     stop_client a
-    assert_equal "$(server_count open)" 2
+    assert_equal "$(server_stat srv open)" 2
     assert_equal "$(stat_column c IN_USE -c "$RULES")" 2
     assert_equal "$(stat_column c IN_USE -n "$NS")" 2
 }
@@ -114,8 +111,8 @@ EOF
 }
 
 @test "stat of a namespace where nothing ran: says so, empty, exit 0" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     run "$BULKHEAD" stat -c "$RULES"
     assert_success
     assert_line --index 0 "namespace $NS: no shared state yet (nothing has run in it)"
@@ -136,9 +133,9 @@ EOF
 }
 
 @test "stat counts waits and time-outs from the shared state" {
-    start_server
-    write_rules "$RULES" 1 200
-    write_rules "$T/patient.ini" 1 10000
+    start_server srv -1
+    c_rules "$RULES" 1 200
+    c_rules "$T/patient.ini" 1 10000
     start_client a hold 1
     assert_equal "$(client_report a)" "ok=1 refused=0 "
     start_client b hold 1
@@ -167,12 +164,12 @@ frames_at_least() {
 }
 
 @test "stat --watch redraws in place until SIGINT, then exits 0" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     "$BULKHEAD" apply "$RULES" >/dev/null
     "$BULKHEAD" stat -c "$RULES" --watch 0.1 >"$T/watch" 2>&1 3>&- &
     local pid=$! status=0
-    track $pid
+    track_pid $pid
     wait_for frames_at_least 3
     kill -INT $pid
     wait $pid || status=$?
@@ -184,8 +181,8 @@ frames_at_least() {
 # --- set and apply --------------------------------------------------------
 
 @test "set: a raise lets an already running, refused process through" {
-    start_server
-    write_rules "$RULES" 1
+    start_server srv -1
+    c_rules "$RULES" 1
     start_client a hold 1
     assert_equal "$(client_report a)" "ok=1 refused=0 "
     start_client b retry
@@ -195,29 +192,29 @@ frames_at_least() {
     assert_output --partial "c: limit 1 -> 2"
     run client_report b
     assert_output --regexp '^ok=1 refused=[1-9][0-9]*$'
-    assert_equal "$(server_count open)" 2
-    assert_equal "$(server_count max)" 2
+    assert_equal "$(server_stat srv open)" 2
+    assert_equal "$(server_stat srv max)" 2
     assert_equal "$(stat_column c LIMIT -c "$RULES")" 2
 }
 
 @test "set: a new process with another limit in its rules.ini gets the live one" {
-    start_server
-    write_rules "$RULES" 5
+    start_server srv -1
+    c_rules "$RULES" 5
     run "$BULKHEAD" apply "$RULES"
     assert_success
     assert_output "c: registered, limit 5"
     run "$BULKHEAD" set -n "$NS" c limit=2
     assert_success
-    write_rules "$T/other.ini" 7
+    c_rules "$T/other.ini" 7
     start_client a hold 4 "$T/other.ini"
     assert_equal "$(client_report a)" "ok=2 refused=2 ECONNREFUSED ECONNREFUSED"
-    assert_equal "$(server_count max)" 2
+    assert_equal "$(server_stat srv max)" 2
     assert_equal "$(stat_column c LIMIT -c "$T/other.ini")" 2
 }
 
 @test "set: lowering cuts no connection, does not block, and holds new ones back" {
-    start_server
-    write_rules "$RULES" 3
+    start_server srv -1
+    c_rules "$RULES" 3
     start_client a hold 2
     start_client b hold 1
     assert_equal "$(client_report a)" "ok=2 refused=0 "
@@ -225,7 +222,7 @@ frames_at_least() {
     run timeout 5 "$BULKHEAD" set -c "$RULES" c limit=1
     assert_success
     assert_line "c: limit 3 -> 1, 3 in use"
-    assert_equal "$(server_count open)" 3
+    assert_equal "$(server_stat srv open)" 3
     start_client c hold 1
     assert_equal "$(client_report c)" "ok=0 refused=1 ECONNREFUSED"
     stop_client a
@@ -238,8 +235,8 @@ frames_at_least() {
 }
 
 @test "set: unknown compartment, missing state and bad arguments are errors" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     run "$BULKHEAD" set -c "$RULES" c limit=2
     assert_failure 1
     assert_output "bulkhead: namespace \"$NS\" has no shared state yet: nothing has run in it"
@@ -257,8 +254,8 @@ frames_at_least() {
 }
 
 @test "apply: pushes the file's limits, registers new compartments, leaves others" {
-    PORT=1
-    write_rules "$RULES" 3
+    SERVER_PORT=1
+    c_rules "$RULES" 3
     "$BULKHEAD" apply "$RULES" >/dev/null
     cat >"$T/more.ini" <<EOF
 [global]
@@ -292,8 +289,8 @@ EOF
 # --- run ------------------------------------------------------------------
 
 @test "run: the shim goes first in LD_PRELOAD, the rest is kept, never twice" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     local libm shim
     libm="$(ls /lib/*/libm.so.6 /usr/lib/*/libm.so.6 2>/dev/null | head -n 1)"
     [ -n "$libm" ] || skip "no libm.so.6 to preload"
@@ -312,8 +309,8 @@ EOF
 }
 
 @test "run: BULKHEAD_CONFIG is absolute, --strict sets BULKHEAD_STRICT" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     cd "$T"
     run env -u BULKHEAD_STRICT "$BULKHEAD" run -c rules.ini -- \
         sh -c 'echo "$BULKHEAD_CONFIG ${BULKHEAD_STRICT-unset}"'
@@ -326,8 +323,8 @@ EOF
 }
 
 @test "run: the exit status is the command's; 127 when it cannot be run" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     run "$BULKHEAD" run -c "$RULES" -- sh -c 'exit 7'
     assert_failure 7
     run "$BULKHEAD" run -c "$RULES" -- true
@@ -351,18 +348,18 @@ EOF
 }
 
 @test "run: programs it starts are capped" {
-    start_server
-    write_rules "$RULES" 2
-    "$BULKHEAD" run -c "$RULES" -- python3 "$CLIENT" "$PORT" "$T/a.out" hold 4 \
+    start_server srv -1
+    c_rules "$RULES" 2
+    "$BULKHEAD" run -c "$RULES" -- python3 "$CLIENT" "$SERVER_PORT" "$T/a.out" hold 4 \
         >"$T/a.log" 2>&1 3>&- &
-    track $!
+    track_pid $!
     assert_equal "$(client_report a)" "ok=2 refused=2 ECONNREFUSED ECONNREFUSED"
-    assert_equal "$(server_count max)" 2
+    assert_equal "$(server_stat srv max)" 2
 }
 
 @test "run: finds the shim in the installed layout PREFIX/lib/bulkhead" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     mkdir -p "$T/prefix/bin" "$T/prefix/lib/bulkhead"
     cp "$BULKHEAD" "$T/prefix/bin/"
     cp "$SHIM" "$T/prefix/lib/bulkhead/"
@@ -453,8 +450,8 @@ EOF
 }
 
 @test "explain: bad destinations, unknown names and bad rules" {
-    PORT=1
-    write_rules "$RULES" 1
+    SERVER_PORT=1
+    c_rules "$RULES" 1
     run "$BULKHEAD" explain -c "$RULES" ::1:80
     assert_failure 2
     assert_output --partial 'bulkhead: explain: "::1:80": not HOST:PORT or [V6]:PORT'
@@ -475,8 +472,8 @@ EOF
 # --- reset ----------------------------------------------------------------
 
 @test "reset: refuses while a permit is held, says who; works once it is free" {
-    start_server
-    write_rules "$RULES" 2
+    start_server srv -1
+    c_rules "$RULES" 2
     start_client a hold 1
     assert_equal "$(client_report a)" "ok=1 refused=0 "
     run "$BULKHEAD" reset -c "$RULES"
@@ -488,27 +485,29 @@ EOF
     run "$BULKHEAD" reset -c "$RULES"
     assert_success
     assert_output "namespace $NS: shared state removed"
-    ! namespace_exists "$NS"
+    run namespace_exists "$NS"
+    assert_failure 1
     run "$BULKHEAD" reset -c "$RULES"
     assert_success
     assert_output "namespace $NS: no shared state, nothing to reset"
 }
 
 @test "reset --force removes the state while permits are held" {
-    start_server
-    write_rules "$RULES" 2
+    start_server srv -1
+    c_rules "$RULES" 2
     start_client a hold 1
     assert_equal "$(client_report a)" "ok=1 refused=0 "
     run "$BULKHEAD" reset --force -n "$NS"
     assert_success
     assert_output --partial "namespace $NS: shared state removed while in use"
-    ! namespace_exists "$NS"
-    assert_equal "$(server_count open)" 1
+    run namespace_exists "$NS"
+    assert_failure 1
+    assert_equal "$(server_stat srv open)" 1
 }
 
 @test "reset NAME zeroes that compartment's counters and leaves permits alone" {
-    start_server
-    write_rules "$RULES" 1
+    start_server srv -1
+    c_rules "$RULES" 1
     start_client a hold 2
     assert_equal "$(client_report a)" "ok=1 refused=1 ECONNREFUSED"
     run "$BULKHEAD" reset -c "$RULES" c
@@ -551,13 +550,13 @@ EOF
     run "$BULKHEAD" stat -c
     assert_failure 2
     assert_line --index 0 "bulkhead: stat: -c needs a value"
-    run env MANWIDTH=80 MANPAGER=cat man -l "$CLI_ROOT/bulkhead.1"
+    run env MANWIDTH=80 MANPAGER=cat man -l "$BH_ROOT/bulkhead.1"
     assert_success
     for word in run check explain stat set apply reset BULKHEAD_CONFIG \
         BULKHEAD_LOG BULKHEAD_STRICT EXIT; do
         assert_output --partial "$word"
     done
-    run groff -man -ww -z "$CLI_ROOT/bulkhead.1"
+    run groff -man -ww -z "$BH_ROOT/bulkhead.1"
     assert_success
     assert_output ""
 }

@@ -1,103 +1,27 @@
-# Helpers for tests/cli.bats: a namespace of its own per test, the hold
-# server as observer, python clients under the shim, bounded polls, and a
-# teardown that kills what the test started and removes its IPC objects.
+# shellcheck shell=bash
+# The cli layer for tests/cli.bats, on top of common.bash (load that first):
+# python clients under the shim that report what they got and then hold,
+# stat's columns, and a strict Prometheus format check. Setup, teardown,
+# servers, polling and keys are common.bash's.
 
-CLI_ROOT="$(cd "$BATS_TEST_DIRNAME/.." && pwd)"
-BULKHEAD="$CLI_ROOT/build/bulkhead"
-SHIM="$CLI_ROOT/build/libbulkhead.so"
-HOLDSERVER="$CLI_ROOT/tests/server/holdserver.py"
-
+# cli_setup: bh_setup, then the client program.
 cli_setup() {
-    T="$BATS_TEST_TMPDIR"
-    NS="t$$-$BATS_TEST_NUMBER"
-    RULES="$T/rules.ini"
-    : >"$T/pids"
-    [ -x "$BULKHEAD" ] || skip "build/bulkhead is not built (make all)"
+    bh_setup
     write_client
 }
 
-cli_teardown() {
-    local pid
-    while read -r pid; do
-        kill -KILL "$pid" 2>/dev/null || true
-    done <"$T/pids"
-    if [ -f "$RULES" ]; then
-        "$BULKHEAD" reset --force -c "$RULES" >/dev/null 2>&1 || true
-    fi
-    local key
-    key="$(namespace_key "$NS")"
-    ipcrm -S "$key" 2>/dev/null || true
-    ipcrm -M "$key" 2>/dev/null || true
-}
-
-# The SysV key of a namespace, as permits.c makes it: FNV-1a (32 bits) of
-# "bulkhead/2/<euid>/<namespace>", 0 read as 1.
-namespace_key() {
-    local text="bulkhead/2/$(id -u)/$1" hash=2166136261 i c
-    for ((i = 0; i < ${#text}; i++)); do
-        printf -v c '%d' "'${text:i:1}"
-        hash=$(( ((hash ^ c) * 16777619) & 0xffffffff ))
-    done
-    (( hash != 0 )) || hash=1
-    printf '0x%08x\n' "$hash"
-}
-
-# True while the namespace's semaphore set exists.
-namespace_exists() {
-    ipcs -s | grep -qi "^$(namespace_key "$1") "
-}
-
-# wait_for CMD...: polls CMD every 50 ms, for 15 s at most.
-wait_for() {
-    local tries=300
-    until "$@"; do
-        tries=$((tries - 1))
-        if [ "$tries" -le 0 ]; then
-            echo "timed out waiting for: $*" >&2
-            return 1
-        fi
-        sleep 0.05
-    done
-}
-
-# Remembers a background process for the teardown.
-track() {
-    echo "$1" >>"$T/pids"
-}
-
-# rules.ini with one compartment "c" on 127.0.0.1:PORT.
-# write_rules FILE LIMIT [WAIT_MS]
-write_rules() {
-    cat >"$1" <<EOF
+# rules.ini with one compartment "c" on 127.0.0.1:$SERVER_PORT (tests that
+# start no server set it to a port nothing listens on).
+# c_rules FILE LIMIT [WAIT_MS]
+c_rules() {
+    write_rules "$1" <<EOF
 [global]
 namespace = $NS
 
 [c]
 limit = $2
 wait_ms = ${3:-0}
-match = 127.0.0.1:$PORT
-EOF
-}
-
-# The hold server, holding every connection until its client closes.
-# Sets PORT and CONTROL_PORT.
-start_server() {
-    python3 "$HOLDSERVER" --host 127.0.0.1 --port 0 --hold-ms -1 \
-        --ready "$T/server.ready" --stats "$T/server.stats" --lifetime 300 \
-        >"$T/server.log" 2>&1 3>&- &
-    track $!
-    wait_for test -s "$T/server.ready"
-    PORT="$(sed -n 1p "$T/server.ready")"
-    CONTROL_PORT="$(sed -n 2p "$T/server.ready")"
-}
-
-# One figure of what the server saw (max, total or open), after it took in
-# every pending connection and EOF.
-server_count() {
-    python3 - "$CONTROL_PORT" "$1" <<'EOF'
-import socket, sys
-line = socket.create_connection(("127.0.0.1", int(sys.argv[1]))).makefile().read()
-print(dict(field.split("=") for field in line.split())[sys.argv[2]])
+match = 127.0.0.1:$SERVER_PORT
 EOF
 }
 
@@ -146,10 +70,10 @@ start_client() {
     local name=$1 mode=$2 count=${3:-1} rules=${4:-$RULES}
     rm -f "$T/$name.out"
     LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$rules" \
-        python3 "$CLIENT" "$PORT" "$T/$name.out" "$mode" "$count" \
+        python3 "$CLIENT" "$SERVER_PORT" "$T/$name.out" "$mode" "$count" \
         >"$T/$name.log" 2>&1 3>&- &
     echo $! >"$T/$name.pid"
-    track $!
+    track_pid $!
 }
 
 # Waits for client NAME's final report and prints it.
@@ -164,6 +88,7 @@ stop_client() {
     local pid
     pid="$(cat "$T/$1.pid")"
     kill -TERM "$pid"
+    wait_for pid_done "$pid" || fail "client $1 ($pid) did not exit on SIGTERM"
     wait "$pid" 2>/dev/null || true
 }
 

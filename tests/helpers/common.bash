@@ -17,6 +17,9 @@ BH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SHIM="${BULKHEAD_TEST_SHIM:-$BH_ROOT/build/libbulkhead.so}"
 CLIENTS="$BH_ROOT/build/tests"
 HOLDSERVER="$BH_ROOT/tests/server/holdserver.py"
+# The command: the tests' way to a namespace's key (ns_key) and teardown's
+# first way to remove a namespace.
+BULKHEAD="$BH_ROOT/build/bulkhead"
 
 # ---------------------------------------------------------------- setup ----
 
@@ -26,8 +29,10 @@ bh_setup() {
     RULES="$T/rules.ini"
     : >"$T/pids"
     : >"$T/namespaces"
-    ns_track "$NS"
+    declare -gA BH_KEYS=()
     [[ -f "$SHIM" ]] || fail "missing $SHIM: run make"
+    [[ -x "$BULKHEAD" ]] || fail "missing $BULKHEAD: run make"
+    ns_track "$NS"
     local c
     for c in connect_hold mt_client fdops resolve_connect; do
         [[ -x "$CLIENTS/$c" ]] || fail "missing $CLIENTS/$c: run make build/tests/$c"
@@ -45,33 +50,55 @@ bh_teardown() {
             wait "$pid" 2>/dev/null || true
         done <"$T/pids"
     fi
-    local ns key
+    # Then every namespace the test used: the command first (it removes
+    # whatever this user made under the key, of any size), ipcrm by key
+    # second, in case the command cannot (a broken build, another user's
+    # objects). Anything still under the key afterwards is a leak: a process
+    # the test started outlived it, or an object nobody may remove.
+    local ns key left=""
     while read -r ns; do
         [[ -n "$ns" ]] || continue
-        key=$(ns_key "$ns")
+        key=$(ns_key "$ns") || { left+=" $ns: no key;"; continue; }
+        timeout 10 "$BULKHEAD" reset --force -n "$ns" >/dev/null 2>&1 || true
         ipcrm -S "$key" 2>/dev/null || true
         ipcrm -M "$key" 2>/dev/null || true
+        if ipc_under_key "$key"; then
+            left+=" $ns ($key):$(ipcs -s -m | awk -v k="$key" '$1 == k { printf " id %s", $2 }');"
+        fi
     done <"$T/namespaces"
+    [[ -z "$left" ]] || fail "teardown: SysV objects left behind:$left"
 }
 
 # A namespace to remove in teardown (tests that use a second one call it).
+# Its key is asked for here, once, so that polls in subshells need not ask.
 ns_track() {
     echo "$1" >>"$T/namespaces"
+    if [[ -z "${BH_KEYS[$1]:-}" ]]; then
+        BH_KEYS[$1]=$("$BULKHEAD" key -n "$1") ||
+            fail "$BULKHEAD key -n $1 failed"
+    fi
 }
 
-# ns_key NAMESPACE: the SysV key, FNV-1a 32 over "bulkhead/2/<euid>/<ns>",
-# 0 mapped to 1, printed as ipcs does (0x%08x).
+# ns_key NAMESPACE: the namespace's SysV key as ipcs prints it (0x%08x), from
+# `bulkhead key`: shim/permits owns the hash, the tests never re-derive it.
 ns_key() {
-    local euid text h=2166136261 i c
-    euid=$(id -u)
-    text="bulkhead/2/$euid/$1"
-    local LC_ALL=C
-    for ((i = 0; i < ${#text}; i++)); do
-        printf -v c '%d' "'${text:i:1}"
-        h=$(((h ^ (c & 0xff)) * 16777619 & 0xffffffff))
-    done
-    ((h != 0)) || h=1
-    printf '0x%08x\n' "$h"
+    if [[ -n "${BH_KEYS[$1]:-}" ]]; then
+        echo "${BH_KEYS[$1]}"
+    else
+        "$BULKHEAD" key -n "$1"
+    fi
+}
+
+# ipc_under_key KEY: a semaphore set or memory segment exists under KEY.
+ipc_under_key() {
+    ipcs -s -m | awk -v k="$1" '$1 == k { found = 1 } END { exit !found }'
+}
+
+# True while the namespace's semaphore set exists.
+namespace_exists() {
+    local key
+    key=$(ns_key "$1") || return 2
+    ipcs -s | awk -v k="$key" '$1 == k { found = 1 } END { exit !found }'
 }
 
 # Processes blocked on the namespace's semaphores right now, as the kernel
