@@ -7,20 +7,42 @@ load helpers/common
 setup() { bh_setup; }
 teardown() { bh_teardown; }
 
-# three_connections: one process opening three connections at once and
-# printing how many the kernel accepted.
-three_connections() {
-    run_shim python3 -c '
-import socket, sys
+# hold_three: one process under the shim opening three connections and
+# holding those the kernel accepted, in the background: it prints "ok=N" to
+# $T/three once all three connects returned, then keeps them open until
+# release_three, so that the server sees at once what the process held at
+# once (a process that exits at once can close its first connection before
+# the server accepted its last, and the server then counts them one by one).
+hold_three() {
+    bg_shim "$T/three" python3 -c '
+import os, socket, sys, time
+port, release = int(sys.argv[1]), sys.argv[2]
 held, ok = [], 0
 for _ in range(3):
     s = socket.socket()
     try:
-        s.connect(("127.0.0.1", int(sys.argv[1]))); ok += 1
+        s.connect(("127.0.0.1", port)); ok += 1
     except OSError:
         pass
     held.append(s)
-print("ok=%d" % ok)' "$SERVER_PORT"
+print("ok=%d" % ok, flush=True)
+deadline = time.monotonic() + 60
+while not os.path.exists(release):
+    if time.monotonic() > deadline:
+        sys.exit("hold_three: never released")
+    time.sleep(0.01)' "$SERVER_PORT" "$T/three.release"
+    THREE_PID=$BG_PID
+    wait_for file_has "$T/three" '^ok=' || fail "the client printed nothing: $(cat "$T/three.err")"
+}
+
+# release_three: lets the client close its connections and exit; then
+# `output` is its stdout and `stderr` its stderr, and it must have exited 0.
+release_three() {
+    touch "$T/three.release"
+    wait_pid "$THREE_PID" || fail "the client exited $?: $(cat "$T/three.err")"
+    output=$(cat "$T/three")
+    stderr=$(cat "$T/three.err")
+    mapfile -t stderr_lines <"$T/three.err"
 }
 
 limit_one_rules() {
@@ -36,8 +58,9 @@ EOF
 @test "the control: limit 1 lets one of three through" {
     start_server web -1
     limit_one_rules
-    run --separate-stderr three_connections
-    assert_success
+    hold_three
+    assert_equal "$(server_stat web max)" 1
+    release_three
     assert_output ok=1
 }
 
@@ -49,13 +72,14 @@ EOF
     perl -MIPC::SysV=IPC_CREAT -e '
         my $key = hex($ARGV[0]); $key -= 2**32 if $key >= 2**31;
         semget($key, 3, 0600 | IPC_CREAT) // die "semget: $!"' "$(ns_key "$NS")"
-    run --separate-stderr three_connections
-    assert_success
+    hold_three
+    assert_equal "$(server_stat web open)" 3
+    assert_equal "$(server_stat web max)" 3
+    release_three
     assert_output ok=3
     [[ ${#stderr_lines[@]} -eq 1 ]] || fail "expected one line on stderr: $stderr"
     [[ "${stderr_lines[0]}" == "bulkhead: namespace \"$NS\": semaphores:"* ]] ||
         fail "unexpected stderr: $stderr"
-    assert_equal "$(server_stat web max)" 3
 }
 
 @test "the namespace removed under a running holder: new processes start afresh, nothing crashes" {
@@ -67,11 +91,15 @@ EOF
     local key
     key=$(ns_key "$NS")
     ipcrm -S "$key" -M "$key"
-    run --separate-stderr three_connections
-    assert_success
+    hold_three
+    # The holder's connection and one of the new process's three.
+    assert_equal "$(server_stat web open)" 2
+    release_three
     assert_output ok=1
     # The holder closes into a removed set: it must exit cleanly.
     kill -TERM "$holder"
-    wait "$holder" || true
+    local rc=0
+    wait_pid "$holder" || rc=$?
+    [[ $rc -ne 124 ]] || fail "the holder did not exit on SIGTERM"
     [[ ! -s "$T/holder.err" ]] || fail "holder said: $(cat "$T/holder.err")"
 }
