@@ -85,7 +85,8 @@ static const char *const table_headings[] = {
     "REJECTED", "TIMED_OUT", "WAIT_MEAN_MS", "WAIT_MAX_MS",
 };
 enum { TABLE_COLUMNS = sizeof table_headings / sizeof table_headings[0] };
-typedef char table_cells[TABLE_COLUMNS][32];
+/* Wide enough for a whole compartment name; numbers need far less. */
+typedef char table_cells[TABLE_COLUMNS][BH_NAME_MAX];
 
 static void fill_cells(const struct bh_compartment_view *view, table_cells cells)
 {

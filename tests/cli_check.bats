@@ -189,3 +189,13 @@ print("refused=%d" % refused)' "$SERVER_PORT"
     assert_success
     assert_equal "$(python3 -c 'import json, sys; print(json.load(sys.stdin)["compartments"][0]["rejected"])' <<<"$output")" 3
 }
+
+@test "stat: a compartment name of the longest allowed length (47) is shown whole" {
+    local name=abcdefghijklmnopqrstuvwxyz0123456789abcdefghijk
+    printf '[global]\nnamespace = %s\n[%s]\nlimit = 1\nmatch = 10.0.0.1:1\n' \
+        "$NS" "$name" >"$RULES"
+    run_shim /bin/true
+    run "$BULKHEAD" stat -c "$RULES"
+    assert_success
+    assert_line --regexp "^$name +1 +0 +0 +0 "
+}
