@@ -114,7 +114,7 @@ EOF
 }
 
 @test "run: a real Go program gets the warning" {
-    command -v go >/dev/null || skip "no Go toolchain: the Go-like C programs stand in"
+    command -v go >/dev/null || fail "no Go toolchain (make deps installs golang-go)"
     mkdir -p "$T/gomod"
     printf 'package main\nimport "os"\nfunc main() { os.Exit(6) }\n' >"$T/gomod/main.go"
     (cd "$T/gomod" && HOME="$T" GOCACHE="$T/gocache" GOFLAGS=-mod=mod \
