@@ -30,8 +30,9 @@ BH_CFLAGS := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Ishim
 INIH    := -l:libinih.a
 SHIM_LDFLAGS := -shared -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now
 
-# Code shared by the shim and the command: config, rules, permits.
-CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/permits/*.c)
+# Code shared by the shim and the command: config, rules, permits, breaker.
+CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/permits/*.c \
+                       shim/breaker/*.c)
 # The shim proper: start-up, log, real-symbol table, fd tracking, hooks.
 SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
 CLI_SRC  := $(wildcard cli/*.c)

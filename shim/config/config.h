@@ -44,6 +44,12 @@ struct bh_compartment {
                               the caller: only for one-connection clients) */
     int max_waiters;
     int refusal_errno;     /* ECONNREFUSED, ETIMEDOUT, EAGAIN or EHOSTUNREACH */
+    /* Deadlines and the circuit breaker (issue 9); 0 = off. */
+    int connect_timeout_ms;  /* >= 1000: TCP_USER_TIMEOUT acts at SYN retransmits */
+    int io_timeout_ms;       /* blocking receives; unacknowledged data */
+    int breaker_failures;    /* consecutive failures that open the breaker */
+    int breaker_open_ms;     /* first open period (default 5000) */
+    int breaker_open_max_ms; /* doubling stops here (default 60000) */
     int line;              /* line of the [section] header */
 };
 

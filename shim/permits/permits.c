@@ -382,7 +382,8 @@ static int add_compartment(struct bh_namespace *ns, const char *name, int limit)
      * compartment_count names it. It is idempotent, so a registrant killed
      * half way leaves nothing the next one cannot redo. */
     if (semctl(ns->semid, BH_SEM_FREE(index), SETVAL, limit) < 0 ||
-        semctl(ns->semid, BH_SEM_DEBT(index), SETVAL, 0) < 0)
+        semctl(ns->semid, BH_SEM_DEBT(index), SETVAL, 0) < 0 ||
+        semctl(ns->semid, BH_SEM_PROBE(index), SETVAL, 1) < 0)
         return -1;
     atomic_store(&shared->registered, 1);
     atomic_store(&ns->state->compartment_count, index + 1);
@@ -723,6 +724,48 @@ int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
     return 0;
 }
 
+int bh_probe_take(struct bh_namespace *ns, int index)
+{
+    int saved_errno = errno;
+    int rc = sem_op(ns->semid, BH_SEM_PROBE(index), -1, SEM_UNDO | IPC_NOWAIT);
+    errno = saved_errno;
+    return rc;
+}
+
+void bh_probe_give(struct bh_namespace *ns, int index)
+{
+    int saved_errno = errno;
+    sem_op(ns->semid, BH_SEM_PROBE(index), +1, SEM_UNDO);
+    errno = saved_errno;
+}
+
+const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS] = {
+    500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
+};
+
+void bh_histogram_record(struct bh_histogram *histogram, int64_t ns)
+{
+    int bucket = 0;
+    while (bucket < BH_HISTOGRAM_BUCKETS && ns > bh_histogram_bounds_us[bucket] * 1000)
+        bucket++;
+    atomic_fetch_add_explicit(&histogram->buckets[bucket], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&histogram->sum_ns, ns, memory_order_relaxed);
+}
+
+/* Not a snapshot: a sample counted meanwhile may be in the count and not
+ * yet in the sum, or the reverse. */
+static void read_histogram(struct bh_histogram *histogram,
+                           struct bh_histogram_view *view)
+{
+    view->count = 0;
+    for (int i = 0; i <= BH_HISTOGRAM_BUCKETS; i++) {
+        view->buckets[i] = atomic_load(&histogram->buckets[i]);
+        view->count += view->buckets[i];
+    }
+    view->sum_ns = atomic_load(&histogram->sum_ns);
+}
+
 int bh_compartment_read(struct bh_namespace *ns, int index,
                         struct bh_compartment_view *view)
 {
@@ -744,6 +787,11 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->waits = atomic_load(&shared->waits);
     view->wait_ns_total = atomic_load(&shared->wait_ns_total);
     view->wait_ns_max = atomic_load(&shared->wait_ns_max);
+    view->connect_failures = atomic_load(&shared->connect_failures);
+    view->connect_timeouts = atomic_load(&shared->connect_timeouts);
+    view->io_timeouts = atomic_load(&shared->io_timeouts);
+    read_histogram(&shared->connect_time, &view->connect_time);
+    read_histogram(&shared->hold_time, &view->hold_time);
     return 0;
 }
 
@@ -841,6 +889,11 @@ void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_us
     atomic_store(&shared->wait_ns_total, 0);
     atomic_store(&shared->wait_ns_max, 0);
     atomic_store(&shared->peak_in_use, in_use);
+    atomic_store(&shared->connect_failures, 0);
+    atomic_store(&shared->connect_timeouts, 0);
+    atomic_store(&shared->io_timeouts, 0);
+    memset((void *)&shared->connect_time, 0, sizeof shared->connect_time);
+    memset((void *)&shared->hold_time, 0, sizeof shared->hold_time);
 }
 
 int bh_namespace_remove(struct bh_namespace *ns)

@@ -16,15 +16,38 @@
 #include "config/config.h"
 
 enum {
-    BH_LAYOUT_VERSION = 2,
+    BH_LAYOUT_VERSION = 3,
     BH_MAX_PROCESSES = 512,  /* processes holding permits at once, for `stat` */
     BH_SEM_LOCK = 0,         /* registration lock, taken with SEM_UNDO */
 };
 
 /* Semaphore numbers of compartment i in the set. */
-#define BH_SEM_FREE(i) (1 + 2 * (i))  /* permits free now */
-#define BH_SEM_DEBT(i) (2 + 2 * (i))  /* permits to retire when given back */
-#define BH_SEM_COUNT   (1 + 2 * BH_MAX_COMPARTMENTS)
+#define BH_SEM_FREE(i)  (1 + 3 * (i))  /* permits free now */
+#define BH_SEM_DEBT(i)  (2 + 3 * (i))  /* permits to retire when given back */
+#define BH_SEM_PROBE(i) (3 + 3 * (i))  /* 1: the half-open breaker's probe slot is free */
+#define BH_SEM_COUNT    (1 + 3 * BH_MAX_COMPARTMENTS)
+
+/* Latency histograms: fixed upper bounds, 0.5 ms to 60 s, and one bucket
+ * past the last. */
+enum { BH_HISTOGRAM_BUCKETS = 16 };
+extern const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS];
+struct bh_histogram {
+    _Atomic uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
+    _Atomic int64_t sum_ns;
+};
+
+/* A compartment's circuit breaker. The layout is here with the rest; what
+ * the fields mean, who writes them and when is in shim/breaker/breaker.c,
+ * the only code that writes them. */
+struct bh_breaker_shared {
+    _Atomic int64_t open_until_ns;  /* CLOCK_MONOTONIC; 0: closed */
+    _Atomic int64_t changed_at_ns;  /* CLOCK_REALTIME of the last change */
+    _Atomic int32_t open_ms;        /* the period it last opened for */
+    _Atomic uint32_t failures;      /* consecutive, across processes */
+    _Atomic uint32_t needs_bytes;   /* the last failure was an io failure */
+    _Atomic uint64_t opened;        /* times it opened (reopens included) */
+    _Atomic uint64_t refused;       /* connects it refused */
+};
 
 /* One compartment's live state and counters. Every field is written with
  * atomics by many processes; no lock guards them. */
@@ -43,6 +66,12 @@ struct bh_shared_compartment {
                                      SIGKILLed holder leaves it high until its
                                      process slot is reaped. Feeds peak only. */
     _Atomic int64_t peak_in_use;
+    _Atomic uint64_t connect_failures; /* refused, unreachable, timed out, reset */
+    _Atomic uint64_t connect_timeouts; /* ETIMEDOUT on connect */
+    _Atomic uint64_t io_timeouts;      /* io_timeout_ms expiries */
+    struct bh_histogram connect_time;  /* connect() to established */
+    struct bh_histogram hold_time;     /* permit taken to permit given back */
+    struct bh_breaker_shared breaker;
 };
 
 /* A process that has held permits: lets `stat` name the holders. */
@@ -95,6 +124,12 @@ struct bh_compartment_view {
     int64_t peak;
     uint64_t acquired, rejected, timed_out, waits;
     int64_t wait_ns_total, wait_ns_max;
+    uint64_t connect_failures, connect_timeouts, io_timeouts;
+    struct bh_histogram_view {
+        uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
+        uint64_t count;
+        int64_t sum_ns;
+    } connect_time, hold_time;
 };
 
 key_t bh_namespace_key(uid_t uid, const char *namespace_name);
@@ -153,6 +188,15 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
  * written (at most max). Dead processes' slots are reaped on the way. */
 int bh_compartment_holders(struct bh_namespace *ns, int index,
                            pid_t *pids, uint32_t *counts, int max);
+/* The half-open breaker's probe slot: taken with SEM_UNDO (so the kernel
+ * gives it back if the prober dies) and IPC_NOWAIT. 0 taken, -1 not. */
+int bh_probe_take(struct bh_namespace *ns, int index);
+/* Gives it back; only the process that took it. Async-signal-safe. */
+void bh_probe_give(struct bh_namespace *ns, int index);
+
+/* Counts one sample in ns into a histogram. Async-signal-safe. */
+void bh_histogram_record(struct bh_histogram *histogram, int64_t ns);
+
 /* Changes the live limit. Raising frees permits at once; lowering retires
  * free permits now and the rest as they are given back. Never blocks. */
 int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit);
