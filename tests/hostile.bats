@@ -56,12 +56,24 @@ server_open_is() {
     assert_output ""
 }
 
+# The layout's sizes (permits.c owns them): NSEMS semaphores and a
+# SHM_SIZE-byte segment, read from a namespace made for the purpose, which
+# is then removed so the test can make ours empty at those sizes.
+layout_sizes() {
+    run_shim /bin/true
+    NSEMS=$(ipcs -s | awk -v k="$(ns_key "$NS")" '$1 == k { print $5 }')
+    SHM_SIZE=$(ipcs -m | awk -v k="$(ns_key "$NS")" '$1 == k { print $5 }')
+    [[ -n "$NSEMS" && -n "$SHM_SIZE" ]] || fail "no namespace under our key"
+    "$BULKHEAD" reset --force -c "$RULES" >/dev/null
+}
+
 @test "a creator killed right after semget (set made, never locked or filled): the next process finishes it" {
     start_server web -1
     rules_for "$NS" 1
-    # 1 + 2 x 64 semaphores, all zero, mode 0600, ours: exactly what a
+    layout_sizes
+    # The layout's semaphores, all zero, mode 0600, ours: exactly what a
     # creator leaves when it dies between semget and anything else.
-    perl_ipc 'semget($key, 129, 0600 | IPC_CREAT) // die "semget: $!"' "$(ns_key "$NS")"
+    perl_ipc "semget(\$key, $NSEMS, 0600 | IPC_CREAT) // die \"semget: \$!\"" "$(ns_key "$NS")"
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     wait_for file_has "$T/holder" '^ok$'
     run --separate-stderr run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
@@ -76,14 +88,8 @@ server_open_is() {
 @test "a creator killed after making both objects but before the table: the next process finishes it" {
     start_server web -1
     rules_for "$NS" 1
-    local size
-    # The memory's size is the layout's; take it from a namespace made for
-    # the purpose, then make ours empty at that size.
-    run_shim /bin/true
-    size=$(ipcs -m | awk -v k="$(ns_key "$NS")" '$1 == k { print $5 }')
-    [[ -n "$size" ]] || fail "no memory segment under our key"
-    "$BULKHEAD" reset --force -c "$RULES" >/dev/null
-    perl_ipc "semget(\$key, 129, 0600 | IPC_CREAT) // die; shmget(\$key, $size, 0600 | IPC_CREAT) // die" \
+    layout_sizes
+    perl_ipc "semget(\$key, $NSEMS, 0600 | IPC_CREAT) // die; shmget(\$key, $SHM_SIZE, 0600 | IPC_CREAT) // die" \
         "$(ns_key "$NS")"
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     wait_for file_has "$T/holder" '^ok$'

@@ -113,12 +113,16 @@ enum bh_breaker_change bh_breaker_failure(struct bh_namespace *ns, int index,
     return BH_BREAKER_OPENED;
 }
 
+int bh_breaker_wants(const struct bh_namespace *ns, int index, int bytes)
+{
+    return bytes || !atomic_load_explicit(&breaker_of(ns, index)->needs_bytes,
+                                          memory_order_relaxed);
+}
+
 enum bh_breaker_change bh_breaker_success(struct bh_namespace *ns, int index,
-                                          int probe, int bytes)
+                                          int probe)
 {
     struct bh_breaker_shared *breaker = breaker_of(ns, index);
-    if (!bytes && atomic_load(&breaker->needs_bytes))
-        return probe ? BH_BREAKER_STILL_PROBING : BH_BREAKER_UNCHANGED;
     atomic_store(&breaker->failures, 0);
     atomic_store(&breaker->needs_bytes, 0);
     if (!probe)

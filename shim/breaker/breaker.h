@@ -27,8 +27,6 @@ enum bh_breaker_change {
     BH_BREAKER_OPENED,    /* closed -> open after `failures` in a row */
     BH_BREAKER_REOPENED,  /* the probe failed: open for twice as long */
     BH_BREAKER_CLOSED,    /* the probe succeeded */
-    BH_BREAKER_STILL_PROBING, /* connected, but after io failures only bytes
-                                 count: the probe stays out */
 };
 
 /* Before a connect is admitted. PROBE holds the probe slot: the caller
@@ -40,11 +38,14 @@ enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index);
 enum bh_breaker_change bh_breaker_failure(struct bh_namespace *ns, int index,
                                           const struct bh_breaker_config *config,
                                           int probe, int io);
-/* A connection succeeded: connected (bytes = 0) or its first bytes came
- * back (bytes = 1). After io failures only bytes count as success. The
- * probe is done unless this returns BH_BREAKER_STILL_PROBING. */
+/* Whether a success counts now: connected (bytes = 0) or first bytes back
+ * (bytes = 1). After an io failure only bytes do: a server that accepts
+ * and never answers must not close the breaker by accepting. */
+int bh_breaker_wants(const struct bh_namespace *ns, int index, int bytes);
+/* A success that counts: resets the failures; the probe, if this was it,
+ * closes the breaker and gives its slot back. */
 enum bh_breaker_change bh_breaker_success(struct bh_namespace *ns, int index,
-                                          int probe, int bytes);
+                                          int probe);
 /* The probe ended without an outcome (refused by the gate, closed before
  * it showed anything): the slot goes back and the breaker stays half-open. */
 void bh_breaker_abandon(struct bh_namespace *ns, int index);

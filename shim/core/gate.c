@@ -14,11 +14,15 @@
 #include <limits.h>
 #include <stdio.h>
 #include <sys/time.h>
+#include <time.h>
 
-#include "libc/libc.h"
+#include "breaker/breaker.h"
+#include "core/deadline.h"
 #include "core/log.h"
+#include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
+#include "libc/libc.h"
 
 static int is_inet_stream(int fd, enum bh_fd_kind kind)
 {
@@ -27,7 +31,7 @@ static int is_inet_stream(int fd, enum bh_fd_kind kind)
     int type = 0;
     socklen_t length = sizeof type;
     int saved_errno = errno;
-    int rc = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length);
+    int rc = libc_getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length);
     errno = saved_errno;
     return rc == 0 && type == SOCK_STREAM;
 }
@@ -47,7 +51,7 @@ static int own_timeout_ms(int fd)
     struct timeval timeout = { 0, 0 };
     socklen_t length = sizeof timeout;
     int saved_errno = errno;
-    int rc = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, &length);
+    int rc = libc_getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, &length);
     errno = saved_errno;
     if (rc < 0 || (timeout.tv_sec == 0 && timeout.tv_usec == 0))
         return 0;
@@ -122,6 +126,62 @@ static void note_bypass_once(void)
                "pass unlimited", bh_shim.config.namespace_name);
 }
 
+/* The breaker's word on this connect: BH_BREAKER_PASS or PROBE, or a
+ * refusal, with why in words. */
+static enum bh_breaker_admission ask_breaker(int shared, char *why, size_t whylen)
+{
+    enum bh_breaker_admission admission = bh_breaker_admit(&bh_shim.ns, shared);
+    if (admission == BH_BREAKER_REFUSE_PROBING) {
+        snprintf(why, whylen, "at once: breaker half-open; another connection "
+                 "is the probe");
+    } else if (admission == BH_BREAKER_REFUSE_OPEN) {
+        struct bh_breaker_view view;
+        bh_breaker_read(&bh_shim.ns, shared, &view);
+        if (view.forced)
+            snprintf(why, whylen, "at once: breaker open (forced by bulkhead set)");
+        else
+            snprintf(why, whylen, "at once: breaker open (%lld ms left)",
+                     (long long)view.open_left_ms);
+    }
+    return admission;
+}
+
+/* A permit, now or after a wait; BH_ACQUIRED or why not. */
+static enum bh_acquire_result take_permit(int fd, const struct bh_compartment *compartment,
+                                          int shared, char *why, size_t whylen)
+{
+    enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, shared);
+    if (result != BH_REJECTED)
+        return result;
+    int wait_ms = wait_allowed_ms(fd, compartment, shared, why, whylen);
+    if (wait_ms == 0) {
+        bh_permit_count_rejected(&bh_shim.ns, shared);
+        return BH_REJECTED;
+    }
+    result = bh_permit_wait(&bh_shim.ns, shared, wait_ms, compartment->max_waiters);
+    if (result == BH_REJECTED)
+        snprintf(why, whylen, "at once: full; max_waiters = %d already waiting",
+                 compartment->max_waiters);
+    return result;
+}
+
+/* Admitted: the fd holds the permit from now, watched as outcome.c says. */
+static int attach(int fd, const struct bh_compartment *compartment, int shared,
+                  int probe)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    if (bh_fd_attach(fd, shared, bh_outcome_watch(compartment, probe), since_ns) < 0) {
+        if (probe)
+            bh_breaker_abandon(&bh_shim.ns, shared);
+        bh_permit_release(&bh_shim.ns, shared); /* another thread counted it */
+        return BH_GATE_PASS;
+    }
+    bh_deadline_before_connect(fd, compartment);
+    return shared;
+}
+
 static int admit(int fd, int local, const struct sockaddr *to)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
@@ -131,19 +191,14 @@ static int admit(int fd, int local, const struct sockaddr *to)
                       "namespace's key (see the start-up line)");
     if (shared < 0)
         return BH_GATE_PASS;
-    enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, shared);
     char why[96];
-    if (result == BH_REJECTED) {
-        int wait_ms = wait_allowed_ms(fd, compartment, shared, why, sizeof why);
-        if (wait_ms > 0)
-            result = bh_permit_wait(&bh_shim.ns, shared, wait_ms,
-                                    compartment->max_waiters);
-        else
-            bh_permit_count_rejected(&bh_shim.ns, shared);
-        if (result == BH_REJECTED && wait_ms > 0)
-            snprintf(why, sizeof why, "at once: full; max_waiters = %d already "
-                     "waiting", compartment->max_waiters);
-    }
+    enum bh_breaker_admission breaker = ask_breaker(shared, why, sizeof why);
+    if (breaker != BH_BREAKER_PASS && breaker != BH_BREAKER_PROBE)
+        return refuse(local, shared, to, why);
+    int probe = breaker == BH_BREAKER_PROBE;
+    enum bh_acquire_result result = take_permit(fd, compartment, shared, why, sizeof why);
+    if (result != BH_ACQUIRED && probe)
+        bh_breaker_abandon(&bh_shim.ns, shared);
     if (result == BH_BYPASS) {
         note_bypass_once();
         return BH_GATE_PASS;
@@ -154,11 +209,7 @@ static int admit(int fd, int local, const struct sockaddr *to)
     }
     if (result != BH_ACQUIRED)
         return refuse(local, shared, to, why);
-    if (bh_fd_attach(fd, shared) < 0) {
-        bh_permit_release(&bh_shim.ns, shared); /* another thread counted it */
-        return BH_GATE_PASS;
-    }
-    return shared;
+    return attach(fd, compartment, shared, probe);
 }
 
 /* connect(AF_UNSPEC) dissolves a connection: if it was counted, its
@@ -181,9 +232,21 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
         return BH_GATE_PASS;
     /* Already counted: connect() again to poll an async connect. */
     struct bh_fd_state state = bh_fd_lookup(fd);
-    if (state.compartment >= 0 || !is_inet_stream(fd, state.kind))
+    if (state.compartment >= 0)
+        return bh_fd_watch(fd) & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
+    if (!is_inet_stream(fd, state.kind))
         return BH_GATE_PASS;
     return admit(fd, bh_shim.config.rules[rule].compartment, to);
+}
+
+/* A connect() again on a socket still connecting: EALREADY and
+ * EINPROGRESS mean still under way, EISCONN that it got there. */
+static void learn_again(int fd, int call_failed)
+{
+    if (!call_failed || errno == EISCONN)
+        bh_outcome_connected(fd);
+    else if (errno != EALREADY && errno != EINPROGRESS && errno != EINTR)
+        bh_outcome_connect_failed(fd, errno);
 }
 
 void bh_gate_leave(int fd, int entered, int call_failed)
@@ -192,7 +255,12 @@ void bh_gate_leave(int fd, int entered, int call_failed)
     if (entered == BH_GATE_DISCONNECT) {
         if (!call_failed)  /* the connection is gone: so is its permit */
             bh_give_back(bh_fd_new(fd, BH_FD_INET_STREAM));
-    } else if (call_failed && errno != EINPROGRESS && errno != EINTR) {
+    } else if (entered == BH_GATE_AGAIN) {
+        learn_again(fd, call_failed);
+    } else if (!call_failed) {
+        bh_outcome_connected(fd);
+    } else if (errno != EINPROGRESS && errno != EINTR) {
+        bh_outcome_connect_failed(fd, errno);
         bh_give_back(bh_fd_new(fd, BH_FD_INET_STREAM)); /* drops the connection */
     }
     errno = saved_errno;

@@ -188,7 +188,7 @@ static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
         }
     }
     if (adoption->count < adoption->capacity && adoption->budget[compartment] > 0 &&
-        bh_fd_attach(fd, compartment) == 0) {
+        bh_fd_attach(fd, compartment, 0, 0) == 0) {
         adoption->budget[compartment]--;
         adoption->adopted[adoption->count++] = (struct adopted){ old_connection, fd };
     }

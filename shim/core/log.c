@@ -79,13 +79,13 @@ static void write_line(const char *line, size_t length)
 {
     if (!log_path[0]) {
         if (is_start_stderr())
-            (void)!write(2, line, length);
+            (void)!libc_write(2, line, length);
         return;
     }
     int fd = open_log_file();
     if (fd < 0)
         return;
-    (void)!write(fd, line, length);
+    (void)!libc_write(fd, line, length);
     libc_close(fd);
 }
 

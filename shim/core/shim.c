@@ -110,6 +110,8 @@ static void register_compartment(int i)
     int shared = bh_compartment_register(&bh_shim.ns, compartment->name,
                                          compartment->limit, &live_limit);
     bh_shim.shared_index[i] = shared;
+    if (shared >= 0)
+        bh_shim.local_index[shared] = i;
     if (shared < 0)
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
                                "not limited", compartment->name, bh_shim.config.namespace_name,
@@ -135,6 +137,8 @@ static int refuse_everything(const char *err)
 static int join_namespace(void)
 {
     char err[256];
+    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
+        bh_shim.local_index[i] = -1;
     if (bh_namespace_open(bh_shim.config.namespace_name, 1, &bh_shim.ns,
                           err, sizeof err) < 0) {
         if (errno == EPERM)

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "config/config.h"
+#include "fdtable/fd_table.h"
 #include "permits/permits.h"
 #include "rules/rule_index.h"
 
@@ -22,18 +23,30 @@ struct bh_shim {
     /* config compartment i -> its index in the namespace, -1 if unregistered,
      * BH_SHARED_FOREIGN when another user holds the namespace's key */
     int shared_index[BH_MAX_COMPARTMENTS];
+    /* namespace index -> config compartment i, -1 when not in our rules */
+    int local_index[BH_MAX_COMPARTMENTS];
 };
 
 extern struct bh_shim bh_shim;
 
 void bh_shim_start(void);
 
-/* Gives back the permit of a connection that the fd table says ended
- * (compartment < 0: nothing ended). Async-signal-safe. */
-static inline void bh_give_back(int compartment)
+/* A connection ended: its permit goes back, and its probe slot if it
+ * still held one; its hold time is counted. Async-signal-safe (outcome.c). */
+void bh_connection_ended(struct bh_fd_ended ended);
+
+/* What every path that can end a connection calls with what the fd table
+ * returned; inline, since nearly always nothing ended. */
+static inline void bh_give_back(struct bh_fd_ended ended)
 {
-    if (compartment >= 0)
-        bh_permit_release(&bh_shim.ns, compartment);
+    if (ended.compartment >= 0)
+        bh_connection_ended(ended);
+}
+
+/* The rules of namespace compartment `shared` (registered by us). */
+static inline const struct bh_compartment *bh_rules_of(int shared)
+{
+    return &bh_shim.config.compartments[bh_shim.local_index[shared]];
 }
 
 /* Nonzero when rules are in force. Starts the shim on first use. */

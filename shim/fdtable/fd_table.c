@@ -35,14 +35,14 @@
 #include <unistd.h>
 
 enum {
-    CHUNK_BITS = 12,
+    CHUNK_BITS = BH_FD_CHUNK_BITS,
     CHUNK_SIZE = 1 << CHUNK_BITS,   /* entries per chunk */
     /* Every fd number Linux can hand out (fs.nr_open tops out just under
      * 2^31); the chunk tables are zero pages until a chunk is used. */
     FD_CHUNKS = (1u << 31) / CHUNK_SIZE,
     /* Connection ids fit the 30 bits an entry has beside the kind. */
     CONNECTION_CHUNKS = (1u << 30) / CHUNK_SIZE,
-    KIND_BITS = 2,
+    KIND_BITS = BH_FD_KIND_BITS,
     KIND_MASK = (1 << KIND_BITS) - 1,
 };
 /* id + 1 shifted past the kind must fit 32 bits. */
@@ -51,9 +51,13 @@ enum {
 struct connection {
     _Atomic uint32_t refs;
     _Atomic int32_t compartment;
+    _Atomic uint32_t watch;     /* the caller's bits (outcome.h) */
+    _Atomic int64_t since_ns;   /* the caller's clock, at attach */
 };
 
-static _Atomic(_Atomic uint32_t *) fd_entries[FD_CHUNKS];
+/* Named for the inline bh_fd_tracked() in fd_table.h. */
+_Atomic(_Atomic uint32_t *) bh_fd_entries[FD_CHUNKS];
+#define fd_entries bh_fd_entries
 static _Atomic(struct connection *) connections[CONNECTION_CHUNKS];
 static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
@@ -126,18 +130,26 @@ static struct connection *connection_for(uint32_t id, int create)
 
 static uint32_t entry_connection(uint32_t entry) { return entry >> KIND_BITS; }
 
-/* Returns the compartment of the connection this ended, if it did. */
-static int drop_reference(uint32_t entry)
+static const struct bh_fd_ended nothing_ended = { BH_FD_NOTHING_ENDED, 0, 0 };
+
+/* Returns the connection this ended, if it did. */
+static struct bh_fd_ended drop_reference(uint32_t entry)
 {
     uint32_t id_plus_one = entry_connection(entry);
     if (!id_plus_one)
-        return BH_FD_NOTHING_ENDED;
+        return nothing_ended;
     struct connection *connection = connection_for(id_plus_one - 1, 0);
-    /* Read before the decrement: once it reaches 0 the slot may be reused. */
-    int compartment = atomic_load(&connection->compartment);
+    /* Read before the decrement: once it reaches 0 the slot may be reused.
+     * The watch bits are read last: a bit cleared by another fd of the
+     * same connection before our decrement is seen cleared. */
+    struct bh_fd_ended ended = {
+        .compartment = atomic_load(&connection->compartment),
+        .since_ns = atomic_load(&connection->since_ns),
+        .watch = atomic_load(&connection->watch),
+    };
     if (atomic_fetch_sub(&connection->refs, 1) == 1)
-        return compartment;
-    return BH_FD_NOTHING_ENDED;
+        return ended;
+    return nothing_ended;
 }
 
 /* A reference to a connection that is still live; 0 if it already ended
@@ -162,22 +174,25 @@ struct bh_fd_state bh_fd_lookup(int fd)
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t value = entry ? atomic_load(entry) : 0;
     uint32_t id_plus_one = entry_connection(value);
-    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1 };
-    if (id_plus_one)
-        state.compartment = atomic_load(&connection_for(id_plus_one - 1, 0)->compartment);
+    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0 };
+    if (id_plus_one) {
+        struct connection *connection = connection_for(id_plus_one - 1, 0);
+        state.compartment = atomic_load(&connection->compartment);
+        state.since_ns = atomic_load(&connection->since_ns);
+    }
     return state;
 }
 
-int bh_fd_new(int fd, enum bh_fd_kind kind)
+struct bh_fd_ended bh_fd_new(int fd, enum bh_fd_kind kind)
 {
     _Atomic uint32_t *entry = entry_for(fd, kind != BH_FD_UNKNOWN);
     if (!entry)
-        return BH_FD_NOTHING_ENDED;
+        return nothing_ended;
     uint32_t current = atomic_load(entry);
     if (current == (uint32_t)kind)
-        return BH_FD_NOTHING_ENDED;
+        return nothing_ended;
     if (entry_connection(current) && !owned_here())
-        return BH_FD_NOTHING_ENDED;
+        return nothing_ended;
     return drop_reference(atomic_exchange(entry, (uint32_t)kind));
 }
 
@@ -191,18 +206,19 @@ uint32_t bh_fd_detach(int fd)
     return atomic_exchange(entry, 0);
 }
 
-int bh_fd_release(uint32_t detached)
+struct bh_fd_ended bh_fd_release(uint32_t detached)
 {
     return drop_reference(detached);
 }
 
-int bh_fd_closing(int fd)
+struct bh_fd_ended bh_fd_closing(int fd)
 {
     return drop_reference(bh_fd_detach(fd));
 }
 
 void bh_fd_closing_range(unsigned first, unsigned last,
-                         void (*ended)(int compartment, void *ctx), void *ctx)
+                         void (*ended)(struct bh_fd_ended what, void *ctx),
+                         void *ctx)
 {
     unsigned end = atomic_load(&fd_chunks_in_use) * CHUNK_SIZE;  /* past the last */
     if (end == 0 || first >= end)
@@ -214,27 +230,27 @@ void bh_fd_closing_range(unsigned first, unsigned last,
             fd |= CHUNK_SIZE - 1;   /* skip a chunk never used */
             continue;
         }
-        int compartment = bh_fd_closing((int)fd);
-        if (compartment != BH_FD_NOTHING_ENDED)
-            ended(compartment, ctx);
+        struct bh_fd_ended what = bh_fd_closing((int)fd);
+        if (what.compartment != BH_FD_NOTHING_ENDED)
+            ended(what, ctx);
     }
 }
 
-int bh_fd_duplicated(int oldfd, int newfd)
+struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd)
 {
     if (oldfd == newfd)
-        return BH_FD_NOTHING_ENDED;
+        return nothing_ended;
     _Atomic uint32_t *source = entry_for(oldfd, 0);
     uint32_t copied = source ? atomic_load(source) : 0;
     _Atomic uint32_t *target = entry_for(newfd, copied != 0);
     if (!target)
-        return BH_FD_NOTHING_ENDED;  /* nothing there, and no room to track */
+        return nothing_ended;  /* nothing there, and no room to track */
     uint32_t replaced = atomic_load(target);
     if (!entry_connection(copied) && !entry_connection(replaced) &&
         atomic_compare_exchange_strong(target, &replaced, copied))
-        return BH_FD_NOTHING_ENDED;  /* only a kind hint moved */
+        return nothing_ended;  /* only a kind hint moved */
     if (!owned_here())
-        return BH_FD_NOTHING_ENDED;
+        return nothing_ended;
     uint32_t id_plus_one = entry_connection(copied);
     if (id_plus_one && !take_live_reference(connection_for(id_plus_one - 1, 0)))
         copied &= KIND_MASK;  /* its last fd closed meanwhile: copy untracked */
@@ -242,7 +258,8 @@ int bh_fd_duplicated(int oldfd, int newfd)
 }
 
 /* A free connection slot: the fd's own number first, then a scan. */
-static uint32_t allocate_connection(int fd, int compartment)
+static uint32_t allocate_connection(int fd, int compartment, uint32_t watch,
+                                    int64_t since_ns)
 {
     for (uint32_t tries = 0; tries < MAX_CONNECTIONS; tries++) {
         uint32_t id = ((uint32_t)fd + tries) % MAX_CONNECTIONS;
@@ -251,18 +268,20 @@ static uint32_t allocate_connection(int fd, int compartment)
         if (connection && atomic_compare_exchange_strong(&connection->refs,
                                                          &expected, 1)) {
             atomic_store(&connection->compartment, compartment);
+            atomic_store(&connection->watch, watch);
+            atomic_store(&connection->since_ns, since_ns);
             return id + 1;
         }
     }
     return 0;
 }
 
-int bh_fd_attach(int fd, int compartment)
+int bh_fd_attach(int fd, int compartment, uint32_t watch, int64_t since_ns)
 {
     _Atomic uint32_t *entry = entry_for(fd, 1);
     if (!entry)
         return -1;
-    uint32_t id_plus_one = allocate_connection(fd, compartment);
+    uint32_t id_plus_one = allocate_connection(fd, compartment, watch, since_ns);
     if (!id_plus_one)
         return -1;
     uint32_t current = atomic_load(entry);
@@ -275,6 +294,33 @@ int bh_fd_attach(int fd, int compartment)
         wanted = (id_plus_one << KIND_BITS) | (current & KIND_MASK);
     } while (!atomic_compare_exchange_weak(entry, &current, wanted));
     return 0;
+}
+
+/* fd's connection, or NULL. */
+static struct connection *connection_of(int fd)
+{
+    _Atomic uint32_t *entry = entry_for(fd, 0);
+    uint32_t id_plus_one = entry ? entry_connection(atomic_load(entry)) : 0;
+    return id_plus_one ? connection_for(id_plus_one - 1, 0) : NULL;
+}
+
+uint32_t bh_fd_watch(int fd)
+{
+    struct connection *connection = connection_of(fd);
+    return connection ? atomic_load_explicit(&connection->watch, memory_order_relaxed) : 0;
+}
+
+uint32_t bh_fd_unwatch(int fd, uint32_t bits)
+{
+    struct connection *connection = connection_of(fd);
+    return connection ? atomic_fetch_and(&connection->watch, ~bits) & bits : 0;
+}
+
+void bh_fd_rewatch(int fd, uint32_t bits)
+{
+    struct connection *connection = connection_of(fd);
+    if (connection)
+        atomic_fetch_or(&connection->watch, bits);
 }
 
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,

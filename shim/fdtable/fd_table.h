@@ -14,6 +14,15 @@
 
 enum { BH_FD_NOTHING_ENDED = -1 };
 
+/* What ended with a connection's last fd: its compartment (or
+ * BH_FD_NOTHING_ENDED), the watch bits still set and when it was attached.
+ * The table stores watch bits and time for its callers and reads neither. */
+struct bh_fd_ended {
+    int compartment;
+    uint32_t watch;
+    int64_t since_ns;
+};
+
 /* What the shim knows of an fd without asking the kernel. */
 enum bh_fd_kind {
     BH_FD_UNKNOWN = 0,      /* not created through a hook: ask getsockopt */
@@ -25,6 +34,7 @@ enum bh_fd_kind {
 struct bh_fd_state {
     enum bh_fd_kind kind;
     int compartment;
+    int64_t since_ns;   /* the connection's attach time, as the caller gave it */
 };
 struct bh_fd_state bh_fd_lookup(int fd);
 
@@ -38,26 +48,54 @@ int bh_fd_table_owned_here(void);
 
 /* A call handed back a new fd: whatever was tracked on that number was
  * closed behind our back (raw syscall, glibc-internal close). */
-int bh_fd_new(int fd, enum bh_fd_kind kind);
+struct bh_fd_ended bh_fd_new(int fd, enum bh_fd_kind kind);
 /* The fd is about to be closed: untrack it first, so a thread that gets the
  * number back the instant close() returns finds it clean. Returns what was
  * tracked, for bh_fd_release() once the real close is done (the permit
  * goes back after the socket is gone, and even if close failed). */
 uint32_t bh_fd_detach(int fd);
-int bh_fd_release(uint32_t detached);
+struct bh_fd_ended bh_fd_release(uint32_t detached);
 /* Both at once, for paths with no real close of their own to wait for. */
-int bh_fd_closing(int fd);
-/* Every fd in [first, last]: ended(compartment, ctx) for each connection
- * that ends. */
+struct bh_fd_ended bh_fd_closing(int fd);
+/* Every fd in [first, last]: ended(what, ctx) for each connection that
+ * ends. */
 void bh_fd_closing_range(unsigned first, unsigned last,
-                         void (*ended)(int compartment, void *ctx), void *ctx);
+                         void (*ended)(struct bh_fd_ended what, void *ctx),
+                         void *ctx);
 /* newfd now refers to what oldfd refers to (dup, dup2, dup3, F_DUPFD);
  * returns what newfd's old connection ended, if anything. */
-int bh_fd_duplicated(int oldfd, int newfd);
+struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd);
 
-/* Records a new connection on fd. Returns 0, or -1 when the fd already has
- * one (another thread won: the caller gives its permit back). */
-int bh_fd_attach(int fd, int compartment);
+/* Records a new connection on fd, with the caller's watch bits and time.
+ * Returns 0, or -1 when the fd already has one (another thread won: the
+ * caller gives its permit back). */
+int bh_fd_attach(int fd, int compartment, uint32_t watch, int64_t since_ns);
+
+/* The watch bits of fd's connection; 0 when it has none or is not one.
+ * The I/O hooks ask this on every call: see bh_fd_watched() below. */
+uint32_t bh_fd_watch(int fd);
+/* Clears `bits` on fd's connection; returns those of them that were set,
+ * so of racing callers exactly one sees each bit. No owner check (it
+ * would cost a getpid() per outcome): a caller about to act on a bit only
+ * the owner may act on asks bh_fd_table_owned_here() first. */
+uint32_t bh_fd_unwatch(int fd, uint32_t bits);
+/* Sets `bits` on fd's connection, if it has one. */
+void bh_fd_rewatch(int fd, uint32_t bits);
+
+/* The I/O hooks' fast path, inline: nonzero when fd may carry a counted
+ * connection (then ask bh_fd_watch). One chunk load and one entry load;
+ * the table's layout is otherwise fd_table.c's own. */
+enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
+extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
+static inline int bh_fd_tracked(int fd)
+{
+    if (__builtin_expect(fd < 0, 0))
+        return 0;
+    _Atomic uint32_t *chunk = __atomic_load_n(&bh_fd_entries[(unsigned)fd >> BH_FD_CHUNK_BITS],
+                                              __ATOMIC_ACQUIRE);
+    return chunk && (__atomic_load_n(&chunk[fd & ((1 << BH_FD_CHUNK_BITS) - 1)],
+                                     __ATOMIC_RELAXED) >> BH_FD_KIND_BITS) != 0;
+}
 
 /* Calls visit(fd, connection_id, compartment) for every tracked fd; visits
  * nothing in a process that does not own the table (a vfork child). */

@@ -23,10 +23,10 @@ static int bh_close(int fd)
     return rc;
 }
 
-static void give_back(int compartment, void *ctx)
+static void give_back(struct bh_fd_ended ended, void *ctx)
 {
     (void)ctx;
-    bh_give_back(compartment);
+    bh_give_back(ended);
 }
 
 static int bh_close_range(unsigned first, unsigned last, int flags)

@@ -1,9 +1,11 @@
 /* Hooks that open a connection: connect(), and sendto()/sendmsg() with
- * MSG_FASTOPEN, which connect without calling connect(). */
+ * MSG_FASTOPEN, which connect without calling connect(). Without it,
+ * sendto and sendmsg are sends like those in io.c. */
 #include <errno.h>
 #include <sys/socket.h>
 
 #include "core/gate.h"
+#include "core/outcome.h"
 #include "libc/libc.h"
 #include "core/shim.h"
 
@@ -21,8 +23,9 @@ static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
 static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
                          const struct sockaddr *to, socklen_t length)
 {
-    int entered = (flags & MSG_FASTOPEN) ? bh_gate_enter(fd, to, length)
-                                             : BH_GATE_PASS;
+    if (!(flags & MSG_FASTOPEN))
+        return BH_WATCHED_IO(fd, 0, flags, libc_sendto(fd, buf, n, flags, to, length));
+    int entered = bh_gate_enter(fd, to, length);
     if (entered == BH_GATE_REFUSED)
         return -1;
     ssize_t sent = libc_sendto(fd, buf, n, flags, to, length);
@@ -33,9 +36,9 @@ static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
 
 static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-    int entered = (flags & MSG_FASTOPEN) && msg
-                          ? bh_gate_enter(fd, msg->msg_name, msg->msg_namelen)
-                          : BH_GATE_PASS;
+    if (!(flags & MSG_FASTOPEN) || !msg)
+        return BH_WATCHED_IO(fd, 0, flags, libc_sendmsg(fd, msg, flags));
+    int entered = bh_gate_enter(fd, msg->msg_name, msg->msg_namelen);
     if (entered == BH_GATE_REFUSED)
         return -1;
     ssize_t sent = libc_sendmsg(fd, msg, flags);

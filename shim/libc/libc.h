@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 /* X(return type, name, parameter list, argument list) */
 #define BH_LIBC_FUNCTIONS(X)                                                   \
@@ -24,6 +25,26 @@
       (fd, buf, n, flags, to, len))                                            \
     X(ssize_t, sendmsg, (int fd, const struct msghdr *msg, int flags), (fd, msg, flags)) \
     X(ssize_t, recvmsg, (int fd, struct msghdr *msg, int flags), (fd, msg, flags)) \
+    X(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n))              \
+    X(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n))       \
+    X(ssize_t, readv, (int fd, const struct iovec *iov, int count), (fd, iov, count)) \
+    X(ssize_t, writev, (int fd, const struct iovec *iov, int count), (fd, iov, count)) \
+    X(ssize_t, recv, (int fd, void *buf, size_t n, int flags), (fd, buf, n, flags)) \
+    X(ssize_t, send, (int fd, const void *buf, size_t n, int flags), (fd, buf, n, flags)) \
+    X(ssize_t, recvfrom, (int fd, void *buf, size_t n, int flags,              \
+                          struct sockaddr *from, socklen_t *len),              \
+      (fd, buf, n, flags, from, len))                                          \
+    X(ssize_t, __read_chk, (int fd, void *buf, size_t n, size_t buflen),       \
+      (fd, buf, n, buflen))                                                    \
+    X(ssize_t, __recv_chk, (int fd, void *buf, size_t n, size_t buflen, int flags), \
+      (fd, buf, n, buflen, flags))                                             \
+    X(ssize_t, __recvfrom_chk, (int fd, void *buf, size_t n, size_t buflen,    \
+                                int flags, struct sockaddr *from, socklen_t *len), \
+      (fd, buf, n, buflen, flags, from, len))                                  \
+    X(int, getsockopt, (int fd, int level, int name, void *value, socklen_t *len), \
+      (fd, level, name, value, len))                                           \
+    X(int, setsockopt, (int fd, int level, int name, const void *value, socklen_t len), \
+      (fd, level, name, value, len))                                           \
     X(int, close, (int fd), (fd))                                              \
     X(int, close_range, (unsigned first, unsigned last, int flags), (first, last, flags)) \
     X(int, fclose, (FILE *stream), (stream))                                   \

@@ -414,7 +414,7 @@ static uint64_t process_start_time(pid_t pid)
     int fd = libc_open(path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return 0;
-    ssize_t length = read(fd, text, sizeof text - 1);
+    ssize_t length = libc_read(fd, text, sizeof text - 1);
     libc_close(fd);
     if (length <= 0)
         return 0;

@@ -35,16 +35,16 @@ static int run_step(const struct step *step)
 {
     switch (step->op) {
     case ATTACH:
-        return bh_fd_attach(step->fd, step->other) == 0 ? NONE : -100;
+        return bh_fd_attach(step->fd, step->other, 0, 0) == 0 ? NONE : -100;
     case DUP:
-        return bh_fd_duplicated(step->other, step->fd);
+        return bh_fd_duplicated(step->other, step->fd).compartment;
     case NEW:
-        return bh_fd_new(step->fd, BH_FD_UNKNOWN);
+        return bh_fd_new(step->fd, BH_FD_UNKNOWN).compartment;
     case NEW_SOCKET:
-        return bh_fd_new(step->fd, BH_FD_INET_STREAM);
+        return bh_fd_new(step->fd, BH_FD_INET_STREAM).compartment;
     case CLOSE:
     default:
-        return bh_fd_release(bh_fd_detach(step->fd));
+        return bh_fd_release(bh_fd_detach(step->fd)).compartment;
     }
 }
 
@@ -81,20 +81,20 @@ static void test_sequence(void **state)
     }
 }
 
-static void record(int compartment, void *ctx)
+static void record(struct bh_fd_ended what, void *ctx)
 {
     int *ended = ctx;
-    ended[compartment]++;
+    ended[what.compartment]++;
 }
 
 static void test_closing_range(void **state)
 {
     (void)state;
     bh_fd_table_reset();
-    assert_int_equal(bh_fd_attach(3, 0), 0);
-    assert_int_equal(bh_fd_duplicated(3, 4), NONE);
-    assert_int_equal(bh_fd_attach(5, 1), 0);
-    assert_int_equal(bh_fd_attach(9000, 1), 0);   /* another chunk */
+    assert_int_equal(bh_fd_attach(3, 0, 0, 0), 0);
+    assert_int_equal(bh_fd_duplicated(3, 4).compartment, NONE);
+    assert_int_equal(bh_fd_attach(5, 1, 0, 0), 0);
+    assert_int_equal(bh_fd_attach(9000, 1, 0, 0), 0);   /* another chunk */
     int ended[2] = { 0, 0 };
     bh_fd_closing_range(4, 8999, record, ended);
     assert_int_equal(ended[0], 0);   /* fd 3 still holds connection 0 */
@@ -108,11 +108,11 @@ static void test_lookup(void **state)
 {
     (void)state;
     bh_fd_table_reset();
-    assert_int_equal(bh_fd_new(7, BH_FD_INET_STREAM), NONE);
+    assert_int_equal(bh_fd_new(7, BH_FD_INET_STREAM).compartment, NONE);
     struct bh_fd_state seen = bh_fd_lookup(7);
     assert_int_equal(seen.kind, BH_FD_INET_STREAM);
     assert_int_equal(seen.compartment, -1);
-    assert_int_equal(bh_fd_attach(7, 6), 0);
+    assert_int_equal(bh_fd_attach(7, 6, 0, 0), 0);
     seen = bh_fd_lookup(7);
     assert_int_equal(seen.kind, BH_FD_INET_STREAM);
     assert_int_equal(seen.compartment, 6);
@@ -125,13 +125,13 @@ static void test_vfork_child_changes_nothing(void **state)
 {
     (void)state;
     bh_fd_table_reset();
-    assert_int_equal(bh_fd_attach(10, 2), 0);
-    assert_int_equal(bh_fd_attach(11, 2), 0);
+    assert_int_equal(bh_fd_attach(10, 2, 0, 0), 0);
+    assert_int_equal(bh_fd_attach(11, 2, 0, 0), 0);
     pid_t pid = vfork();
     if (pid == 0) {
-        int ended = bh_fd_release(bh_fd_detach(10));
-        ended += bh_fd_new(11, BH_FD_UNKNOWN) + 1;
-        ended += bh_fd_duplicated(12, 11) + 1;
+        int ended = bh_fd_release(bh_fd_detach(10)).compartment;
+        ended += bh_fd_new(11, BH_FD_UNKNOWN).compartment + 1;
+        ended += bh_fd_duplicated(12, 11).compartment + 1;
         int ranged[8] = { 0 };
         bh_fd_closing_range(0, ~0u, record, ranged);
         _exit(ended == NONE && ranged[2] == 0 && !bh_fd_table_owned_here() ? 0 : 1);
@@ -141,8 +141,8 @@ static void test_vfork_child_changes_nothing(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_int_equal(bh_fd_lookup(10).compartment, 2);
     assert_int_equal(bh_fd_lookup(11).compartment, 2);
-    assert_int_equal(bh_fd_release(bh_fd_detach(10)), 2);
-    assert_int_equal(bh_fd_release(bh_fd_detach(11)), 2);
+    assert_int_equal(bh_fd_release(bh_fd_detach(10)).compartment, 2);
+    assert_int_equal(bh_fd_release(bh_fd_detach(11)).compartment, 2);
 }
 
 /* dup (10 -> 11, then close 11) races the last close of 10. Whichever
@@ -162,7 +162,7 @@ static void *closer(void *arg)
     (void)arg;
     for (int round = 0; round < ROUNDS; round++) {
         pthread_barrier_wait(&start_line);
-        count_if_ended(bh_fd_release(bh_fd_detach(10)));
+        count_if_ended(bh_fd_release(bh_fd_detach(10)).compartment);
         pthread_barrier_wait(&start_line);
     }
     return NULL;
@@ -173,8 +173,8 @@ static void *duplicator(void *arg)
     (void)arg;
     for (int round = 0; round < ROUNDS; round++) {
         pthread_barrier_wait(&start_line);
-        count_if_ended(bh_fd_duplicated(10, 11));
-        count_if_ended(bh_fd_release(bh_fd_detach(11)));
+        count_if_ended(bh_fd_duplicated(10, 11).compartment);
+        count_if_ended(bh_fd_release(bh_fd_detach(11)).compartment);
         pthread_barrier_wait(&start_line);
     }
     return NULL;
@@ -189,7 +189,7 @@ static void test_dup_races_last_close(void **state)
     pthread_create(&threads[0], NULL, closer, NULL);
     pthread_create(&threads[1], NULL, duplicator, NULL);
     for (int round = 0; round < ROUNDS; round++) {
-        assert_int_equal(bh_fd_attach(10, 1), 0);
+        assert_int_equal(bh_fd_attach(10, 1, 0, 0), 0);
         pthread_barrier_wait(&start_line);   /* go */
         pthread_barrier_wait(&start_line);   /* both done */
         if (atomic_load(&ended_count) != round + 1)
@@ -201,10 +201,37 @@ static void test_dup_races_last_close(void **state)
     pthread_barrier_destroy(&start_line);
 }
 
+/* Watch bits live with the connection, not the fd: a dup sees them, each
+ * bit is cleared for exactly one caller, and the connection's end hands
+ * back what was still set and the time it was attached with. */
+static void test_watch_bits(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_false(bh_fd_tracked(20));
+    assert_int_equal(bh_fd_watch(20), 0);
+    assert_int_equal(bh_fd_attach(20, 4, 0x5, 1234), 0);
+    assert_true(bh_fd_tracked(20));
+    assert_int_equal(bh_fd_lookup(20).since_ns, 1234);
+    assert_int_equal(bh_fd_duplicated(20, 21).compartment, NONE);
+    assert_int_equal(bh_fd_watch(21), 0x5);
+    assert_int_equal(bh_fd_unwatch(21, 0x1), 0x1);
+    assert_int_equal(bh_fd_unwatch(20, 0x1), 0);  /* already taken */
+    bh_fd_rewatch(20, 0x8);
+    assert_int_equal(bh_fd_watch(21), 0xc);
+    assert_int_equal(bh_fd_release(bh_fd_detach(20)).compartment, NONE);
+    assert_false(bh_fd_tracked(20));
+    struct bh_fd_ended ended = bh_fd_release(bh_fd_detach(21));
+    assert_int_equal(ended.compartment, 4);
+    assert_int_equal(ended.watch, 0xc);
+    assert_int_equal(ended.since_ns, 1234);
+    assert_int_equal(bh_fd_unwatch(21, 0xff), 0);  /* nothing there now */
+}
+
 int main(void)
 {
     enum { SEQUENCES = sizeof sequences / sizeof sequences[0] };
-    struct CMUnitTest tests[SEQUENCES + 4];
+    struct CMUnitTest tests[SEQUENCES + 5];
     for (size_t i = 0; i < SEQUENCES; i++)
         tests[i] = (struct CMUnitTest){ .name = sequences[i].name,
                                         .test_func = test_sequence,
@@ -213,5 +240,6 @@ int main(void)
     tests[SEQUENCES + 1] = (struct CMUnitTest)cmocka_unit_test(test_lookup);
     tests[SEQUENCES + 2] = (struct CMUnitTest)cmocka_unit_test(test_vfork_child_changes_nothing);
     tests[SEQUENCES + 3] = (struct CMUnitTest)cmocka_unit_test(test_dup_races_last_close);
-    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 4, NULL, NULL);
+    tests[SEQUENCES + 4] = (struct CMUnitTest)cmocka_unit_test(test_watch_bits);
+    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 5, NULL, NULL);
 }

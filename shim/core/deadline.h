@@ -1,0 +1,25 @@
+/* Deadlines on counted connections: connect_timeout_ms and io_timeout_ms,
+ * kept by the kernel, set through socket options. */
+#ifndef BH_DEADLINE_H
+#define BH_DEADLINE_H
+
+#include <sys/socket.h>
+
+#include "config/config.h"
+
+/* Before connect(): unanswered SYNs fail it after connect_timeout_ms. */
+void bh_deadline_before_connect(int fd, const struct bh_compartment *compartment);
+/* Established: unacknowledged data fails it after io_timeout_ms (or the
+ * kernel's default again, when only connect_timeout_ms is set). */
+void bh_deadline_established(int fd, const struct bh_compartment *compartment);
+/* The first receive: SO_RCVTIMEO = io_timeout_ms, unless the program's
+ * own is shorter. 1 when the socket's receive timeout is now ours. */
+int bh_deadline_arm_receive(int fd, const struct bh_compartment *compartment);
+/* The program sets SO_RCVTIMEO on a connection with io_timeout_ms: the
+ * shorter of the two is set. 1 when that is ours. */
+int bh_deadline_set_receive(int fd, const struct bh_compartment *compartment,
+                            const void *value, socklen_t length, int *rc);
+/* A receive failed with EAGAIN: was the call meant to block? */
+int bh_deadline_call_blocks(int fd, int flags);
+
+#endif

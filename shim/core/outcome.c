@@ -1,0 +1,234 @@
+/* How counted connections turn out, and what the breaker is told.
+ *
+ * State: per connection, the watch bits in the fd table (outcome.h);
+ * shared, the compartment's counters and histograms (permits.h) and its
+ * breaker (breaker.c). Each event clears its bit with one atomic
+ * fetch-and before acting, so whichever thread or fd sees it first reports
+ * it and nobody reports it twice: one connect outcome, one first byte, at
+ * most one failure per connection.
+ *
+ * The probe slot is a SEM_UNDO semaphore: only the process that took it
+ * may give it back, so the PROBE bit is acted on only after the fd table
+ * says this process owns it (a vfork child shares our memory, not our
+ * semaphore adjustments). A probe that ends without an outcome (closed
+ * early, refused by the gate) gives the slot back through bh_give_back.
+ *
+ * Everything here is atomics, clock_gettime, semop and socket options,
+ * except the log lines on breaker changes: safe wherever the hooks run,
+ * signal handlers included, as the refusal lines are. */
+#include "core/outcome.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "breaker/breaker.h"
+#include "core/deadline.h"
+#include "core/log.h"
+#include "core/shim.h"
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+static struct bh_shared_compartment *shared_of(int shared)
+{
+    return &bh_shim.ns.state->compartments[shared];
+}
+
+/* Errors that say something about the downstream, not about us. */
+static int downstream_failure(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
+           err == ENETUNREACH || err == ECONNRESET;
+}
+
+uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
+{
+    uint32_t watch = BH_WATCH_CONNECTING;
+    if (compartment->breaker_failures > 0 || probe)
+        watch |= BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL;
+    if (probe)
+        watch |= BH_WATCH_PROBE;
+    if (compartment->io_timeout_ms > 0)
+        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE;
+    return watch;
+}
+
+static int take_probe(int fd)
+{
+    return (bh_fd_watch(fd) & BH_WATCH_PROBE) && bh_fd_table_owned_here() &&
+           bh_fd_unwatch(fd, BH_WATCH_PROBE);
+}
+
+static void log_change(int shared, enum bh_breaker_change change, int err)
+{
+    const struct bh_compartment *compartment = bh_rules_of(shared);
+    int open_ms = atomic_load(&shared_of(shared)->breaker.open_ms);
+    if (change == BH_BREAKER_OPENED)
+        bh_log(BH_LOG_WARN, "[%s]: breaker open for %d ms after %d failed "
+               "connections in a row (the last: %s)", compartment->name, open_ms,
+               compartment->breaker_failures, strerror(err));
+    else if (change == BH_BREAKER_REOPENED)
+        bh_log(BH_LOG_WARN, "[%s]: breaker open again, for %d ms: the probe "
+               "failed (%s)", compartment->name, open_ms, strerror(err));
+    else if (change == BH_BREAKER_CLOSED)
+        bh_log(BH_LOG_INFO, "[%s]: breaker closed: the probe succeeded",
+               compartment->name);
+}
+
+static void tell_failure(int fd, int shared, int err, int io)
+{
+    uint32_t bits = bh_fd_unwatch(fd, BH_WATCH_MAY_FAIL | BH_WATCH_FIRST_BYTE);
+    int probe = take_probe(fd);
+    if (!(bits & BH_WATCH_MAY_FAIL) && !probe)
+        return;
+    const struct bh_compartment *compartment = bh_rules_of(shared);
+    struct bh_breaker_config config = {
+        compartment->breaker_failures, compartment->breaker_open_ms,
+        compartment->breaker_open_max_ms,
+    };
+    log_change(shared, bh_breaker_failure(&bh_shim.ns, shared, &config, probe, io),
+               err);
+}
+
+static void tell_success(int fd, int shared, int bytes)
+{
+    if (!bh_breaker_wants(&bh_shim.ns, shared, bytes))
+        return;
+    int probe = take_probe(fd);
+    log_change(shared, bh_breaker_success(&bh_shim.ns, shared, probe), 0);
+}
+
+void bh_outcome_connected(int fd)
+{
+    if (!bh_fd_unwatch(fd, BH_WATCH_CONNECTING))
+        return;
+    struct bh_fd_state state = bh_fd_lookup(fd);
+    if (state.compartment < 0)
+        return;
+    bh_histogram_record(&shared_of(state.compartment)->connect_time,
+                        monotonic_ns() - state.since_ns);
+    bh_deadline_established(fd, bh_rules_of(state.compartment));
+    if (bh_fd_watch(fd) & BH_WATCH_MAY_FAIL)
+        tell_success(fd, state.compartment, 0);
+}
+
+void bh_outcome_connect_failed(int fd, int err)
+{
+    if (!bh_fd_unwatch(fd, BH_WATCH_CONNECTING))
+        return;
+    int shared = bh_fd_lookup(fd).compartment;
+    if (shared < 0 || !downstream_failure(err))
+        return;
+    atomic_fetch_add_explicit(&shared_of(shared)->connect_failures, 1,
+                              memory_order_relaxed);
+    if (err == ETIMEDOUT)
+        atomic_fetch_add_explicit(&shared_of(shared)->connect_timeouts, 1,
+                                  memory_order_relaxed);
+    tell_failure(fd, shared, err, 0);
+}
+
+static void io_timed_out(int fd)
+{
+    int shared = bh_fd_lookup(fd).compartment;
+    if (shared < 0)
+        return;
+    atomic_fetch_add_explicit(&shared_of(shared)->io_timeouts, 1, memory_order_relaxed);
+    tell_failure(fd, shared, ETIMEDOUT, 1);
+}
+
+/* The first bytes back: the connection works. Without an io deadline
+ * nothing later can fail it, and its I/O is watched no more. */
+static void first_byte(int fd, uint32_t watch)
+{
+    uint32_t done = BH_WATCH_FIRST_BYTE;
+    if (!(watch & BH_WATCH_IO_DEADLINE))
+        done |= BH_WATCH_MAY_FAIL;
+    if (!(bh_fd_unwatch(fd, done) & BH_WATCH_FIRST_BYTE))
+        return;
+    int shared = bh_fd_lookup(fd).compartment;
+    if (shared >= 0)
+        tell_success(fd, shared, 1);
+}
+
+uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive)
+{
+    if (!receive || !(watch & BH_WATCH_ARM_RECEIVE) ||
+        !bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE))
+        return watch;
+    int shared = bh_fd_lookup(fd).compartment;
+    if (shared >= 0 && bh_deadline_arm_receive(fd, bh_rules_of(shared))) {
+        bh_fd_rewatch(fd, BH_WATCH_RECEIVE_OURS);
+        watch |= BH_WATCH_RECEIVE_OURS;
+    }
+    return watch;
+}
+
+/* A send or receive failed with err; returns the errno the program sees. */
+static int learn_from_error(int fd, uint32_t watch, int err, int receive, int flags)
+{
+    if (err == EAGAIN && receive && (watch & BH_WATCH_RECEIVE_OURS) &&
+        bh_deadline_call_blocks(fd, flags)) {
+        io_timed_out(fd);
+        return ETIMEDOUT;
+    }
+    if (!downstream_failure(err) && err != EPIPE)
+        return err;
+    if (watch & BH_WATCH_CONNECTING)
+        bh_outcome_connect_failed(fd, err == EPIPE ? ECONNRESET : err);
+    else if (err == ETIMEDOUT && (watch & BH_WATCH_IO_DEADLINE))
+        io_timed_out(fd);
+    else if (watch & BH_WATCH_FIRST_BYTE) {
+        int shared = bh_fd_lookup(fd).compartment;
+        if (shared >= 0)  /* reset, or timed out, before the first byte */
+            tell_failure(fd, shared, err, 1);
+    }
+    return err;
+}
+
+ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
+                            int receive, int flags)
+{
+    int err = errno;
+    if (result < 0) {
+        err = learn_from_error(fd, watch, err, receive, flags);
+    } else {
+        if (watch & BH_WATCH_CONNECTING)
+            bh_outcome_connected(fd);
+        if (receive && result > 0 && (watch & BH_WATCH_FIRST_BYTE))
+            first_byte(fd, watch);
+    }
+    errno = err;
+    return result;
+}
+
+void bh_outcome_so_error(int fd, int err)
+{
+    if (err) {
+        bh_outcome_connect_failed(fd, err);
+        return;
+    }
+    /* 0 also while the connect is still under way: ask whether it ended. */
+    struct sockaddr_storage peer;
+    socklen_t length = sizeof peer;
+    int saved_errno = errno;
+    if (getpeername(fd, (struct sockaddr *)&peer, &length) == 0)
+        bh_outcome_connected(fd);
+    errno = saved_errno;
+}
+
+void bh_connection_ended(struct bh_fd_ended ended)
+{
+    if (ended.since_ns)
+        bh_histogram_record(&shared_of(ended.compartment)->hold_time,
+                            monotonic_ns() - ended.since_ns);
+    if (ended.watch & BH_WATCH_PROBE)
+        bh_breaker_abandon(&bh_shim.ns, ended.compartment);
+    bh_permit_release(&bh_shim.ns, ended.compartment);
+}

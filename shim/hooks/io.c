@@ -1,0 +1,115 @@
+/* Hooks that send and receive: they learn how counted connections turn
+ * out (outcome.c) and keep io_timeout_ms (deadline.c).
+ *
+ * Every fd passes through them, so the common case is an inline lookup in
+ * the fd table and a jump to libc: an fd that carries no counted
+ * connection, or a connection with no watch bits left, costs only that.
+ * sendto, sendmsg (connect.c) and recvmsg (new_fds.c) do the same. */
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/outcome.h"
+#include "core/shim.h"
+#include "libc/libc.h"
+
+enum { SENDS = 0, RECEIVES = 1 };
+
+/* glibc declares these only in its fortify headers. */
+ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen);
+ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
+ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+                       struct sockaddr *from, socklen_t *len);
+
+static ssize_t bh_read(int fd, void *buf, size_t n)
+{
+    return BH_WATCHED_IO(fd, RECEIVES, 0, libc_read(fd, buf, n));
+}
+
+static ssize_t bh_write(int fd, const void *buf, size_t n)
+{
+    return BH_WATCHED_IO(fd, SENDS, 0, libc_write(fd, buf, n));
+}
+
+static ssize_t bh_readv(int fd, const struct iovec *iov, int count)
+{
+    return BH_WATCHED_IO(fd, RECEIVES, 0, libc_readv(fd, iov, count));
+}
+
+static ssize_t bh_writev(int fd, const struct iovec *iov, int count)
+{
+    return BH_WATCHED_IO(fd, SENDS, 0, libc_writev(fd, iov, count));
+}
+
+static ssize_t bh_recv(int fd, void *buf, size_t n, int flags)
+{
+    return BH_WATCHED_IO(fd, RECEIVES, flags, libc_recv(fd, buf, n, flags));
+}
+
+static ssize_t bh_send(int fd, const void *buf, size_t n, int flags)
+{
+    return BH_WATCHED_IO(fd, SENDS, flags, libc_send(fd, buf, n, flags));
+}
+
+static ssize_t bh_recvfrom(int fd, void *buf, size_t n, int flags,
+                           struct sockaddr *from, socklen_t *len)
+{
+    return BH_WATCHED_IO(fd, RECEIVES, flags,
+                         libc_recvfrom(fd, buf, n, flags, from, len));
+}
+
+/* _FORTIFY_SOURCE builds call these instead; libc's own checks stay. */
+static ssize_t bh_read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+    return BH_WATCHED_IO(fd, RECEIVES, 0, libc___read_chk(fd, buf, n, buflen));
+}
+
+static ssize_t bh_recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+    return BH_WATCHED_IO(fd, RECEIVES, flags,
+                         libc___recv_chk(fd, buf, n, buflen, flags));
+}
+
+static ssize_t bh_recvfrom_chk(int fd, void *buf, size_t n, size_t buflen,
+                               int flags, struct sockaddr *from, socklen_t *len)
+{
+    return BH_WATCHED_IO(fd, RECEIVES, flags,
+                         libc___recvfrom_chk(fd, buf, n, buflen, flags, from, len));
+}
+
+BH_EXPORT ssize_t read(int fd, void *buf, size_t n) { return bh_read(fd, buf, n); }
+BH_EXPORT ssize_t write(int fd, const void *buf, size_t n) { return bh_write(fd, buf, n); }
+BH_EXPORT ssize_t readv(int fd, const struct iovec *iov, int count)
+{
+    return bh_readv(fd, iov, count);
+}
+BH_EXPORT ssize_t writev(int fd, const struct iovec *iov, int count)
+{
+    return bh_writev(fd, iov, count);
+}
+BH_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+    return bh_recv(fd, buf, n, flags);
+}
+BH_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+    return bh_send(fd, buf, n, flags);
+}
+BH_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
+                           struct sockaddr *from, socklen_t *len)
+{
+    return bh_recvfrom(fd, buf, n, flags, from, len);
+}
+BH_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+    return bh_read_chk(fd, buf, n, buflen);
+}
+BH_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+    return bh_recv_chk(fd, buf, n, buflen, flags);
+}
+BH_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen,
+                                 int flags, struct sockaddr *from, socklen_t *len)
+{
+    return bh_recvfrom_chk(fd, buf, n, buflen, flags, from, len);
+}

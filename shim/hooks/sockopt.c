@@ -1,0 +1,44 @@
+/* Socket option hooks: getsockopt(SO_ERROR) is where a non-blocking
+ * connect's outcome reaches the program, so it reaches outcome.c there
+ * too; setsockopt(SO_RCVTIMEO) on a connection with io_timeout_ms keeps
+ * the shorter of the program's timeout and ours (deadline.c). */
+#include <sys/socket.h>
+
+#include "core/deadline.h"
+#include "core/outcome.h"
+#include "core/shim.h"
+#include "libc/libc.h"
+
+static int bh_getsockopt(int fd, int level, int name, void *value, socklen_t *len)
+{
+    int rc = libc_getsockopt(fd, level, name, value, len);
+    if (level == SOL_SOCKET && name == SO_ERROR && rc == 0 && value &&
+        len && *len >= sizeof(int) && bh_fd_tracked(fd) &&
+        (bh_fd_watch(fd) & BH_WATCH_CONNECTING))
+        bh_outcome_so_error(fd, *(int *)value);
+    return rc;
+}
+
+static int bh_setsockopt(int fd, int level, int name, const void *value, socklen_t len)
+{
+    if (level != SOL_SOCKET || name != SO_RCVTIMEO || !bh_fd_tracked(fd) ||
+        !(bh_fd_watch(fd) & BH_WATCH_IO_DEADLINE))
+        return libc_setsockopt(fd, level, name, value, len);
+    int rc, shared = bh_fd_lookup(fd).compartment;
+    if (shared < 0)
+        return libc_setsockopt(fd, level, name, value, len);
+    /* The program's choice replaces the lazy arming either way. */
+    bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE | BH_WATCH_RECEIVE_OURS);
+    if (bh_deadline_set_receive(fd, bh_rules_of(shared), value, len, &rc))
+        bh_fd_rewatch(fd, BH_WATCH_RECEIVE_OURS);
+    return rc;
+}
+
+BH_EXPORT int getsockopt(int fd, int level, int name, void *value, socklen_t *len)
+{
+    return bh_getsockopt(fd, level, name, value, len);
+}
+BH_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
+{
+    return bh_setsockopt(fd, level, name, value, len);
+}
