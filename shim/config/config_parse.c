@@ -31,6 +31,11 @@ enum {
     WAIT_MS_MAX = 3600000,
     MAX_WAITERS_MAX = 1000000,
     DEFAULT_MAX_WAITERS = 64,
+    DEADLINE_MS_MAX = 86400000,     /* a day, for every deadline and period */
+    CONNECT_TIMEOUT_MIN_MS = 1000,  /* Linux's first SYN retransmission */
+    BREAKER_FAILURES_MAX = 1000000,
+    DEFAULT_BREAKER_OPEN_MS = 5000,
+    DEFAULT_BREAKER_OPEN_MAX_MS = 60000,
     PORT_MAX = 65535,
     HOSTNAME_MAX = 253,
     LABEL_MAX = 63,
@@ -42,7 +47,8 @@ enum section_kind { SECTION_NONE, SECTION_GLOBAL, SECTION_COMPARTMENT };
 enum key_id {
     KEY_LOG, KEY_LOG_FILE, KEY_NAMESPACE,
     KEY_LIMIT, KEY_WAIT_MS, KEY_WAIT_NONBLOCKING, KEY_MAX_WAITERS, KEY_ERRNO,
-    KEY_MATCH,
+    KEY_MATCH, KEY_CONNECT_TIMEOUT_MS, KEY_IO_TIMEOUT_MS,
+    KEY_BREAKER_FAILURES, KEY_BREAKER_OPEN_MS, KEY_BREAKER_OPEN_MAX_MS,
     KEY_COUNT
 };
 
@@ -56,6 +62,8 @@ struct section {
     struct bh_compartment *compartment;
     int index;
     int key_lines[KEY_COUNT];    /* first line of each key; 0 = not yet */
+    bool key_bad[KEY_COUNT];     /* its value was reported: checks across
+                                    keys leave it out, one error per value */
 };
 
 struct parser {
@@ -188,19 +196,20 @@ static enum number_status parse_whole(const char *text, long max, long *number)
 }
 
 static int set_number(struct parser *p, const char *key, const char *value,
-                      int max, int *field)
+                      int min, int max, int *field)
 {
     long number;
     enum number_status status = parse_whole(value, max, &number);
 
-    if (status == NUMBER_OK) {
+    if (status == NUMBER_OK && number >= min) {
         *field = (int)number;
         return 0;
     }
     if (status == NUMBER_NOT_WHOLE)
         report(p, p->line, "%s: \"%s\" is not a whole number", key, value);
     else
-        report(p, p->line, "%s: %s is out of range (0 to %d)", key, value, max);
+        report(p, p->line, "%s: %s is out of range (%d to %d)", key, value,
+               min, max);
     return -1;
 }
 
@@ -245,12 +254,12 @@ static int set_namespace(struct parser *p, const char *key, const char *value)
 
 static int set_limit(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, LIMIT_MAX, &p->section.compartment->limit);
+    return set_number(p, key, value, 0, LIMIT_MAX, &p->section.compartment->limit);
 }
 
 static int set_wait_ms(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, WAIT_MS_MAX,
+    return set_number(p, key, value, 0, WAIT_MS_MAX,
                       &p->section.compartment->wait_ms);
 }
 
@@ -269,7 +278,7 @@ static int set_wait_nonblocking(struct parser *p, const char *key,
 static int set_max_waiters(struct parser *p, const char *key,
                            const char *value)
 {
-    return set_number(p, key, value, MAX_WAITERS_MAX,
+    return set_number(p, key, value, 0, MAX_WAITERS_MAX,
                       &p->section.compartment->max_waiters);
 }
 
@@ -288,6 +297,57 @@ static int set_errno(struct parser *p, const char *key, const char *value)
     report(p, p->line, "%s: \"%s\" is not one of ECONNREFUSED, ETIMEDOUT, "
            "EAGAIN, EHOSTUNREACH", key, value);
     return -1;
+}
+
+/* ---- deadlines and the breaker ---- */
+
+/* The shim sets TCP_USER_TIMEOUT, which Linux checks only when the SYN
+ * retransmission timer fires: the first time 1 s after the SYN. A shorter
+ * value would still fail at 1 s, so it is refused rather than misleading. */
+static int set_connect_timeout_ms(struct parser *p, const char *key,
+                                  const char *value)
+{
+    int *timeout = &p->section.compartment->connect_timeout_ms;
+    int number;
+
+    if (set_number(p, key, value, 0, DEADLINE_MS_MAX, &number) != 0)
+        return -1;
+    if (number > 0 && number < CONNECT_TIMEOUT_MIN_MS) {
+        report(p, p->line, "%s: %d is below %d: the kernel cannot fail a "
+               "connect before its first SYN retransmission, 1 s after the "
+               "SYN", key, number, CONNECT_TIMEOUT_MIN_MS);
+        return -1;
+    }
+    *timeout = number;
+    return 0;
+}
+
+static int set_io_timeout_ms(struct parser *p, const char *key,
+                             const char *value)
+{
+    return set_number(p, key, value, 0, DEADLINE_MS_MAX,
+                      &p->section.compartment->io_timeout_ms);
+}
+
+static int set_breaker_failures(struct parser *p, const char *key,
+                                const char *value)
+{
+    return set_number(p, key, value, 0, BREAKER_FAILURES_MAX,
+                      &p->section.compartment->breaker_failures);
+}
+
+static int set_breaker_open_ms(struct parser *p, const char *key,
+                               const char *value)
+{
+    return set_number(p, key, value, 1, DEADLINE_MS_MAX,
+                      &p->section.compartment->breaker_open_ms);
+}
+
+static int set_breaker_open_max_ms(struct parser *p, const char *key,
+                                   const char *value)
+{
+    return set_number(p, key, value, 1, DEADLINE_MS_MAX,
+                      &p->section.compartment->breaker_open_max_ms);
 }
 
 /* ---- match = HOST:PORTSPEC ---- */
@@ -519,14 +579,87 @@ static const struct key_spec key_specs[] = {
     { "max_waiters", KEY_MAX_WAITERS, SECTION_COMPARTMENT, set_max_waiters },
     { "errno", KEY_ERRNO, SECTION_COMPARTMENT, set_errno },
     { "match", KEY_MATCH, SECTION_COMPARTMENT, add_match },
+    { "connect_timeout_ms", KEY_CONNECT_TIMEOUT_MS, SECTION_COMPARTMENT,
+      set_connect_timeout_ms },
+    { "io_timeout_ms", KEY_IO_TIMEOUT_MS, SECTION_COMPARTMENT,
+      set_io_timeout_ms },
+    { "breaker_failures", KEY_BREAKER_FAILURES, SECTION_COMPARTMENT,
+      set_breaker_failures },
+    { "breaker_open_ms", KEY_BREAKER_OPEN_MS, SECTION_COMPARTMENT,
+      set_breaker_open_ms },
+    { "breaker_open_max_ms", KEY_BREAKER_OPEN_MAX_MS, SECTION_COMPARTMENT,
+      set_breaker_open_max_ms },
 };
 
-/* A compartment must say how many permits it has and what it covers. */
+/* A breaker period given where there is no breaker. Its key's line, with
+ * the line of an explicit breaker_failures = 0. */
+static void check_breaker_needed(struct parser *p, enum key_id id,
+                                 const char *key)
+{
+    const struct section *section = &p->section;
+    int failures_line = section->key_lines[KEY_BREAKER_FAILURES];
+
+    if (!section->key_lines[id] || section->key_bad[id])
+        return;
+    if (failures_line)
+        report(p, section->key_lines[id], "%s: has no effect with "
+               "breaker_failures = 0 (line %d)", key, failures_line);
+    else
+        report(p, section->key_lines[id], "%s: has no effect without "
+               "breaker_failures", key);
+}
+
+/* What is given of the two periods, reported on the line of the one that
+ * is out of order; a default is said to be one. */
+static void check_breaker_periods(struct parser *p)
+{
+    const struct section *section = &p->section;
+    const struct bh_compartment *c = section->compartment;
+    int open_line = section->key_lines[KEY_BREAKER_OPEN_MS];
+    int max_line = section->key_lines[KEY_BREAKER_OPEN_MAX_MS];
+
+    if (c->breaker_open_max_ms >= c->breaker_open_ms)
+        return;
+    if (!max_line)
+        report(p, open_line, "breaker_open_ms: %d is above breaker_open_max_ms "
+               "(%d, the default)", c->breaker_open_ms, c->breaker_open_max_ms);
+    else if (!open_line)
+        report(p, max_line, "breaker_open_max_ms: %d is below breaker_open_ms "
+               "(%d, the default)", c->breaker_open_max_ms, c->breaker_open_ms);
+    else
+        report(p, max_line, "breaker_open_max_ms: %d is below breaker_open_ms "
+               "(%d at line %d)", c->breaker_open_max_ms, c->breaker_open_ms,
+               open_line);
+}
+
+/* The breaker's keys are checked against each other once all are read. */
+static void check_breaker(struct parser *p)
+{
+    const struct section *section = &p->section;
+
+    if (section->compartment->breaker_failures == 0) {
+        if (!section->key_bad[KEY_BREAKER_FAILURES]) {
+            check_breaker_needed(p, KEY_BREAKER_OPEN_MS, "breaker_open_ms");
+            check_breaker_needed(p, KEY_BREAKER_OPEN_MAX_MS,
+                                 "breaker_open_max_ms");
+        }
+        return;
+    }
+    if (!section->key_bad[KEY_BREAKER_OPEN_MS]
+        && !section->key_bad[KEY_BREAKER_OPEN_MAX_MS])
+        check_breaker_periods(p);
+}
+
+/* A compartment must say how many permits it has and what it covers; its
+ * breaker keys must agree even when its header was already reported. */
 static void close_section(struct parser *p)
 {
     const struct section *section = &p->section;
 
-    if (section->kind != SECTION_COMPARTMENT || section->index < 0)
+    if (section->kind != SECTION_COMPARTMENT)
+        return;
+    check_breaker(p);
+    if (section->index < 0)
         return;
     if (!section->key_lines[KEY_LIMIT])
         report(p, section->compartment->line, "[%s]: limit is required",
@@ -558,6 +691,8 @@ static void begin_compartment(struct parser *p, const char *name,
     *compartment = (struct bh_compartment) {
         .max_waiters = DEFAULT_MAX_WAITERS,
         .refusal_errno = ECONNREFUSED,
+        .breaker_open_ms = DEFAULT_BREAKER_OPEN_MS,
+        .breaker_open_max_ms = DEFAULT_BREAKER_OPEN_MAX_MS,
         .line = p->line,
     };
     snprintf(compartment->name, sizeof compartment->name, "%s",
@@ -679,9 +814,13 @@ static int handle_key(void *user, const char *section_name, const char *key,
         *first_line = p->line;
     if (value[0] == '\0') {
         report(p, p->line, "%s: missing value", key);
+        p->section.key_bad[spec->id] = true;
         return 0;
     }
-    return spec->apply(p, key, value) == 0;
+    if (spec->apply(p, key, value) == 0)
+        return 1;
+    p->section.key_bad[spec->id] = true;
+    return 0;
 }
 
 /* Runs before the next line is read, so inih is done with this one. */

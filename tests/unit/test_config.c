@@ -160,6 +160,69 @@ static const struct error_case error_cases[] = {
       { "rules.ini:6: syntax error" } },
     { "a line that is not key = value", HEAD "match = 10.0.0.1:80\nthis is not a setting\n",
       { "rules.ini:6: syntax error" } },
+    /* Deadlines and the breaker. */
+    { "connect_timeout_ms: below the first SYN retransmission", HEAD "match = 10.0.0.1:80\nconnect_timeout_ms = 500\n",
+      { "rules.ini:6: connect_timeout_ms: 500 is below 1000: the kernel cannot fail a connect before its first SYN retransmission, 1 s after the SYN" } },
+    { "connect_timeout_ms: 1", HEAD "match = 10.0.0.1:80\nconnect_timeout_ms = 1\n",
+      { "rules.ini:6: connect_timeout_ms: 1 is below 1000: the kernel cannot fail a connect before its first SYN retransmission, 1 s after the SYN" } },
+    { "connect_timeout_ms: one below 1000", HEAD "match = 10.0.0.1:80\nconnect_timeout_ms = 999\n",
+      { "rules.ini:6: connect_timeout_ms: 999 is below 1000: the kernel cannot fail a connect before its first SYN retransmission, 1 s after the SYN" } },
+    { "connect_timeout_ms: past a day", HEAD "match = 10.0.0.1:80\nconnect_timeout_ms = 86400001\n",
+      { "rules.ini:6: connect_timeout_ms: 86400001 is out of range (0 to 86400000)" } },
+    { "connect_timeout_ms: a unit", HEAD "match = 10.0.0.1:80\nconnect_timeout_ms = 2s\n",
+      { "rules.ini:6: connect_timeout_ms: \"2s\" is not a whole number" } },
+    { "connect_timeout_ms: negative", HEAD "match = 10.0.0.1:80\nconnect_timeout_ms = -1000\n",
+      { "rules.ini:6: connect_timeout_ms: \"-1000\" is not a whole number" } },
+    { "io_timeout_ms: past a day", HEAD "match = 10.0.0.1:80\nio_timeout_ms = 86400001\n",
+      { "rules.ini:6: io_timeout_ms: 86400001 is out of range (0 to 86400000)" } },
+    { "io_timeout_ms: fractional", HEAD "match = 10.0.0.1:80\nio_timeout_ms = 1.5\n",
+      { "rules.ini:6: io_timeout_ms: \"1.5\" is not a whole number" } },
+    { "io_timeout_ms: empty", HEAD "match = 10.0.0.1:80\nio_timeout_ms =\n",
+      { "rules.ini:6: io_timeout_ms: missing value" } },
+    { "breaker_failures: too many", HEAD "match = 10.0.0.1:80\nbreaker_failures = 1000001\n",
+      { "rules.ini:6: breaker_failures: 1000001 is out of range (0 to 1000000)" } },
+    { "breaker_failures: a word", HEAD "match = 10.0.0.1:80\nbreaker_failures = three\n",
+      { "rules.ini:6: breaker_failures: \"three\" is not a whole number" } },
+    { "breaker_failures: set twice", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_failures = 4\n",
+      { "rules.ini:7: breaker_failures: already set at line 6" } },
+    { "breaker_open_ms: 0", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_ms = 0\n",
+      { "rules.ini:7: breaker_open_ms: 0 is out of range (1 to 86400000)" } },
+    { "breaker_open_ms: past a day", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_ms = 86400001\n",
+      { "rules.ini:7: breaker_open_ms: 86400001 is out of range (1 to 86400000)" } },
+    { "breaker_open_max_ms: 0", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_max_ms = 0\n",
+      { "rules.ini:7: breaker_open_max_ms: 0 is out of range (1 to 86400000)" } },
+    { "breaker_open_max_ms: past a day", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_max_ms = 86400001\n",
+      { "rules.ini:7: breaker_open_max_ms: 86400001 is out of range (1 to 86400000)" } },
+    { "breaker_open_ms without breaker_failures", HEAD "match = 10.0.0.1:80\nbreaker_open_ms = 1000\n",
+      { "rules.ini:6: breaker_open_ms: has no effect without breaker_failures" } },
+    { "breaker_open_max_ms without breaker_failures", HEAD "match = 10.0.0.1:80\nbreaker_open_max_ms = 1000\n",
+      { "rules.ini:6: breaker_open_max_ms: has no effect without breaker_failures" } },
+    { "both periods without breaker_failures: each, not their order", HEAD "breaker_open_ms = 9000\nmatch = 10.0.0.1:80\nbreaker_open_max_ms = 1000\n",
+      { "rules.ini:5: breaker_open_ms: has no effect without breaker_failures",
+        "rules.ini:7: breaker_open_max_ms: has no effect without breaker_failures" } },
+    { "breaker_open_ms with breaker_failures = 0", HEAD "match = 10.0.0.1:80\nbreaker_failures = 0\nbreaker_open_ms = 1000\n",
+      { "rules.ini:7: breaker_open_ms: has no effect with breaker_failures = 0 (line 6)" } },
+    { "a bad breaker_failures: one error, not two", HEAD "match = 10.0.0.1:80\nbreaker_failures = x\nbreaker_open_ms = 1000\n",
+      { "rules.ini:6: breaker_failures: \"x\" is not a whole number" } },
+    { "a bad breaker_open_ms without a breaker: one error", HEAD "match = 10.0.0.1:80\nbreaker_open_ms = x\n",
+      { "rules.ini:6: breaker_open_ms: \"x\" is not a whole number" } },
+    { "a bad breaker_open_max_ms: no order check", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_ms = 10000\nbreaker_open_max_ms = 0\n",
+      { "rules.ini:8: breaker_open_max_ms: 0 is out of range (1 to 86400000)" } },
+    { "breaker_open_max_ms below breaker_open_ms", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_ms = 10000\nbreaker_open_max_ms = 3000\n",
+      { "rules.ini:8: breaker_open_max_ms: 3000 is below breaker_open_ms (10000 at line 7)" } },
+    { "breaker_open_max_ms first, below breaker_open_ms after it", HEAD "match = 10.0.0.1:80\nbreaker_open_max_ms = 3000\nbreaker_open_ms = 10000\nbreaker_failures = 3\n",
+      { "rules.ini:6: breaker_open_max_ms: 3000 is below breaker_open_ms (10000 at line 7)" } },
+    { "breaker_open_max_ms below the default breaker_open_ms", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_max_ms = 4999\n",
+      { "rules.ini:7: breaker_open_max_ms: 4999 is below breaker_open_ms (5000, the default)" } },
+    { "breaker_open_ms above the default breaker_open_max_ms", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_ms = 60001\n",
+      { "rules.ini:7: breaker_open_ms: 60001 is above breaker_open_max_ms (60000, the default)" } },
+    /* Found when [b] begins, on the key's line, before [b]'s own errors. */
+    { "the order check names its key's line, not the next header's", HEAD "match = 10.0.0.1:80\nbreaker_failures = 3\nbreaker_open_max_ms = 10\n[b]\nlimit = x\nmatch = 10.0.0.2:80\n",
+      { "rules.ini:7: breaker_open_max_ms: 10 is below breaker_open_ms (5000, the default)",
+        "rules.ini:9: limit: \"x\" is not a whole number" } },
+    { "a duplicate compartment's breaker keys are still checked", HEAD "match = 10.0.0.1:80\n[cap]\nlimit = 1\nmatch = 10.0.0.2:80\nbreaker_open_ms = 100\n",
+      { "rules.ini:6: duplicate compartment [cap] (first at line 3)",
+        "rules.ini:9: breaker_open_ms: has no effect without breaker_failures" } },
     { "several errors: every one, in file order", HEAD "match = 10.0.0.1:80\n[b]\nlimit = twenty\nmatch = 10.0.0.2:1\nwait_ms = soon\ncolour = blue\n",
       { "rules.ini:7: limit: \"twenty\" is not a whole number",
         "rules.ini:9: wait_ms: \"soon\" is not a whole number",
@@ -301,6 +364,11 @@ static void defaults(void **state)
     assert_int_equal(c->wait_nonblocking, 0);
     assert_int_equal(c->max_waiters, 64);
     assert_int_equal(c->refusal_errno, ECONNREFUSED);
+    assert_int_equal(c->connect_timeout_ms, 0);
+    assert_int_equal(c->io_timeout_ms, 0);
+    assert_int_equal(c->breaker_failures, 0);
+    assert_int_equal(c->breaker_open_ms, 5000);
+    assert_int_equal(c->breaker_open_max_ms, 60000);
     assert_int_equal(c->line, 1);
     bh_config_free(&config);
 }
@@ -314,7 +382,9 @@ static void every_key(void **state)
              "\n[slow]\nlimit = 0\nwait_ms = 3600000\nwait_nonblocking = yes\n"
              "max_waiters = 1000000\nerrno = EHOSTUNREACH\nmatch = 10.0.0.1:80\n"
              "[fast]  ; a comment after a header\nlimit = 32767\nerrno = EAGAIN\n"
-             "wait_nonblocking = no\nmatch = 10.0.0.2:80\n", &config);
+             "wait_nonblocking = no\nmatch = 10.0.0.2:80\n"
+             "connect_timeout_ms = 1000\nio_timeout_ms = 500\nbreaker_failures = 3\n"
+             "breaker_open_ms = 250\nbreaker_open_max_ms = 1000\n", &config);
     assert_string_equal(config.namespace_name, "team-a.1");
     assert_int_equal(config.log_level, BH_LOG_DEBUG);
     assert_string_equal(config.log_file, "/tmp/bh.log");
@@ -333,6 +403,65 @@ static void every_key(void **state)
     assert_int_equal(fast->limit, 32767);
     assert_int_equal(fast->wait_nonblocking, 0);
     assert_int_equal(fast->refusal_errno, EAGAIN);
+    assert_int_equal(fast->connect_timeout_ms, 1000);
+    assert_int_equal(fast->io_timeout_ms, 500);
+    assert_int_equal(fast->breaker_failures, 3);
+    assert_int_equal(fast->breaker_open_ms, 250);
+    assert_int_equal(fast->breaker_open_max_ms, 1000);
+    bh_config_free(&config);
+}
+
+/* The deadline and breaker keys, from defaults to their bounds: one row per
+ * compartment body (after limit and match), with the five values. */
+struct deadline_case {
+    const char *name;
+    const char *keys;
+    int connect_timeout_ms, io_timeout_ms;
+    int breaker_failures, breaker_open_ms, breaker_open_max_ms;
+};
+
+static const struct deadline_case deadline_cases[] = {
+    { "deadlines: none given", "", 0, 0, 0, 5000, 60000 },
+    { "connect_timeout_ms = 0 is off", "connect_timeout_ms = 0\n", 0, 0, 0, 5000, 60000 },
+    { "connect_timeout_ms = 1000", "connect_timeout_ms = 1000\n", 1000, 0, 0, 5000, 60000 },
+    { "connect_timeout_ms = 1500", "connect_timeout_ms = 1500\n", 1500, 0, 0, 5000, 60000 },
+    { "connect_timeout_ms = a day", "connect_timeout_ms = 86400000\n", 86400000, 0, 0, 5000, 60000 },
+    { "io_timeout_ms = 0 is off", "io_timeout_ms = 0\n", 0, 0, 0, 5000, 60000 },
+    { "io_timeout_ms = 1", "io_timeout_ms = 1\n", 0, 1, 0, 5000, 60000 },
+    { "io_timeout_ms = a day", "io_timeout_ms = 86400000\n", 0, 86400000, 0, 5000, 60000 },
+    { "breaker_failures = 0 is no breaker", "breaker_failures = 0\n", 0, 0, 0, 5000, 60000 },
+    { "breaker_failures = 1", "breaker_failures = 1\n", 0, 0, 1, 5000, 60000 },
+    { "breaker_failures = 1000000", "breaker_failures = 1000000\n", 0, 0, 1000000, 5000, 60000 },
+    { "breaker_open_ms = 1", "breaker_failures = 3\nbreaker_open_ms = 1\n", 0, 0, 3, 1, 60000 },
+    { "breaker_open_ms = the default max", "breaker_failures = 3\nbreaker_open_ms = 60000\n", 0, 0, 3, 60000, 60000 },
+    { "breaker_open_max_ms = the default open", "breaker_failures = 3\nbreaker_open_max_ms = 5000\n", 0, 0, 3, 5000, 5000 },
+    { "breaker periods of a day", "breaker_failures = 3\nbreaker_open_ms = 86400000\nbreaker_open_max_ms = 86400000\n", 0, 0, 3, 86400000, 86400000 },
+    { "breaker keys in any order", "breaker_open_max_ms = 7000\nbreaker_open_ms = 7000\nbreaker_failures = 2\n", 0, 0, 2, 7000, 7000 },
+    { "every deadline and breaker key", "connect_timeout_ms = 1000\nio_timeout_ms = 500\nbreaker_failures = 3\nbreaker_open_ms = 250\nbreaker_open_max_ms = 1000\n", 1000, 500, 3, 250, 1000 },
+};
+
+static void run_deadline_case(void **state)
+{
+    const struct deadline_case *row = *state;
+    char text[512];
+    struct bh_config config;
+    snprintf(text, sizeof text, "[a]\nlimit = 1\nmatch = 10.0.0.1:80\n%s"
+             "[b]\nlimit = 1\nmatch = 10.0.0.2:80\n", row->keys);
+    parse_ok(text, &config);
+    assert_int_equal(config.compartment_count, 2);
+    const struct bh_compartment *a = &config.compartments[0];
+    assert_int_equal(a->connect_timeout_ms, row->connect_timeout_ms);
+    assert_int_equal(a->io_timeout_ms, row->io_timeout_ms);
+    assert_int_equal(a->breaker_failures, row->breaker_failures);
+    assert_int_equal(a->breaker_open_ms, row->breaker_open_ms);
+    assert_int_equal(a->breaker_open_max_ms, row->breaker_open_max_ms);
+    /* The next compartment starts from the defaults again. */
+    const struct bh_compartment *b = &config.compartments[1];
+    assert_int_equal(b->connect_timeout_ms, 0);
+    assert_int_equal(b->io_timeout_ms, 0);
+    assert_int_equal(b->breaker_failures, 0);
+    assert_int_equal(b->breaker_open_ms, 5000);
+    assert_int_equal(b->breaker_open_max_ms, 60000);
     bh_config_free(&config);
 }
 
@@ -442,7 +571,8 @@ static int leave_scratch(void **state)
 
 int main(void)
 {
-    static struct CMUnitTest tests[COUNT(error_cases) + COUNT(rule_cases) + 10];
+    static struct CMUnitTest tests[COUNT(error_cases) + COUNT(rule_cases)
+                                   + COUNT(deadline_cases) + 10];
     size_t n = 0;
 
     /* One named test per table row. */
@@ -455,6 +585,11 @@ int main(void)
         tests[n++] = (struct CMUnitTest) {
             .name = rule_cases[i].match, .test_func = run_rule_case,
             .initial_state = (void *)&rule_cases[i],
+        };
+    for (size_t i = 0; i < COUNT(deadline_cases); i++)
+        tests[n++] = (struct CMUnitTest) {
+            .name = deadline_cases[i].name, .test_func = run_deadline_case,
+            .initial_state = (void *)&deadline_cases[i],
         };
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(line_too_long),
