@@ -37,9 +37,11 @@ CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/permits
 SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/clients/*.c)
-# What the unit tests and fuzzers link: the parser, the matcher, the fd table and the
-# real-symbol table the parser opens files through.
-UNIT_CODE := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/fdtable/*.c)
+# What the unit tests and fuzzers link: the parser, the matcher, the fd table,
+# the permits and breaker (test_breaker makes a namespace of its own) and the
+# real-symbol table they reach libc through.
+UNIT_CODE := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/fdtable/*.c \
+                        shim/permits/*.c shim/breaker/*.c)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_NAMES := $(UNIT_SRC:tests/unit/%.c=%)
 

@@ -53,6 +53,21 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
         }                                                                      \
         result_; })
 
+/* A hook whose every call is a send or a receive, as two functions: the
+ * fast path, bh_NAME, is the inline lookup and a tail jump to libc, with
+ * no stack frame of its own; the watched path is out of line. */
+#define BH_IO_HOOK(name, receive, flags, params, args)                         \
+    static __attribute__((noinline)) ssize_t bh_##name##_watched params        \
+    {                                                                          \
+        return BH_WATCHED_IO(fd, receive, flags, libc_##name args);            \
+    }                                                                          \
+    static inline ssize_t bh_##name params                                     \
+    {                                                                          \
+        if (__builtin_expect(!bh_fd_tracked(fd), 1))                           \
+            return libc_##name args;                                           \
+        return bh_##name##_watched args;                                       \
+    }
+
 /* getsockopt(SO_ERROR) read err on a connection being connected. */
 void bh_outcome_so_error(int fd, int err);
 

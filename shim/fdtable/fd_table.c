@@ -38,8 +38,10 @@ enum {
     CHUNK_BITS = BH_FD_CHUNK_BITS,
     CHUNK_SIZE = 1 << CHUNK_BITS,   /* entries per chunk */
     /* Every fd number Linux can hand out (fs.nr_open tops out just under
-     * 2^31); the chunk tables are zero pages until a chunk is used. */
-    FD_CHUNKS = (1u << 31) / CHUNK_SIZE,
+     * 2^31), and as many again so that bh_fd_tracked() can index with a
+     * negative fd taken as unsigned instead of testing it: that half is
+     * never mapped. Zero pages until a chunk is used. */
+    FD_CHUNKS = (uint32_t)((1ull << 32) / CHUNK_SIZE),
     /* Connection ids fit the 30 bits an entry has beside the kind. */
     CONNECTION_CHUNKS = (1u << 30) / CHUNK_SIZE,
     KIND_BITS = BH_FD_KIND_BITS,

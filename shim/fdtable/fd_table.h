@@ -89,11 +89,11 @@ enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
 static inline int bh_fd_tracked(int fd)
 {
-    if (__builtin_expect(fd < 0, 0))
-        return 0;
+    /* A negative fd lands in the upper half of the chunk table, which is
+     * never mapped: no test needed. */
     _Atomic uint32_t *chunk = __atomic_load_n(&bh_fd_entries[(unsigned)fd >> BH_FD_CHUNK_BITS],
                                               __ATOMIC_ACQUIRE);
-    return chunk && (__atomic_load_n(&chunk[fd & ((1 << BH_FD_CHUNK_BITS) - 1)],
+    return chunk && (__atomic_load_n(&chunk[(unsigned)fd & ((1u << BH_FD_CHUNK_BITS) - 1)],
                                      __ATOMIC_RELAXED) >> BH_FD_KIND_BITS) != 0;
 }
 

@@ -21,61 +21,30 @@ ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
 ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
                        struct sockaddr *from, socklen_t *len);
 
-static ssize_t bh_read(int fd, void *buf, size_t n)
-{
-    return BH_WATCHED_IO(fd, RECEIVES, 0, libc_read(fd, buf, n));
-}
-
-static ssize_t bh_write(int fd, const void *buf, size_t n)
-{
-    return BH_WATCHED_IO(fd, SENDS, 0, libc_write(fd, buf, n));
-}
-
-static ssize_t bh_readv(int fd, const struct iovec *iov, int count)
-{
-    return BH_WATCHED_IO(fd, RECEIVES, 0, libc_readv(fd, iov, count));
-}
-
-static ssize_t bh_writev(int fd, const struct iovec *iov, int count)
-{
-    return BH_WATCHED_IO(fd, SENDS, 0, libc_writev(fd, iov, count));
-}
-
-static ssize_t bh_recv(int fd, void *buf, size_t n, int flags)
-{
-    return BH_WATCHED_IO(fd, RECEIVES, flags, libc_recv(fd, buf, n, flags));
-}
-
-static ssize_t bh_send(int fd, const void *buf, size_t n, int flags)
-{
-    return BH_WATCHED_IO(fd, SENDS, flags, libc_send(fd, buf, n, flags));
-}
-
-static ssize_t bh_recvfrom(int fd, void *buf, size_t n, int flags,
-                           struct sockaddr *from, socklen_t *len)
-{
-    return BH_WATCHED_IO(fd, RECEIVES, flags,
-                         libc_recvfrom(fd, buf, n, flags, from, len));
-}
-
+BH_IO_HOOK(read, RECEIVES, 0, (int fd, void *buf, size_t n), (fd, buf, n))
+BH_IO_HOOK(write, SENDS, 0, (int fd, const void *buf, size_t n), (fd, buf, n))
+BH_IO_HOOK(readv, RECEIVES, 0, (int fd, const struct iovec *iov, int count),
+           (fd, iov, count))
+BH_IO_HOOK(writev, SENDS, 0, (int fd, const struct iovec *iov, int count),
+           (fd, iov, count))
+BH_IO_HOOK(recv, RECEIVES, flags, (int fd, void *buf, size_t n, int flags),
+           (fd, buf, n, flags))
+BH_IO_HOOK(send, SENDS, flags, (int fd, const void *buf, size_t n, int flags),
+           (fd, buf, n, flags))
+BH_IO_HOOK(recvfrom, RECEIVES, flags,
+           (int fd, void *buf, size_t n, int flags, struct sockaddr *from,
+            socklen_t *len),
+           (fd, buf, n, flags, from, len))
 /* _FORTIFY_SOURCE builds call these instead; libc's own checks stay. */
-static ssize_t bh_read_chk(int fd, void *buf, size_t n, size_t buflen)
-{
-    return BH_WATCHED_IO(fd, RECEIVES, 0, libc___read_chk(fd, buf, n, buflen));
-}
-
-static ssize_t bh_recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
-{
-    return BH_WATCHED_IO(fd, RECEIVES, flags,
-                         libc___recv_chk(fd, buf, n, buflen, flags));
-}
-
-static ssize_t bh_recvfrom_chk(int fd, void *buf, size_t n, size_t buflen,
-                               int flags, struct sockaddr *from, socklen_t *len)
-{
-    return BH_WATCHED_IO(fd, RECEIVES, flags,
-                         libc___recvfrom_chk(fd, buf, n, buflen, flags, from, len));
-}
+BH_IO_HOOK(__read_chk, RECEIVES, 0, (int fd, void *buf, size_t n, size_t buflen),
+           (fd, buf, n, buflen))
+BH_IO_HOOK(__recv_chk, RECEIVES, flags,
+           (int fd, void *buf, size_t n, size_t buflen, int flags),
+           (fd, buf, n, buflen, flags))
+BH_IO_HOOK(__recvfrom_chk, RECEIVES, flags,
+           (int fd, void *buf, size_t n, size_t buflen, int flags,
+            struct sockaddr *from, socklen_t *len),
+           (fd, buf, n, buflen, flags, from, len))
 
 BH_EXPORT ssize_t read(int fd, void *buf, size_t n) { return bh_read(fd, buf, n); }
 BH_EXPORT ssize_t write(int fd, const void *buf, size_t n) { return bh_write(fd, buf, n); }
@@ -102,14 +71,14 @@ BH_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
 }
 BH_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-    return bh_read_chk(fd, buf, n, buflen);
+    return bh___read_chk(fd, buf, n, buflen);
 }
 BH_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-    return bh_recv_chk(fd, buf, n, buflen, flags);
+    return bh___recv_chk(fd, buf, n, buflen, flags);
 }
 BH_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen,
                                  int flags, struct sockaddr *from, socklen_t *len)
 {
-    return bh_recvfrom_chk(fd, buf, n, buflen, flags, from, len);
+    return bh___recvfrom_chk(fd, buf, n, buflen, flags, from, len);
 }

@@ -6,7 +6,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-struct bh_libc bh_libc;
 
 void *bh_libc_lookup(const char *name)
 {
@@ -20,3 +19,34 @@ void *bh_libc_lookup(const char *name)
     }
     return symbol;
 }
+
+/* The first call of each: look the symbol up, keep it, call it. */
+#define BH_LIBC_FIRST(type, name, params, args)                                 \
+    __attribute__((noinline, cold)) type bh_libc_first_##name params          \
+    {                                                                          \
+        type (*real) params = (type (*) params)bh_libc_lookup(#name);          \
+        __atomic_store_n(&bh_libc.name, real, __ATOMIC_RELAXED);               \
+        return real args;                                                      \
+    }
+BH_LIBC_FUNCTIONS(BH_LIBC_FIRST)
+#undef BH_LIBC_FIRST
+
+#define BH_LIBC_VOID_FIRST(name, params, args)                                  \
+    __attribute__((noinline, cold)) void bh_libc_first_##name params          \
+    {                                                                          \
+        void (*real) params = (void (*) params)bh_libc_lookup(#name);          \
+        __atomic_store_n(&bh_libc.name, real, __ATOMIC_RELAXED);               \
+        real args;                                                             \
+    }
+BH_LIBC_VOID_FUNCTIONS(BH_LIBC_VOID_FIRST)
+#undef BH_LIBC_VOID_FIRST
+
+/* Every slot starts at its first-call function. */
+#define BH_LIBC_START(type, name, params, args) .name = bh_libc_first_##name,
+#define BH_LIBC_VOID_START(name, params, args) .name = bh_libc_first_##name,
+struct bh_libc bh_libc = {
+    BH_LIBC_FUNCTIONS(BH_LIBC_START)
+    BH_LIBC_VOID_FUNCTIONS(BH_LIBC_VOID_START)
+};
+#undef BH_LIBC_START
+#undef BH_LIBC_VOID_START

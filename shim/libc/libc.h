@@ -114,30 +114,25 @@ struct bh_libc {
 extern struct bh_libc bh_libc;
 void *bh_libc_lookup(const char *name);
 
-/* Relaxed atomics: any thread may fill a slot first, all fill it with the
+/* Each slot starts out pointing at bh_libc_first_NAME (libc.c), which
+ * looks the real symbol up, stores it in the slot and calls it: a hook
+ * is then one load and a tail jump, with no test and no stack frame.
+ * Relaxed atomics: any thread may fill a slot first, all fill it with the
  * same value, and a plain load is what x86 and arm64 emit anyway. */
 #define BH_LIBC_CALL(type, name, params, args)                                  \
+    type bh_libc_first_##name params;                                          \
     static inline __attribute__((always_inline)) type libc_##name params      \
     {                                                                          \
-        type (*real) params = __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED); \
-        if (__builtin_expect(!real, 0)) {                                      \
-            real = (type (*) params)bh_libc_lookup(#name);                     \
-            __atomic_store_n(&bh_libc.name, real, __ATOMIC_RELAXED);           \
-        }                                                                      \
-        return real args;                                                      \
+        return __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED) args;          \
     }
 BH_LIBC_FUNCTIONS(BH_LIBC_CALL)
 #undef BH_LIBC_CALL
 
 #define BH_LIBC_VOID_CALL(name, params, args)                                   \
+    void bh_libc_first_##name params;                                          \
     static inline __attribute__((always_inline)) void libc_##name params      \
     {                                                                          \
-        void (*real) params = __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED); \
-        if (__builtin_expect(!real, 0)) {                                      \
-            real = (void (*) params)bh_libc_lookup(#name);                     \
-            __atomic_store_n(&bh_libc.name, real, __ATOMIC_RELAXED);           \
-        }                                                                      \
-        real args;                                                             \
+        __atomic_load_n(&bh_libc.name, __ATOMIC_RELAXED) args;                 \
     }
 BH_LIBC_VOID_FUNCTIONS(BH_LIBC_VOID_CALL)
 #undef BH_LIBC_VOID_CALL
