@@ -21,6 +21,21 @@ static const char *rule_kind_name(enum bh_rule_kind kind)
     return "?";
 }
 
+/* Only what is set: a compartment without them reads as before. The breaker
+ * periods have defaults, shown with the breaker they belong to. */
+static void print_deadlines(const struct bh_compartment *compartment)
+{
+    if (compartment->connect_timeout_ms)
+        printf("  connect_timeout_ms %d\n", compartment->connect_timeout_ms);
+    if (compartment->io_timeout_ms)
+        printf("  io_timeout_ms %d\n", compartment->io_timeout_ms);
+    if (!compartment->breaker_failures)
+        return;
+    printf("  breaker_failures %d\n", compartment->breaker_failures);
+    printf("  breaker_open_ms %d\n", compartment->breaker_open_ms);
+    printf("  breaker_open_max_ms %d\n", compartment->breaker_open_max_ms);
+}
+
 static void print_compartment(const struct bh_config *config, int index)
 {
     const struct bh_compartment *compartment = &config->compartments[index];
@@ -35,6 +50,7 @@ static void print_compartment(const struct bh_config *config, int index)
                : "no (non-blocking connects are refused at once)");
     printf("  max_waiters  %d\n", compartment->max_waiters);
     printf("  errno        %s\n", bh_errno_name(compartment->refusal_errno));
+    print_deadlines(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {
         const struct bh_rule *rule = &config->rules[i];
@@ -110,7 +126,9 @@ const struct cli_command cli_check_command = {
         "Validates a rules file (default: the one the shim would load) and\n"
         "prints the settings in effect: the namespace, the log level, and for\n"
         "each compartment its limit, wait_ms, wait_nonblocking, max_waiters,\n"
-        "errno and match rules with their line numbers.\n"
+        "errno, deadlines and breaker (connect_timeout_ms, io_timeout_ms,\n"
+        "breaker_failures and its periods, when set) and match rules with their\n"
+        "line numbers.\n"
         "\n"
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not.\n",
@@ -174,6 +192,26 @@ static int resolve(struct bh_rule_index *index, const char *host, unsigned port,
     return 1;
 }
 
+/* "connect_timeout_ms 1000, io_timeout_ms 500, breaker: 3 failures, open
+ * 5000..60000 ms", of what is set; empty when nothing is. */
+static void describe_deadlines(const struct bh_compartment *c, char *text,
+                               size_t size)
+{
+    size_t used = 0;
+    text[0] = '\0';
+    if (c->connect_timeout_ms)
+        used += snprintf(text + used, size - used, "connect_timeout_ms %d",
+                         c->connect_timeout_ms);
+    if (c->io_timeout_ms && used < size)
+        used += snprintf(text + used, size - used, "%sio_timeout_ms %d",
+                         used ? ", " : "", c->io_timeout_ms);
+    if (c->breaker_failures && used < size)
+        snprintf(text + used, size - used,
+                 "%sbreaker: %d failure%s, open %d..%d ms", used ? ", " : "",
+                 c->breaker_failures, c->breaker_failures == 1 ? "" : "s",
+                 c->breaker_open_ms, c->breaker_open_max_ms);
+}
+
 static void print_verdict(const struct bh_config *config,
                           const struct bh_rule_index *index,
                           const struct addrinfo *address)
@@ -184,9 +222,14 @@ static void print_verdict(const struct bh_config *config,
         return;
     }
     const struct bh_rule *matched = &config->rules[rule];
-    printf("compartment %s (line %d: match = %s)\n",
-           config->compartments[matched->compartment].name, matched->line,
-           matched->text);
+    const struct bh_compartment *compartment =
+        &config->compartments[matched->compartment];
+    printf("compartment %s (line %d: match = %s)\n", compartment->name,
+           matched->line, matched->text);
+    char deadlines[256];
+    describe_deadlines(compartment, deadlines, sizeof deadlines);
+    if (deadlines[0])
+        printf("  %s\n", deadlines);
 }
 
 static void print_verdicts(const struct bh_config *config,
@@ -258,9 +301,10 @@ const struct cli_command cli_explain_command = {
     .help =
         "Says, for each destination, which compartment and which match rule\n"
         "(by line) a connection to it counts against, or that it is not\n"
-        "limited. A name is resolved with getaddrinfo as a program would, and\n"
-        "every address it gives is explained: hostname rules match the\n"
-        "addresses the name resolved to, as in the shim.\n"
+        "limited; when that compartment has deadlines or a breaker, the next\n"
+        "line says them. A name is resolved with getaddrinfo as a program\n"
+        "would, and every address it gives is explained: hostname rules match\n"
+        "the addresses the name resolved to, as in the shim.\n"
         "\n"
         "  -c, --config FILE  the rules file (default: as for run)\n"
         "\n"
