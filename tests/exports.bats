@@ -53,6 +53,7 @@ libc_path() {
     assert_success
     local f
     for f in connect close dup dup2 dup3 sendto sendmsg getaddrinfo gethostbyname \
+        read write readv writev recv send recvfrom recvmsg getsockopt setsockopt \
         gethostbyname2 gethostbyname_r gethostbyname2_r; do
         assert_output --regexp "[[:space:]]$f(@|\$|[[:space:]])"
     done

@@ -10,6 +10,7 @@
 #ifndef BH_FD_TABLE_H
 #define BH_FD_TABLE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 enum { BH_FD_NOTHING_ENDED = -1 };
@@ -91,10 +92,10 @@ static inline int bh_fd_tracked(int fd)
 {
     /* A negative fd lands in the upper half of the chunk table, which is
      * never mapped: no test needed. */
-    _Atomic uint32_t *chunk = __atomic_load_n(&bh_fd_entries[(unsigned)fd >> BH_FD_CHUNK_BITS],
-                                              __ATOMIC_ACQUIRE);
-    return chunk && (__atomic_load_n(&chunk[(unsigned)fd & ((1u << BH_FD_CHUNK_BITS) - 1)],
-                                     __ATOMIC_RELAXED) >> BH_FD_KIND_BITS) != 0;
+    _Atomic uint32_t *chunk = atomic_load_explicit(
+        &bh_fd_entries[(unsigned)fd >> BH_FD_CHUNK_BITS], memory_order_acquire);
+    return chunk && (atomic_load_explicit(&chunk[(unsigned)fd & ((1u << BH_FD_CHUNK_BITS) - 1)],
+                                          memory_order_relaxed) >> BH_FD_KIND_BITS) != 0;
 }
 
 /* Calls visit(fd, connection_id, compartment) for every tracked fd; visits
