@@ -9,11 +9,12 @@
  * io_timeout_ms is two things. Once established, TCP_USER_TIMEOUT =
  * io_timeout_ms: data sent and left unacknowledged (or a peer's zero
  * window) fails the connection, blocking or not. And SO_RCVTIMEO =
- * io_timeout_ms, set at the first receive (connections that never receive
- * never pay for it): a blocking receive with no data for that long returns
- * EAGAIN, which the hooks turn into ETIMEDOUT so the program says
- * "Connection timed out". A program's own shorter SO_RCVTIMEO is left in
- * place, EAGAIN and all.
+ * io_timeout_ms, set at the first receive on a blocking socket
+ * (connections that never receive, and event loops, whose sockets are
+ * non-blocking and whose waits are their own, never pay for it): a
+ * blocking receive with no data for that long returns EAGAIN, which the
+ * hooks turn into ETIMEDOUT so the program says "Connection timed out".
+ * A program's own shorter SO_RCVTIMEO is left in place, EAGAIN and all.
  *
  * Nothing here is shared between processes; every call is a plain
  * setsockopt/getsockopt/fcntl, async-signal-safe. errno is kept. */
@@ -70,7 +71,8 @@ int bh_deadline_arm_receive(int fd, const struct bh_compartment *compartment)
     int saved_errno = errno;
     struct timeval own = { 0, 0 };
     socklen_t length = sizeof own;
-    int ours = libc_getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &own, &length) == 0 &&
+    int ours = bh_deadline_call_blocks(fd, 0) &&
+               libc_getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &own, &length) == 0 &&
                !own_is_shorter(&own, compartment->io_timeout_ms) &&
                set_receive_timeout(fd, compartment->io_timeout_ms) == 0;
     errno = saved_errno;

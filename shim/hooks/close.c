@@ -19,7 +19,8 @@ static int bh_close(int fd)
 {
     uint32_t detached = bh_fd_detach(fd);
     int rc = libc_close(fd);
-    bh_give_back(bh_fd_release(detached));
+    if (detached)  /* nearly never: skip the call */
+        bh_give_back(bh_fd_release(detached));
     return rc;
 }
 

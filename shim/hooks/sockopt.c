@@ -19,19 +19,26 @@ static int bh_getsockopt(int fd, int level, int name, void *value, socklen_t *le
     return rc;
 }
 
-static int bh_setsockopt(int fd, int level, int name, const void *value, socklen_t len)
+static __attribute__((noinline)) int set_receive_timeout(int fd, const void *value,
+                                                         socklen_t len)
 {
-    if (level != SOL_SOCKET || name != SO_RCVTIMEO || !bh_fd_tracked(fd) ||
-        !(bh_fd_watch(fd) & BH_WATCH_IO_DEADLINE))
-        return libc_setsockopt(fd, level, name, value, len);
     int rc, shared = bh_fd_lookup(fd).compartment;
     if (shared < 0)
-        return libc_setsockopt(fd, level, name, value, len);
+        return libc_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, value, len);
     /* The program's choice replaces the lazy arming either way. */
     bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE | BH_WATCH_RECEIVE_OURS);
     if (bh_deadline_set_receive(fd, bh_rules_of(shared), value, len, &rc))
         bh_fd_rewatch(fd, BH_WATCH_RECEIVE_OURS);
     return rc;
+}
+
+/* Out of line, so that every other option is a test and a tail jump. */
+static int bh_setsockopt(int fd, int level, int name, const void *value, socklen_t len)
+{
+    if (__builtin_expect(level != SOL_SOCKET || name != SO_RCVTIMEO, 1) ||
+        !bh_fd_tracked(fd) || !(bh_fd_watch(fd) & BH_WATCH_IO_DEADLINE))
+        return libc_setsockopt(fd, level, name, value, len);
+    return set_receive_timeout(fd, value, len);
 }
 
 BH_EXPORT int getsockopt(int fd, int level, int name, void *value, socklen_t *len)
