@@ -223,6 +223,19 @@ void bh_outcome_so_error(int fd, int err)
     errno = saved_errno;
 }
 
+static void give_up_probe(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    (void)connection;
+    (void)ctx;
+    if (bh_fd_unwatch(fd, BH_WATCH_PROBE))
+        bh_breaker_abandon(&bh_shim.ns, compartment);
+}
+
+void bh_outcome_before_exec(void)
+{
+    bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
+}
+
 void bh_connection_ended(struct bh_fd_ended ended)
 {
     if (ended.since_ns)

@@ -71,4 +71,9 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
 /* getsockopt(SO_ERROR) read err on a connection being connected. */
 void bh_outcome_so_error(int fd, int err);
 
+/* Before an exec: a probe slot held here goes back now. The slot's
+ * SEM_UNDO record would outlive the image that knows it holds it, and the
+ * breaker would stay half-open until the process exits. */
+void bh_outcome_before_exec(void);
+
 #endif

@@ -9,8 +9,9 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-#include "libc/libc.h"
+#include "core/outcome.h"
 #include "core/shim.h"
+#include "libc/libc.h"
 
 enum exec_kind { BY_PATH, BY_SEARCH, BY_FD };
 
@@ -28,6 +29,7 @@ static int bh_exec(enum exec_kind kind, const char *name, int fd,
                    char *const argv[], char *const envp[])
 {
     struct bh_handoff handoff;
+    bh_outcome_before_exec();
     if (!bh_handoff_encode(&handoff, envp))
         return exec_real(kind, name, fd, argv, envp);
     int rc = exec_real(kind, name, fd, argv, handoff.envp);
