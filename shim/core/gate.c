@@ -233,7 +233,7 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     /* Already counted: connect() again to poll an async connect. */
     struct bh_fd_state state = bh_fd_lookup(fd);
     if (state.compartment >= 0)
-        return bh_fd_watch(fd) & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
+        return bh_fd_watched(fd) & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
     if (!is_inet_stream(fd, state.kind))
         return BH_GATE_PASS;
     return admit(fd, bh_shim.config.rules[rule].compartment, to);

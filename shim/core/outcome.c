@@ -62,7 +62,7 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
 
 static int take_probe(int fd)
 {
-    return (bh_fd_watch(fd) & BH_WATCH_PROBE) && bh_fd_table_owned_here() &&
+    return (bh_fd_watched(fd) & BH_WATCH_PROBE) && bh_fd_table_owned_here() &&
            bh_fd_unwatch(fd, BH_WATCH_PROBE);
 }
 
@@ -115,7 +115,7 @@ void bh_outcome_connected(int fd)
     bh_histogram_record(&shared_of(state.compartment)->connect_time,
                         monotonic_ns() - state.since_ns);
     bh_deadline_established(fd, bh_rules_of(state.compartment));
-    if (bh_fd_watch(fd) & BH_WATCH_MAY_FAIL)
+    if (bh_fd_watched(fd) & BH_WATCH_MAY_FAIL)
         tell_success(fd, state.compartment, 0);
 }
 

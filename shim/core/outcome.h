@@ -38,32 +38,34 @@ uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive);
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags);
 
-/* What every send and receive hook does: `call` is the real libc call.
- * An fd that is no counted connection, or one with no watch bits, costs
- * the inline lookup only. */
-#define BH_WATCHED_IO(fd, receive, flags, call) __extension__ ({              \
-        uint32_t watch_ = bh_fd_tracked(fd) ? bh_fd_watch(fd) : 0;             \
-        ssize_t result_;                                                       \
-        if (__builtin_expect(!watch_, 1)) {                                    \
-            result_ = (call);                                                  \
-        } else {                                                               \
-            watch_ = bh_outcome_before_io(fd, watch_, receive);                \
-            result_ = (call);                                                  \
-            result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
-        }                                                                      \
-        result_; })
+/* What a send or receive hook does on a connection with watch bits:
+ * `call` is the real libc call. */
+#define BH_WATCHED_IO(fd, watch, receive, flags, call) __extension__ ({         \
+        uint32_t watch_ = bh_outcome_before_io(fd, watch, receive);            \
+        ssize_t result_ = (call);                                              \
+        bh_outcome_after_io(fd, watch_, result_, receive, flags); })
+
+/* The same, for hooks that do more than send or receive: an fd with no
+ * watch bits goes straight to `call`. */
+#define BH_IO(fd, receive, flags, call) __extension__ ({                       \
+        uint32_t io_watch_ = bh_fd_watched(fd);                                \
+        __builtin_expect(!io_watch_, 1)                                        \
+            ? (call) : BH_WATCHED_IO(fd, io_watch_, receive, flags, call); })
 
 /* A hook whose every call is a send or a receive, as two functions: the
- * fast path, bh_NAME, is the inline lookup and a tail jump to libc, with
- * no stack frame of its own; the watched path is out of line. */
+ * fast path, bh_NAME, is the inline lookup of the fd's watch bits and a
+ * tail jump to libc when there are none (no connection, or one with
+ * nothing left to learn), with no stack frame of its own; the watched
+ * path is out of line. */
 #define BH_IO_HOOK(name, receive, flags, params, args)                         \
     static __attribute__((noinline)) ssize_t bh_##name##_watched params        \
     {                                                                          \
-        return BH_WATCHED_IO(fd, receive, flags, libc_##name args);            \
+        return BH_WATCHED_IO(fd, bh_fd_watched(fd), receive, flags,            \
+                             libc_##name args);                                \
     }                                                                          \
     static inline ssize_t bh_##name params                                     \
     {                                                                          \
-        if (__builtin_expect(!bh_fd_tracked(fd), 1))                           \
+        if (__builtin_expect(!bh_fd_watched(fd), 1))                           \
             return libc_##name args;                                           \
         return bh_##name##_watched args;                                       \
     }

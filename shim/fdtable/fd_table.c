@@ -2,7 +2,7 @@
  *
  * Shared state (this process only): two chunked arrays, allocated with mmap
  * on first use and never freed. fd_entries[fd] packs the fd's kind (2 bits)
- * and its connection id + 1 (0 = none). connections[id] holds a refcount
+ * and its connection id + 1 (0 = none). bh_fd_connections[id] holds a refcount
  * equal to the number of fd entries naming it, and the compartment.
  *
  * Locks: none. Entries change by atomic exchange or compare-and-swap; a
@@ -50,17 +50,11 @@ enum {
 /* id + 1 shifted past the kind must fit 32 bits. */
 #define MAX_CONNECTIONS ((1u << 30) - 1)
 
-struct connection {
-    _Atomic uint32_t refs;
-    _Atomic int32_t compartment;
-    _Atomic uint32_t watch;     /* the caller's bits (outcome.h) */
-    _Atomic int64_t since_ns;   /* the caller's clock, at attach */
-};
-
-/* Named for the inline bh_fd_tracked() in fd_table.h. */
+/* Named for the inline bh_fd_watched() in fd_table.h, which reads them. */
 _Atomic(_Atomic uint32_t *) bh_fd_entries[FD_CHUNKS];
+_Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
 #define fd_entries bh_fd_entries
-static _Atomic(struct connection *) connections[CONNECTION_CHUNKS];
+
 static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
 
@@ -123,9 +117,9 @@ static _Atomic uint32_t *entry_for(int fd, int create)
     return chunk ? &chunk[fd & (CHUNK_SIZE - 1)] : NULL;
 }
 
-static struct connection *connection_for(uint32_t id, int create)
+static struct bh_fd_connection *connection_for(uint32_t id, int create)
 {
-    struct connection *chunk = chunk_for((void *_Atomic *)connections, id,
+    struct bh_fd_connection *chunk = chunk_for((void *_Atomic *)bh_fd_connections, id,
                                          sizeof *chunk, create);
     return chunk ? &chunk[id & (CHUNK_SIZE - 1)] : NULL;
 }
@@ -140,7 +134,7 @@ static struct bh_fd_ended drop_reference(uint32_t entry)
     uint32_t id_plus_one = entry_connection(entry);
     if (!id_plus_one)
         return nothing_ended;
-    struct connection *connection = connection_for(id_plus_one - 1, 0);
+    struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
     /* Read before the decrement: once it reaches 0 the slot may be reused.
      * The watch bits are read last: a bit cleared by another fd of the
      * same connection before our decrement is seen cleared. */
@@ -156,7 +150,7 @@ static struct bh_fd_ended drop_reference(uint32_t entry)
 
 /* A reference to a connection that is still live; 0 if it already ended
  * (its last fd closed while we were copying one of them). */
-static int take_live_reference(struct connection *connection)
+static int take_live_reference(struct bh_fd_connection *connection)
 {
     uint32_t refs = atomic_load(&connection->refs);
     do {
@@ -178,7 +172,7 @@ struct bh_fd_state bh_fd_lookup(int fd)
     uint32_t id_plus_one = entry_connection(value);
     struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0 };
     if (id_plus_one) {
-        struct connection *connection = connection_for(id_plus_one - 1, 0);
+        struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
         state.compartment = atomic_load(&connection->compartment);
         state.since_ns = atomic_load(&connection->since_ns);
     }
@@ -265,7 +259,7 @@ static uint32_t allocate_connection(int fd, int compartment, uint32_t watch,
 {
     for (uint32_t tries = 0; tries < MAX_CONNECTIONS; tries++) {
         uint32_t id = ((uint32_t)fd + tries) % MAX_CONNECTIONS;
-        struct connection *connection = connection_for(id, 1);
+        struct bh_fd_connection *connection = connection_for(id, 1);
         uint32_t expected = 0;
         if (connection && atomic_compare_exchange_strong(&connection->refs,
                                                          &expected, 1)) {
@@ -299,28 +293,22 @@ int bh_fd_attach(int fd, int compartment, uint32_t watch, int64_t since_ns)
 }
 
 /* fd's connection, or NULL. */
-static struct connection *connection_of(int fd)
+static struct bh_fd_connection *connection_of(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t id_plus_one = entry ? entry_connection(atomic_load(entry)) : 0;
     return id_plus_one ? connection_for(id_plus_one - 1, 0) : NULL;
 }
 
-uint32_t bh_fd_watch(int fd)
-{
-    struct connection *connection = connection_of(fd);
-    return connection ? atomic_load_explicit(&connection->watch, memory_order_relaxed) : 0;
-}
-
 uint32_t bh_fd_unwatch(int fd, uint32_t bits)
 {
-    struct connection *connection = connection_of(fd);
+    struct bh_fd_connection *connection = connection_of(fd);
     return connection ? atomic_fetch_and(&connection->watch, ~bits) & bits : 0;
 }
 
 void bh_fd_rewatch(int fd, uint32_t bits)
 {
-    struct connection *connection = connection_of(fd);
+    struct bh_fd_connection *connection = connection_of(fd);
     if (connection)
         atomic_fetch_or(&connection->watch, bits);
 }
@@ -355,7 +343,7 @@ void bh_fd_table_reset(void)
     /* Connection ids start at their fd's number, so the pools in use are
      * those below the fd chunks in use, and any a scan went past. */
     for (unsigned chunk = 0; chunk < CONNECTION_CHUNKS; chunk++) {
-        struct connection *pool = atomic_load(&connections[chunk]);
+        struct bh_fd_connection *pool = atomic_load(&bh_fd_connections[chunk]);
         if (pool)
             memset((void *)pool, 0, CHUNK_SIZE * sizeof *pool);
         else if (chunk >= chunks)

@@ -72,9 +72,6 @@ struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd);
  * caller gives its permit back). */
 int bh_fd_attach(int fd, int compartment, uint32_t watch, int64_t since_ns);
 
-/* The watch bits of fd's connection; 0 when it has none or is not one.
- * The I/O hooks ask this on every call: see bh_fd_watched() below. */
-uint32_t bh_fd_watch(int fd);
 /* Clears `bits` on fd's connection; returns those of them that were set,
  * so of racing callers exactly one sees each bit. No owner check (it
  * would cost a getpid() per outcome): a caller about to act on a bit only
@@ -83,24 +80,41 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits);
 /* Sets `bits` on fd's connection, if it has one. */
 void bh_fd_rewatch(int fd, uint32_t bits);
 
-/* The I/O hooks' fast path, inline: nonzero when fd may carry a counted
- * connection (then ask bh_fd_watch). One chunk load and one entry load;
- * the table's layout is otherwise fd_table.c's own. */
-enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
-extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
-static inline int bh_fd_tracked(int fd)
-{
-    /* A negative fd lands in the upper half of the chunk table, which is
-     * never mapped: no test needed. */
-    _Atomic uint32_t *chunk = atomic_load_explicit(
-        &bh_fd_entries[(unsigned)fd >> BH_FD_CHUNK_BITS], memory_order_acquire);
-    return chunk && (atomic_load_explicit(&chunk[(unsigned)fd & ((1u << BH_FD_CHUNK_BITS) - 1)],
-                                          memory_order_relaxed) >> BH_FD_KIND_BITS) != 0;
-}
-
 /* Calls visit(fd, connection_id, compartment) for every tracked fd; visits
  * nothing in a process that does not own the table (a vfork child). */
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx);
+
+/* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
+ * it carries no connection. A chunk load and an entry load for an fd
+ * without a connection, two more loads for one with. The layout below is
+ * here only for this function; fd_table.c alone writes it. */
+enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
+struct bh_fd_connection {
+    _Atomic uint32_t refs;
+    _Atomic int32_t compartment;
+    _Atomic uint32_t watch;     /* the caller's bits (outcome.h) */
+    _Atomic int64_t since_ns;   /* the caller's clock, at attach */
+};
+extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
+extern _Atomic(struct bh_fd_connection *) bh_fd_connections[];
+static inline uint32_t bh_fd_watched(int fd)
+{
+    enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
+    /* A negative fd lands in the upper half of the chunk table, which is
+     * never mapped: no test needed. */
+    _Atomic uint32_t *chunk = atomic_load_explicit(
+        &bh_fd_entries[(unsigned)fd >> BH_FD_CHUNK_BITS], memory_order_acquire);
+    if (!chunk)
+        return 0;
+    uint32_t id_plus_one = atomic_load_explicit(&chunk[(unsigned)fd & MASK],
+                                                memory_order_relaxed) >> BH_FD_KIND_BITS;
+    if (!id_plus_one)
+        return 0;
+    struct bh_fd_connection *connections = atomic_load_explicit(
+        &bh_fd_connections[(id_plus_one - 1) >> BH_FD_CHUNK_BITS], memory_order_acquire);
+    return atomic_load_explicit(&connections[(id_plus_one - 1) & MASK].watch,
+                                memory_order_relaxed);
+}
 
 #endif

@@ -24,7 +24,7 @@ static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
                          const struct sockaddr *to, socklen_t length)
 {
     if (!(flags & MSG_FASTOPEN))
-        return BH_WATCHED_IO(fd, 0, flags, libc_sendto(fd, buf, n, flags, to, length));
+        return BH_IO(fd, 0, flags, libc_sendto(fd, buf, n, flags, to, length));
     int entered = bh_gate_enter(fd, to, length);
     if (entered == BH_GATE_REFUSED)
         return -1;
@@ -37,7 +37,7 @@ static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
 static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
     if (!(flags & MSG_FASTOPEN) || !msg)
-        return BH_WATCHED_IO(fd, 0, flags, libc_sendmsg(fd, msg, flags));
+        return BH_IO(fd, 0, flags, libc_sendmsg(fd, msg, flags));
     int entered = bh_gate_enter(fd, msg->msg_name, msg->msg_namelen);
     if (entered == BH_GATE_REFUSED)
         return -1;

@@ -55,7 +55,7 @@ static int bh_socket(int domain, int type, int protocol)
  * this one holds no permit for them. */
 static ssize_t bh_recvmsg(int fd, struct msghdr *msg, int flags)
 {
-    ssize_t received = BH_WATCHED_IO(fd, 1, flags, libc_recvmsg(fd, msg, flags));
+    ssize_t received = BH_IO(fd, 1, flags, libc_recvmsg(fd, msg, flags));
     if (received < 0 || !msg || msg->msg_controllen == 0)
         return received;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {

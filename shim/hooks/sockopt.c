@@ -13,8 +13,7 @@ static int bh_getsockopt(int fd, int level, int name, void *value, socklen_t *le
 {
     int rc = libc_getsockopt(fd, level, name, value, len);
     if (level == SOL_SOCKET && name == SO_ERROR && rc == 0 && value &&
-        len && *len >= sizeof(int) && bh_fd_tracked(fd) &&
-        (bh_fd_watch(fd) & BH_WATCH_CONNECTING))
+        len && *len >= sizeof(int) && (bh_fd_watched(fd) & BH_WATCH_CONNECTING))
         bh_outcome_so_error(fd, *(int *)value);
     return rc;
 }
@@ -36,7 +35,7 @@ static __attribute__((noinline)) int set_receive_timeout(int fd, const void *val
 static int bh_setsockopt(int fd, int level, int name, const void *value, socklen_t len)
 {
     if (__builtin_expect(level != SOL_SOCKET || name != SO_RCVTIMEO, 1) ||
-        !bh_fd_tracked(fd) || !(bh_fd_watch(fd) & BH_WATCH_IO_DEADLINE))
+        !(bh_fd_watched(fd) & BH_WATCH_IO_DEADLINE))
         return libc_setsockopt(fd, level, name, value, len);
     return set_receive_timeout(fd, value, len);
 }

@@ -208,19 +208,17 @@ static void test_watch_bits(void **state)
 {
     (void)state;
     bh_fd_table_reset();
-    assert_false(bh_fd_tracked(20));
-    assert_int_equal(bh_fd_watch(20), 0);
+    assert_int_equal(bh_fd_watched(20), 0);
     assert_int_equal(bh_fd_attach(20, 4, 0x5, 1234), 0);
-    assert_true(bh_fd_tracked(20));
     assert_int_equal(bh_fd_lookup(20).since_ns, 1234);
     assert_int_equal(bh_fd_duplicated(20, 21).compartment, NONE);
-    assert_int_equal(bh_fd_watch(21), 0x5);
+    assert_int_equal(bh_fd_watched(21), 0x5);
     assert_int_equal(bh_fd_unwatch(21, 0x1), 0x1);
     assert_int_equal(bh_fd_unwatch(20, 0x1), 0);  /* already taken */
     bh_fd_rewatch(20, 0x8);
-    assert_int_equal(bh_fd_watch(21), 0xc);
+    assert_int_equal(bh_fd_watched(21), 0xc);
     assert_int_equal(bh_fd_release(bh_fd_detach(20)).compartment, NONE);
-    assert_false(bh_fd_tracked(20));
+    assert_int_equal(bh_fd_watched(20), 0);
     struct bh_fd_ended ended = bh_fd_release(bh_fd_detach(21));
     assert_int_equal(ended.compartment, 4);
     assert_int_equal(ended.watch, 0xc);
