@@ -13,6 +13,7 @@
 enum {
     BH_MAX_COMPARTMENTS = 64,  /* per namespace; sized into the shared state */
     BH_NAME_MAX = 48,          /* compartment and namespace names, with NUL */
+    BH_FLEET_HOST_MAX = 64,    /* fleet_host, with NUL */
 };
 
 enum bh_log_level { BH_LOG_ERROR, BH_LOG_WARN, BH_LOG_INFO, BH_LOG_DEBUG };
@@ -50,6 +51,10 @@ struct bh_compartment {
     int breaker_failures;    /* consecutive failures that open the breaker */
     int breaker_open_ms;     /* first open period (default 5000) */
     int breaker_open_max_ms; /* doubling stops here (default 60000) */
+    int fleet_limit;         /* > 0: fleet-wide on Redis (issue 10); then
+                                `limit` is this host's ceiling, by default
+                                fleet_limit, and the shim starts it at 0
+                                until the agent grants a share */
     int line;              /* line of the [section] header */
 };
 
@@ -62,7 +67,25 @@ struct bh_config {
     int compartment_count;
     struct bh_rule *rules; /* in file order: the first match wins */
     int rule_count;
+    /* The fleet (issue 10): read by `bulkhead agent`; the shim only uses
+     * fleet_limit's compartments' starting limit. */
+    char *fleet_url;            /* redis://HOST:PORT[/DB]; NULL: no fleet */
+    char fleet_host[BH_FLEET_HOST_MAX];   /* default: the hostname */
+    char *fleet_password_file;  /* NULL: no AUTH */
+    int fleet_refresh_ms;       /* default 1000 */
+    int fleet_lease_ms;         /* default 10000; > fleet_refresh_ms */
+    int fleet_fallback;         /* -1 (default): fleet_limit / hosts last seen */
 };
+
+/* A parsed `fleet =` URL. */
+struct bh_fleet_address {
+    char host[256];
+    int port;
+    int db;
+};
+/* Parses redis://HOST:PORT[/DB]; 0, or -1 with a reason in why. */
+int bh_fleet_url_parse(const char *url, struct bh_fleet_address *address,
+                       char *why, unsigned long whylen);
 
 /* Called once per error with a complete line, without a trailing newline. */
 typedef void (*bh_config_error_fn)(void *ctx, const char *message);
