@@ -36,6 +36,9 @@ CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/rules/*.c shim/permits
 # The shim proper: start-up, log, real-symbol table, fd tracking, hooks.
 SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
+# The fleet agent: a program of its own, the only one linking hiredis and
+# libmicrohttpd; it shares the stat renderer with the command.
+AGENT_SRC := $(wildcard agent/*.c) cli/stat_render.c
 TEST_SRC := $(wildcard tests/clients/*.c)
 # What the unit tests and fuzzers link: the parser, the matcher, the fd table,
 # the permits and breaker (test_breaker makes a namespace of its own) and the
@@ -48,14 +51,16 @@ UNIT_NAMES := $(UNIT_SRC:tests/unit/%.c=%)
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+AGENT_OBJ := $(AGENT_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/clients/%.c=$(BUILD)/tests/%)
 
 SHIM := $(BUILD)/libbulkhead.so
 CLI  := $(BUILD)/bulkhead
+AGENT := $(BUILD)/bulkhead-agent
 
 .PHONY: all deps demo unit test bench install clean fuzz \
         test-asan test-ubsan test-tsan
-all: $(SHIM) $(if $(CLI_SRC),$(CLI))
+all: $(SHIM) $(CLI)
 # Objects built on the way to a unit test or fuzzer are kept for the next
 # build, not deleted as intermediates.
 .SECONDARY:
@@ -69,6 +74,18 @@ $(SHIM): $(CORE_OBJ) $(SHIM_OBJ)
 
 $(CLI): $(CORE_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -lpthread
+
+# lease.lua, the Redis script, as a C string the agent loads.
+$(BUILD)/agent/lease_lua.h: agent/lease.lua
+	@mkdir -p $(dir $@)
+	{ printf '#define LEASE_LUA \\\n'; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n" \\/' $<; \
+	  printf '    ""\n'; } >$@
+$(BUILD)/obj/agent/lease.o: $(BUILD)/agent/lease_lua.h
+$(AGENT_OBJ): BH_CFLAGS += -I$(BUILD)/agent -Icli
+
+$(AGENT): $(CORE_OBJ) $(AGENT_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -lhiredis -lmicrohttpd -lpthread
 
 # Every client includes client_util.h: a change there rebuilds them all,
 # also in a build directory made before this rule existed.
@@ -196,6 +213,9 @@ bench: deps
 install: all
 	install -D -m 0755 $(SHIM) $(DESTDIR)$(PREFIX)/lib/bulkhead/libbulkhead.so
 	install -D -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/bulkhead
+	install -D -m 0755 $(AGENT) $(DESTDIR)$(PREFIX)/bin/bulkhead-agent
+	install -D -m 0644 agent/bulkhead-agent.service \
+	    $(DESTDIR)$(PREFIX)/share/doc/bulkhead/bulkhead-agent.service
 	install -D -m 0644 bulkhead.1 $(DESTDIR)$(PREFIX)/share/man/man1/bulkhead.1
 	install -D -m 0644 rules.ini.example $(DESTDIR)$(PREFIX)/share/doc/bulkhead/rules.ini.example
 

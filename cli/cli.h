@@ -36,6 +36,15 @@ extern const struct cli_command cli_set_command;
 extern const struct cli_command cli_apply_command;
 extern const struct cli_command cli_reset_command;
 extern const struct cli_command cli_key_command;
+extern const struct cli_command cli_agent_command;
+
+/* "leased", "learning", "kept", "fallback". */
+const char *cli_fleet_state_name(enum bh_fleet_state state);
+
+/* bulkhead-agent, beside this command (cmd_agent.c): exec it with argv
+ * (argv[0] is replaced), or run it and return its exit status. */
+int cli_agent_exec(char **argv);
+int cli_agent_run(char **argv);
 
 /* "bulkhead: <message>" on stderr. */
 void cli_error(const char *format, ...) __attribute__((format(printf, 1, 2)));

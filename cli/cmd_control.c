@@ -13,24 +13,28 @@
 #include <sys/shm.h>
 #include <unistd.h>
 
+#include "breaker/breaker.h"
 #include "cli.h"
 
 /* Parses the options of set, apply and reset (-c, -n, -u, --force for
- * reset, --help). Returns -1 when parsing went on to the end, else the status to
- * exit with. */
+ * reset, --fleet for set, --help). `flag` is where --force or --fleet goes
+ * (NULL: the command has neither). Returns -1 when parsing went on to the
+ * end, else the status to exit with. */
 static int parse_control_options(const struct cli_command *command, int argc,
                                  char **argv, struct cli_target *target,
-                                 int *force)
+                                 int *flag)
 {
     static const struct option options[] = {
         { "config", required_argument, NULL, 'c' },
         { "namespace", required_argument, NULL, 'n' },
         { "user", required_argument, NULL, 'u' },
         { "force", no_argument, NULL, 'f' },
+        { "fleet", no_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    const char *short_options = force ? ":c:n:u:fh" : ":c:n:u:h";
+    int flag_option = command == &cli_reset_command ? 'f' : 'F';
+    const char *short_options = command == &cli_reset_command ? ":c:n:u:fh" : ":c:n:u:h";
     int option;
     opterr = 0;
     while ((option = getopt_long(argc, argv, short_options, options, NULL)) != -1) {
@@ -40,10 +44,12 @@ static int parse_control_options(const struct cli_command *command, int argc,
             target->namespace_name = optarg;
         else if (option == 'u')
             target->user = optarg;
-        else if (option == 'f' && force)
-            *force = 1;
+        else if (flag && option == flag_option)
+            *flag = 1;
         else
-            return cli_option_problem(command, option == 'f' ? '?' : option, argv);
+            return cli_option_problem(command, option == 'f' || option == 'F' ? '?'
+                                                                              : option,
+                                      argv);
     }
     int status = cli_target_user(command, target, 0);
     return status == CLI_OK ? -1 : status;
@@ -84,9 +90,19 @@ static int find_compartment(const struct bh_namespace *ns, const char *namespace
     return index;
 }
 
-/* "limit=N" with N a whole number of permits. */
-static int parse_limit_setting(const char *text, int *limit)
+/* One setting: "limit=N" with N a whole number of permits, or
+ * "breaker=open" / "breaker=closed". */
+struct setting {
+    enum { SET_LIMIT, SET_BREAKER } what;
+    int value;  /* the limit; for the breaker, 1 open, 0 closed */
+};
+
+static int parse_setting(const char *text, struct setting *setting)
 {
+    if (strcmp(text, "breaker=open") == 0 || strcmp(text, "breaker=closed") == 0) {
+        *setting = (struct setting){ SET_BREAKER, text[8] == 'o' };
+        return 0;
+    }
     if (strncmp(text, "limit=", 6) != 0 || text[6] < '0' || text[6] > '9')
         return -1;
     char *end;
@@ -94,8 +110,47 @@ static int parse_limit_setting(const char *text, int *limit)
     long value = strtol(text + 6, &end, 10);
     if (errno || *end || value > INT_MAX)
         return -1;
-    *limit = (int)value;
+    *setting = (struct setting){ SET_LIMIT, (int)value };
     return 0;
+}
+
+static int change_breaker(struct bh_namespace *ns, const char *namespace_name,
+                          const char *name, int open)
+{
+    int index = find_compartment(ns, namespace_name, name);
+    if (index < 0)
+        return CLI_FAILED;
+    struct bh_breaker_view before, after;
+    bh_breaker_read(ns, index, &before);
+    bh_breaker_force(ns, index, open);
+    bh_breaker_read(ns, index, &after);
+    printf("%s: breaker %s -> %s%s\n", name, bh_breaker_state_name(before.state),
+           bh_breaker_state_name(after.state),
+           open ? " (forced: every connect is refused until breaker=closed)"
+                : ", failures cleared");
+    return CLI_OK;
+}
+
+/* set --fleet: the fleet limit lives in Redis; the agent program sets it. */
+static int change_fleet_limit(const struct cli_target *target, const char *name,
+                              const struct setting *setting)
+{
+    if (setting->what != SET_LIMIT)
+        return cli_usage_error(&cli_set_command, "--fleet takes limit=N only");
+    if (target->namespace_name)
+        return cli_usage_error(&cli_set_command, "--fleet needs the rules file "
+                               "(-c), which names the Redis");
+    char number[16];
+    snprintf(number, sizeof number, "%d", setting->value);
+    char *argv[8] = { "bulkhead-agent", "set-limit" };
+    int argc = 2;
+    if (target->config_path) {
+        argv[argc++] = "-c";
+        argv[argc++] = (char *)target->config_path;
+    }
+    argv[argc++] = (char *)name;
+    argv[argc++] = number;
+    return cli_agent_run(argv);
 }
 
 static int change_limit(struct bh_namespace *ns, const char *namespace_name,
@@ -127,22 +182,29 @@ static int change_limit(struct bh_namespace *ns, const char *namespace_name,
 static int set_command(int argc, char **argv)
 {
     struct cli_target target = { 0 };
-    int parsed = parse_control_options(&cli_set_command, argc, argv, &target, NULL);
+    int fleet = 0;
+    int parsed = parse_control_options(&cli_set_command, argc, argv, &target, &fleet);
     if (parsed >= 0)
         return parsed;
     if (cli_target_usage(&cli_set_command, &target) != CLI_OK)
         return CLI_USAGE;
-    int limit;
+    struct setting setting;
     if (argc - optind != 2)
-        return cli_usage_error(&cli_set_command, "give a compartment and limit=N");
-    if (parse_limit_setting(argv[optind + 1], &limit) < 0)
+        return cli_usage_error(&cli_set_command, "give a compartment and limit=N "
+                               "or breaker=open|closed");
+    if (parse_setting(argv[optind + 1], &setting) < 0)
         return cli_usage_error(&cli_set_command, "\"%s\": expected limit=N, N a "
-                               "whole number", argv[optind + 1]);
+                               "whole number, or breaker=open|closed",
+                               argv[optind + 1]);
+    if (fleet)
+        return change_fleet_limit(&target, argv[optind], &setting);
     struct bh_namespace ns;
     char namespace_name[BH_NAME_MAX];
     if (open_existing(&target, &ns, namespace_name) < 0)
         return CLI_FAILED;
-    int status = change_limit(&ns, namespace_name, argv[optind], limit);
+    int status = setting.what == SET_LIMIT
+                     ? change_limit(&ns, namespace_name, argv[optind], setting.value)
+                     : change_breaker(&ns, namespace_name, argv[optind], setting.value);
     bh_namespace_close(&ns);
     return status;
 }
@@ -150,7 +212,8 @@ static int set_command(int argc, char **argv)
 const struct cli_command cli_set_command = {
     .name = "set",
     .synopsis = "bulkhead set [-c rules.ini | -n NAMESPACE] [-u USER] "
-                "COMPARTMENT limit=N",
+                "COMPARTMENT limit=N | breaker=open | breaker=closed\n"
+                "       bulkhead set --fleet [-c rules.ini] COMPARTMENT limit=N",
     .help =
         "Changes the live limit of a registered compartment for every process\n"
         "of the namespace at once; the live limit wins over any rules file, for\n"
@@ -158,6 +221,12 @@ const struct cli_command cli_set_command = {
         "new permits to waiters now. Lowering it never cuts a connection and\n"
         "never blocks: new connections wait or are refused until fewer than N\n"
         "are in use.\n"
+        "\n"
+        "breaker=open forces the compartment's circuit breaker open for every\n"
+        "process: each matched connect is refused at once, until breaker=closed,\n"
+        "which also clears the count of failures. With --fleet, limit=N is the\n"
+        "fleet-wide limit, kept in the Redis of the rules' fleet = (every host's\n"
+        "agent uses it from its next refresh).\n"
         "\n"
         "  -c, --config FILE     the namespace of FILE's [global] section\n"
         "  -n, --namespace NAME  that namespace\n"
@@ -173,6 +242,16 @@ static int apply_compartment(struct bh_namespace *ns,
                              const struct bh_compartment *compartment)
 {
     int existed = bh_compartment_find(ns, compartment->name) >= 0;
+    if (compartment->fleet_limit > 0) {  /* its live limit is the agent's grant */
+        int live = 0;
+        if (bh_compartment_register(ns, compartment->name, 0, &live) < 0) {
+            cli_error("apply: %s: %s", compartment->name, strerror(errno));
+            return CLI_FAILED;
+        }
+        printf("%s: fleet-wide, limit %d as granted (bulkhead agent sets it)\n",
+               compartment->name, live);
+        return CLI_OK;
+    }
     int live, limit = compartment->limit;
     int index = bh_compartment_register(ns, compartment->name, limit, &live);
     if (index < 0 ||

@@ -11,9 +11,10 @@
 #include <time.h>
 
 #include "cli.h"
+#include "stat_render.h"
 
 struct compartment_row {
-    struct bh_compartment_view view;
+    struct bh_stat_row stat;
     int holder_count;
     pid_t holder_pids[BH_MAX_PROCESSES];
     uint32_t holder_permits[BH_MAX_PROCESSES];
@@ -61,7 +62,7 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
     uint32_t registered = atomic_load(&ns.state->compartment_count);
     for (uint32_t i = 0; i < registered && i < BH_MAX_COMPARTMENTS; i++) {
         struct compartment_row *row = &snapshot->rows[snapshot->count];
-        if (bh_compartment_read(&ns, (int)i, &row->view) < 0) {
+        if (bh_stat_read_row(&ns, (int)i, &row->stat) < 0) {
             int gone = errno == EIDRM || errno == EINVAL;
             if (!gone)
                 cli_error("stat: namespace \"%s\": %s", snapshot->namespace_name,
@@ -78,6 +79,133 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
     snapshot->present = 1;
     bh_namespace_close(&ns);
     return 0;
+}
+
+/* The upper bound in ms of the bucket holding the q-quantile, as text:
+ * "<=25", ">60000", or "-" with no samples. */
+static void quantile_bound(const struct bh_histogram_view *histogram, double q,
+                           char *out, size_t outlen)
+{
+    snprintf(out, outlen, "-");
+    uint64_t seen = 0, wanted = (uint64_t)(q * (double)histogram->count + 0.999999);
+    for (int b = 0; histogram->count && b <= BH_HISTOGRAM_BUCKETS; b++) {
+        seen += histogram->buckets[b];
+        if (seen < wanted || seen == 0)
+            continue;
+        if (b == BH_HISTOGRAM_BUCKETS)
+            snprintf(out, outlen, ">%g", (double)bh_histogram_bounds_us[b - 1] / 1000);
+        else
+            snprintf(out, outlen, "<=%g", (double)bh_histogram_bounds_us[b] / 1000);
+        return;
+    }
+}
+
+static void breaker_cell(const struct bh_breaker_view *breaker, char *out, size_t outlen)
+{
+    if (breaker->forced)
+        snprintf(out, outlen, "open (forced)");
+    else if (breaker->state == BH_BREAKER_IS_OPEN)
+        snprintf(out, outlen, "open (%.1fs left)", (double)breaker->open_left_ms / 1000);
+    else
+        snprintf(out, outlen, "%s", bh_breaker_state_name(breaker->state));
+}
+
+static void age_cell(int64_t since_ns, char *out, size_t outlen)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t seconds = now.tv_sec - since_ns / 1000000000;
+    if (since_ns == 0)
+        snprintf(out, outlen, "-");
+    else if (seconds < 120)
+        snprintf(out, outlen, "%llds ago", (long long)seconds);
+    else if (seconds < 7200)
+        snprintf(out, outlen, "%lldm ago", (long long)seconds / 60);
+    else
+        snprintf(out, outlen, "%lldh ago", (long long)seconds / 3600);
+}
+
+/* Whether anything has gone through a compartment that the outcomes table
+ * would show. */
+static int has_outcomes(const struct bh_stat_row *row)
+{
+    return row->view.connect_time.count || row->view.connect_failures ||
+           row->breaker.opened || row->breaker.state != BH_BREAKER_IS_CLOSED ||
+           row->view.io_timeouts;
+}
+
+static const char *const outcome_headings[] = {
+    "COMPARTMENT", "BREAKER", "CHANGED", "OPENED", "BREAKER_REFUSED",
+    "CONNECT_FAILED", "CONNECT_TIMEOUTS", "IO_TIMEOUTS", "CONNECT_MS_P50/P99",
+    "HOLD_MS_P50/P99",
+};
+enum { OUTCOME_COLUMNS = sizeof outcome_headings / sizeof outcome_headings[0] };
+typedef char outcome_cells[OUTCOME_COLUMNS][BH_NAME_MAX];
+
+static void fill_outcome_cells(const struct bh_stat_row *row, outcome_cells cells)
+{
+    char p50[24], p99[24];
+    snprintf(cells[0], sizeof cells[0], "%s", row->view.name);
+    breaker_cell(&row->breaker, cells[1], sizeof cells[1]);
+    age_cell(row->breaker.since_ns, cells[2], sizeof cells[2]);
+    snprintf(cells[3], sizeof cells[3], "%" PRIu64, row->breaker.opened);
+    snprintf(cells[4], sizeof cells[4], "%" PRIu64, row->breaker.refused);
+    snprintf(cells[5], sizeof cells[5], "%" PRIu64, row->view.connect_failures);
+    snprintf(cells[6], sizeof cells[6], "%" PRIu64, row->view.connect_timeouts);
+    snprintf(cells[7], sizeof cells[7], "%" PRIu64, row->view.io_timeouts);
+    quantile_bound(&row->view.connect_time, 0.5, p50, sizeof p50);
+    quantile_bound(&row->view.connect_time, 0.99, p99, sizeof p99);
+    snprintf(cells[8], sizeof cells[8], "%s/%s", p50, p99);
+    quantile_bound(&row->view.hold_time, 0.5, p50, sizeof p50);
+    quantile_bound(&row->view.hold_time, 0.99, p99, sizeof p99);
+    snprintf(cells[9], sizeof cells[9], "%s/%s", p50, p99);
+}
+
+/* Below the permits: how connections turned out, for compartments that
+ * have seen any, and the fleet's figures for fleet compartments. */
+static void print_outcomes(const struct snapshot *snapshot)
+{
+    outcome_cells cells[BH_MAX_COMPARTMENTS + 1];
+    int widths[OUTCOME_COLUMNS] = { 0 }, rows = 1;
+    for (int column = 0; column < OUTCOME_COLUMNS; column++)
+        snprintf(cells[0][column], sizeof cells[0][column], "%s",
+                 outcome_headings[column]);
+    for (int i = 0; i < snapshot->count; i++)
+        if (has_outcomes(&snapshot->rows[i].stat))
+            fill_outcome_cells(&snapshot->rows[i].stat, cells[rows++]);
+    if (rows == 1)
+        return;
+    for (int row = 0; row < rows; row++)
+        for (int column = 0; column < OUTCOME_COLUMNS; column++) {
+            int width = (int)strlen(cells[row][column]);
+            widths[column] = width > widths[column] ? width : widths[column];
+        }
+    printf("\n");
+    for (int row = 0; row < rows; row++) {
+        printf("%-*s  %-*s", widths[0], cells[row][0], widths[1], cells[row][1]);
+        for (int column = 2; column < OUTCOME_COLUMNS; column++)
+            printf("  %*s", widths[column], cells[row][column]);
+        printf("\n");
+    }
+}
+
+static void print_fleet(const struct snapshot *snapshot)
+{
+    int header = 0;
+    for (int i = 0; i < snapshot->count; i++) {
+        const struct bh_compartment_view *view = &snapshot->rows[i].stat.view;
+        if (view->fleet.limit == 0)
+            continue;
+        if (!header++)
+            printf("\n%-*s  %11s  %5s  %12s  %5s  %-8s  %s\n", BH_NAME_MAX / 3,
+                   "COMPARTMENT", "FLEET_LIMIT", "GRANT", "FLEET_IN_USE", "HOSTS",
+                   "STATE", "REDIS_ANSWERED");
+        char age[32];
+        age_cell(view->fleet.updated_ns, age, sizeof age);
+        printf("%-*s  %11d  %5d  %12d  %5d  %-8s  %s\n", BH_NAME_MAX / 3, view->name,
+               view->fleet.limit, view->fleet.grant, view->fleet.in_use,
+               view->fleet.hosts, cli_fleet_state_name(view->fleet.state), age);
+    }
 }
 
 static const char *const table_headings[] = {
@@ -120,7 +248,7 @@ static void print_table(const struct snapshot *snapshot)
         snprintf(cells[0][column], sizeof cells[0][column], "%s",
                  table_headings[column]);
     for (int row = 0; row < snapshot->count; row++)
-        fill_cells(&snapshot->rows[row].view, cells[row + 1]);
+        fill_cells(&snapshot->rows[row].stat.view, cells[row + 1]);
     for (int row = 0; row <= snapshot->count; row++)
         for (int column = 0; column < TABLE_COLUMNS; column++) {
             int width = (int)strlen(cells[row][column]);
@@ -136,6 +264,8 @@ static void print_table(const struct snapshot *snapshot)
                            data->holder_count, holders, sizeof holders);
         print_table_line(cells[row + 1], widths, holders);
     }
+    print_outcomes(snapshot);
+    print_fleet(snapshot);
 }
 
 static void print_json_string(const char *text)
@@ -152,9 +282,51 @@ static void print_json_string(const char *text)
     putchar('"');
 }
 
+static void print_json_histogram(const char *name, const struct bh_histogram_view *histogram)
+{
+    printf("\"%s\": {\"bounds_ms\": [", name);
+    for (int b = 0; b < BH_HISTOGRAM_BUCKETS; b++)
+        printf("%s%g", b ? ", " : "", (double)bh_histogram_bounds_us[b] / 1000);
+    printf("], \"counts\": [");
+    for (int b = 0; b <= BH_HISTOGRAM_BUCKETS; b++)
+        printf("%s%" PRIu64, b ? ", " : "", histogram->buckets[b]);
+    printf("], \"count\": %" PRIu64 ", \"sum_ms\": %.3f}", histogram->count,
+           (double)histogram->sum_ns / 1e6);
+}
+
+/* The breaker, failures and timeouts, the histograms (counts per bucket,
+ * not cumulative; the last bucket is past 60 s) and, for a fleet
+ * compartment, the fleet. */
+static void print_json_outcomes(const struct bh_stat_row *row)
+{
+    const struct bh_breaker_view *breaker = &row->breaker;
+    const struct bh_compartment_view *view = &row->view;
+    printf("\"breaker\": {\"state\": \"%s\", \"forced\": %s, \"since\": ",
+           bh_breaker_state_name(breaker->state), breaker->forced ? "true" : "false");
+    if (breaker->since_ns)
+        printf("%.3f", (double)breaker->since_ns / 1e9);
+    else
+        printf("null");
+    printf(", \"open_left_ms\": %" PRId64 ", \"open_ms\": %d, \"opened\": %" PRIu64
+           ", \"refused\": %" PRIu64 ", \"failures\": %" PRIu32 "}, "
+           "\"connect_failures\": %" PRIu64 ", \"connect_timeouts\": %" PRIu64
+           ", \"io_timeouts\": %" PRIu64 ", ",
+           breaker->open_left_ms, breaker->open_ms, breaker->opened, breaker->refused,
+           breaker->failures, view->connect_failures, view->connect_timeouts,
+           view->io_timeouts);
+    print_json_histogram("connect_time", &view->connect_time);
+    printf(", ");
+    print_json_histogram("hold_time", &view->hold_time);
+    if (view->fleet.limit > 0)
+        printf(", \"fleet\": {\"limit\": %d, \"grant\": %d, \"in_use\": %d, "
+               "\"hosts\": %d, \"state\": \"%s\"}", view->fleet.limit,
+               view->fleet.grant, view->fleet.in_use, view->fleet.hosts,
+               cli_fleet_state_name(view->fleet.state));
+}
+
 static void print_json_compartment(const struct compartment_row *row)
 {
-    const struct bh_compartment_view *view = &row->view;
+    const struct bh_compartment_view *view = &row->stat.view;
     printf("{\"name\": ");
     print_json_string(view->name);
     printf(", \"limit\": %d, \"in_use\": %d, \"waiting\": %d, \"peak\": %" PRId64
@@ -167,7 +339,9 @@ static void print_json_compartment(const struct compartment_row *row)
     for (int i = 0; i < row->holder_count; i++)
         printf("%s{\"pid\": %d, \"permits\": %" PRIu32 "}", i ? ", " : "",
                (int)row->holder_pids[i], row->holder_permits[i]);
-    printf("]}");
+    printf("], ");
+    print_json_outcomes(&row->stat);
+    printf("}");
 }
 
 static void print_json(const struct snapshot *snapshot)
@@ -182,91 +356,12 @@ static void print_json(const struct snapshot *snapshot)
     printf("%s]}\n", snapshot->count ? "\n" : "");
 }
 
-static int64_t read_limit(const struct bh_compartment_view *v) { return v->limit; }
-static int64_t read_in_use(const struct bh_compartment_view *v) { return v->in_use; }
-static int64_t read_waiting(const struct bh_compartment_view *v) { return v->waiting; }
-static int64_t read_peak(const struct bh_compartment_view *v) { return v->peak; }
-static int64_t read_acquired(const struct bh_compartment_view *v) { return (int64_t)v->acquired; }
-static int64_t read_rejected(const struct bh_compartment_view *v) { return (int64_t)v->rejected; }
-static int64_t read_timed_out(const struct bh_compartment_view *v) { return (int64_t)v->timed_out; }
-static int64_t read_wait_total(const struct bh_compartment_view *v) { return v->wait_ns_total; }
-static int64_t read_waits(const struct bh_compartment_view *v) { return (int64_t)v->waits; }
-static int64_t read_wait_max(const struct bh_compartment_view *v) { return v->wait_ns_max; }
-
-/* One sample per compartment. Entries of one family (the summary's _sum and
- * _count) follow each other and share one HELP and TYPE line. */
-struct metric {
-    const char *family;
-    const char *suffix;    /* of the sample name, after the family */
-    const char *type;
-    const char *help;
-    int64_t (*read)(const struct bh_compartment_view *view);
-    int nanoseconds;       /* read() gives ns, shown in seconds */
-};
-
-static const struct metric metrics[] = {
-    { "bulkhead_permits_limit", "", "gauge",
-      "Live limit of the compartment: permits, i.e. concurrent connections.",
-      read_limit, 0 },
-    { "bulkhead_permits_in_use", "", "gauge",
-      "Permits held now (connections open or being opened).", read_in_use, 0 },
-    { "bulkhead_waiters", "", "gauge",
-      "Connects waiting for a permit now.", read_waiting, 0 },
-    { "bulkhead_permits_peak", "", "gauge",
-      "Most permits ever in use at once.", read_peak, 0 },
-    { "bulkhead_acquired_total", "", "counter",
-      "Permits granted.", read_acquired, 0 },
-    { "bulkhead_rejected_total", "", "counter",
-      "connect() calls refused at once (full, no wait allowed or too many "
-      "waiters); calls, not connections nor processes.",
-      read_rejected, 0 },
-    { "bulkhead_timed_out_total", "", "counter",
-      "connect() calls that waited wait_ms for a permit, then were refused.",
-      read_timed_out, 0 },
-    { "bulkhead_wait_seconds", "_sum", "summary",
-      "Time spent waiting by connects that waited and got a permit.",
-      read_wait_total, 1 },
-    { "bulkhead_wait_seconds", "_count", NULL, NULL, read_waits, 0 },
-    { "bulkhead_wait_max_seconds", "", "gauge",
-      "Longest wait for a permit that was granted.", read_wait_max, 1 },
-};
-
-static void print_label_value(const char *text)
-{
-    for (const char *c = text; *c; c++) {
-        if (*c == '\\' || *c == '"')
-            printf("\\%c", *c);
-        else if (*c == '\n')
-            printf("\\n");
-        else
-            putchar(*c);
-    }
-}
-
-static void print_sample(const struct metric *metric, const char *namespace_name,
-                         const struct bh_compartment_view *view)
-{
-    printf("%s%s{namespace=\"", metric->family, metric->suffix);
-    print_label_value(namespace_name);
-    printf("\",compartment=\"");
-    print_label_value(view->name);
-    int64_t value = metric->read(view);
-    if (metric->nanoseconds)
-        printf("\"} %.9f\n", (double)value / 1e9);
-    else
-        printf("\"} %" PRId64 "\n", value);
-}
-
 static void print_prometheus(const struct snapshot *snapshot)
 {
-    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
-        const struct metric *metric = &metrics[m];
-        if (metric->help)
-            printf("# HELP %s %s\n# TYPE %s %s\n", metric->family, metric->help,
-                   metric->family, metric->type);
-        for (int i = 0; i < snapshot->count; i++)
-            print_sample(metric, snapshot->namespace_name, &snapshot->rows[i].view);
-    }
+    struct bh_stat_row rows[BH_MAX_COMPARTMENTS];
+    for (int i = 0; i < snapshot->count; i++)
+        rows[i] = snapshot->rows[i].stat;
+    bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count);
 }
 
 static int show_once(const struct cli_target *target, enum output_format format,

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-    build-essential uthash-dev libinih-dev
+    build-essential uthash-dev libinih-dev libhiredis-dev libmicrohttpd-dev
     libcmocka-dev clang libclang-rt-14-dev
     bats bats-support bats-assert
     curl wget python3 python3-requests perl netcat-openbsd haproxy tcpdump redis-tools redis-server golang-go

@@ -182,6 +182,27 @@ static int attach(int fd, const struct bh_compartment *compartment, int shared,
     return shared;
 }
 
+/* A fleet compartment's share lapses when the agent stops renewing it
+ * (dead, or stuck): Redis gives it to the other hosts after the lease, so
+ * this host must stop using it then too. One clock read per connect, for
+ * fleet compartments only. */
+static void check_fleet_lease(const struct bh_compartment *compartment, int shared)
+{
+    if (compartment->fleet_limit == 0)
+        return;
+    int64_t until = atomic_load_explicit(
+        &bh_shim.ns.state->compartments[shared].fleet.lease_until_ns,
+        memory_order_relaxed);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (until == 0 || (int64_t)now.tv_sec * 1000000000 + now.tv_nsec <= until)
+        return;
+    if (bh_fleet_lapse(&bh_shim.ns, shared, until))
+        bh_log(BH_LOG_WARN, "[%s]: this host's fleet share lapsed (bulkhead "
+               "agent stopped renewing it): limit 0 until it grants one again",
+               compartment->name);
+}
+
 static int admit(int fd, int local, const struct sockaddr *to)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
@@ -191,6 +212,7 @@ static int admit(int fd, int local, const struct sockaddr *to)
                       "namespace's key (see the start-up line)");
     if (shared < 0)
         return BH_GATE_PASS;
+    check_fleet_lease(compartment, shared);
     char why[96];
     enum bh_breaker_admission breaker = ask_breaker(shared, why, sizeof why);
     if (breaker != BH_BREAKER_PASS && breaker != BH_BREAKER_PROBE)

@@ -103,12 +103,19 @@ static int load_rules(void)
     return 0;
 }
 
+/* A fleet compartment starts with no permits on this host: its share is
+ * what `bulkhead agent` leases from Redis, and until then it has none. */
+static int starting_limit(const struct bh_compartment *compartment)
+{
+    return compartment->fleet_limit > 0 ? 0 : compartment->limit;
+}
+
 static void register_compartment(int i)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
-    int live_limit = compartment->limit;
-    int shared = bh_compartment_register(&bh_shim.ns, compartment->name,
-                                         compartment->limit, &live_limit);
+    int start = starting_limit(compartment), live_limit = start;
+    int shared = bh_compartment_register(&bh_shim.ns, compartment->name, start,
+                                         &live_limit);
     bh_shim.shared_index[i] = shared;
     if (shared >= 0)
         bh_shim.local_index[shared] = i;
@@ -116,7 +123,7 @@ static void register_compartment(int i)
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
                                "not limited", compartment->name, bh_shim.config.namespace_name,
                strerror(errno));
-    else if (live_limit != compartment->limit)
+    else if (live_limit != start && compartment->fleet_limit == 0)
         bh_log(BH_LOG_WARN, "[%s]: using the live limit %d (set by bulkhead "
                "set or apply), not %d from %s",
                compartment->name, live_limit, compartment->limit,

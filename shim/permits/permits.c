@@ -724,6 +724,28 @@ int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
     return 0;
 }
 
+void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
+                              const struct bh_fleet_view *fleet)
+{
+    struct bh_fleet_shared *shared = &ns->state->compartments[index].fleet;
+    atomic_store(&shared->grant, fleet->grant);
+    atomic_store(&shared->in_use, fleet->in_use);
+    atomic_store(&shared->hosts, fleet->hosts);
+    atomic_store(&shared->state, (int32_t)fleet->state);
+    atomic_store(&shared->updated_ns, fleet->updated_ns);
+    atomic_store(&shared->lease_until_ns, fleet->lease_until_ns);
+    atomic_store(&shared->limit, fleet->limit);
+}
+
+int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
+{
+    struct bh_fleet_shared *shared = &ns->state->compartments[index].fleet;
+    if (!atomic_compare_exchange_strong(&shared->lease_until_ns, &seen_until_ns, 0))
+        return 0;  /* renewed meanwhile, or another process lapsed it */
+    atomic_store(&shared->grant, 0);
+    return bh_compartment_set_limit(ns, index, 0) == 0;
+}
+
 int bh_probe_take(struct bh_namespace *ns, int index)
 {
     int saved_errno = errno;
@@ -790,6 +812,15 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->connect_failures = atomic_load(&shared->connect_failures);
     view->connect_timeouts = atomic_load(&shared->connect_timeouts);
     view->io_timeouts = atomic_load(&shared->io_timeouts);
+    view->fleet = (struct bh_fleet_view){
+        .limit = atomic_load(&shared->fleet.limit),
+        .grant = atomic_load(&shared->fleet.grant),
+        .in_use = atomic_load(&shared->fleet.in_use),
+        .hosts = atomic_load(&shared->fleet.hosts),
+        .state = (enum bh_fleet_state)atomic_load(&shared->fleet.state),
+        .updated_ns = atomic_load(&shared->fleet.updated_ns),
+        .lease_until_ns = atomic_load(&shared->fleet.lease_until_ns),
+    };
     read_histogram(&shared->connect_time, &view->connect_time);
     read_histogram(&shared->hold_time, &view->hold_time);
     return 0;

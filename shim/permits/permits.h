@@ -36,6 +36,27 @@ struct bh_histogram {
     _Atomic int64_t sum_ns;
 };
 
+/* A fleet compartment's figures, as this host's `bulkhead agent` last
+ * learned them from Redis; written only by the agent, read by `stat`. */
+struct bh_fleet_shared {
+    _Atomic int32_t limit;        /* the fleet limit; 0: not a fleet compartment */
+    _Atomic int32_t grant;        /* this host's share */
+    _Atomic int32_t in_use;       /* in use across the fleet */
+    _Atomic int32_t hosts;        /* live hosts */
+    _Atomic int32_t state;        /* enum bh_fleet_state */
+    _Atomic int64_t updated_ns;   /* CLOCK_REALTIME of the last answer */
+    /* CLOCK_MONOTONIC: when this host's share lapses unless the agent
+     * renews it. Past it, the first connect lowers the limit to 0 (a dead
+     * agent's host must not keep a share Redis gave to others); 0: none. */
+    _Atomic int64_t lease_until_ns;
+};
+enum bh_fleet_state {
+    BH_FLEET_LEASED,     /* granted by Redis, lease running */
+    BH_FLEET_LEARNING,   /* Redis restarted: granted no more than held */
+    BH_FLEET_KEPT,       /* Redis unreachable: the grant kept until the lease ends */
+    BH_FLEET_FALLBACK,   /* Redis unreachable past the lease: fleet_fallback */
+};
+
 /* A compartment's circuit breaker. The layout is here with the rest; what
  * the fields mean, who writes them and when is in shim/breaker/breaker.c,
  * the only code that writes them. */
@@ -72,6 +93,7 @@ struct bh_shared_compartment {
     struct bh_histogram connect_time;  /* connect() to established */
     struct bh_histogram hold_time;     /* permit taken to permit given back */
     struct bh_breaker_shared breaker;
+    struct bh_fleet_shared fleet;
 };
 
 /* A process that has held permits: lets `stat` name the holders. */
@@ -125,6 +147,12 @@ struct bh_compartment_view {
     uint64_t acquired, rejected, timed_out, waits;
     int64_t wait_ns_total, wait_ns_max;
     uint64_t connect_failures, connect_timeouts, io_timeouts;
+    struct bh_fleet_view {
+        int limit, grant, in_use, hosts;
+        enum bh_fleet_state state;
+        int64_t updated_ns;
+        int64_t lease_until_ns;
+    } fleet;
     struct bh_histogram_view {
         uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
         uint64_t count;
@@ -193,6 +221,14 @@ int bh_compartment_holders(struct bh_namespace *ns, int index,
 int bh_probe_take(struct bh_namespace *ns, int index);
 /* Gives it back; only the process that took it. Async-signal-safe. */
 void bh_probe_give(struct bh_namespace *ns, int index);
+
+/* The agent's figures for a fleet compartment (see bh_fleet_shared). */
+void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
+                              const struct bh_fleet_view *fleet);
+
+/* The host's share lapsed (the agent did not renew it): the first caller
+ * to see it lowers the live limit to 0 and returns 1; 0 for the others. */
+int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns);
 
 /* Counts one sample in ns into a histogram. Async-signal-safe. */
 void bh_histogram_record(struct bh_histogram *histogram, int64_t ns);

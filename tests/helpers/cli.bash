@@ -97,7 +97,9 @@ stop_client() {
 stat_column() {
     local name=$1 column=$2
     shift 2
+    # The permits table only: it ends at the first empty line.
     "$BULKHEAD" stat "$@" | awk -v name="$name" -v column="$column" '
+        NR > 1 && NF == 0 { exit }
         NR == 2 { for (i = 1; i <= NF; i++) index_of[$i] = i }
         NR > 2 && $1 == name { print $(index_of[column]) }'
 }
@@ -121,17 +123,36 @@ LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
 SAMPLE = re.compile(r"^(%s)(?:\{((?:%s)(?:,%s)*)?,?\})? (\S+)(?: -?\d+)?$"
                     % (NAME, LABEL, LABEL))
 VALUE = re.compile(r"^(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]Inf|NaN)$")
-TYPES = {"counter", "gauge", "summary", "untyped"}
+TYPES = {"counter", "gauge", "summary", "histogram", "untyped"}
+SUFFIXES = {"summary": ("_sum", "_count"), "histogram": ("_bucket", "_sum", "_count")}
 
 problems, helps, types, done, series = [], {}, {}, set(), set()
 current = None
 
 def family_of(name):
-    for suffix in ("_sum", "_count"):
+    for suffix in ("_bucket", "_sum", "_count"):
         base = name[: -len(suffix)]
-        if name.endswith(suffix) and types.get(base) == "summary":
+        if name.endswith(suffix) and suffix in SUFFIXES.get(types.get(base), ()):
             return base
     return name
+
+# Histograms: per series, le ascending and counts cumulative up to +Inf,
+# which equals _count.
+buckets, counts = {}, {}
+def note_histogram(n, name, labels, value):
+    le = re.search(r'(?:^|,)le="([^"]*)"', labels or "")
+    key = re.sub(r'(?:^|,)le="[^"]*"', "", labels or "")
+    if name.endswith("_bucket"):
+        if not le:
+            problems.append("line %d: bucket without le" % n)
+            return
+        bound = float("inf") if le.group(1) == "+Inf" else float(le.group(1))
+        seen = buckets.setdefault((name, key), [])
+        if seen and (bound <= seen[-1][0] or float(value) < seen[-1][1]):
+            problems.append("line %d: buckets not ascending and cumulative" % n)
+        seen.append((bound, float(value)))
+    elif name.endswith("_count"):
+        counts[(name[: -len("_count")] + "_bucket", key)] = (n, float(value))
 
 def start(family, n):
     global current
@@ -178,6 +199,12 @@ for n, line in enumerate(open(sys.argv[1]).read().split("\n")[:-1], 1):
     if (name, labels) in series:
         problems.append("line %d: series %s{%s} twice" % (n, name, labels))
     series.add((name, labels))
+    if types.get(family) == "histogram" and VALUE.match(value):
+        note_histogram(n, name, labels, value)
+for (name, key), (n, value) in counts.items():
+    seen = buckets.get((name, key), [])
+    if not seen or seen[-1][0] != float("inf") or seen[-1][1] != value:
+        problems.append("line %d: _count is not the +Inf bucket" % n)
 for name in set(helps) ^ set(types):
     problems.append("%s has only one of HELP and TYPE" % name)
 print("\n".join(problems))

@@ -1,0 +1,370 @@
+/* bulkhead-agent: the fleet's per-host agent (see agent.h for what it
+ * shares and with whom). `bulkhead agent`, `bulkhead set --fleet` and the
+ * fleet part of `bulkhead check` run this program, so that only it links
+ * hiredis and libmicrohttpd.
+ *
+ *   bulkhead-agent [run] [-c rules.ini] [--metrics HOST:PORT] [-v]
+ *   bulkhead-agent check [-c rules.ini]        can Redis be reached?
+ *   bulkhead-agent set-limit [-c rules.ini] NAME N */
+#include "agent.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { EXIT_USAGE = 2, CONNECT_TIMEOUT_MS = 1000, WAITER_GAP_MS = 50, TICK_MS = 20 };
+
+static volatile sig_atomic_t stopping;
+
+void agent_log(const char *format, ...)
+{
+    char line[1024];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(line, sizeof line, format, args);
+    va_end(args);
+    fprintf(stderr, "bulkhead agent: %s\n", line);
+}
+
+static int64_t clock_ns(clockid_t clock)
+{
+    struct timespec now;
+    clock_gettime(clock, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+static int64_t ms_ns(int ms) { return (int64_t)ms * 1000000; }
+
+static void config_error(void *ctx, const char *message)
+{
+    (void)ctx;
+    fprintf(stderr, "bulkhead agent: %s\n", message);
+}
+
+static int load_config(const char *given, struct bh_config *config)
+{
+    char path[4096];
+    if (given)
+        snprintf(path, sizeof path, "%s", given);
+    else if (bh_config_locate(path, sizeof path) < 0) {
+        agent_log("no rules file (-c FILE, $BULKHEAD_CONFIG, ~/.config/bulkhead/"
+                  "rules.ini or /etc/bulkhead/rules.ini)");
+        return -1;
+    }
+    if (bh_config_load(path, config, config_error, NULL) != 0)
+        return -1;
+    if (!config->fleet_url) {
+        agent_log("%s: no fleet = redis://... in [global]: nothing to lease", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* The fleet compartments, registered in the namespace. A new one starts
+ * at 0 on this host: it has no share until Redis grants one. */
+static int join(struct agent *agent)
+{
+    char why[256];
+    if (bh_namespace_open(agent->config.namespace_name, 1, &agent->ns, why,
+                          sizeof why) < 0) {
+        agent_log("%s", why);
+        return -1;
+    }
+    for (int i = 0; i < agent->config.compartment_count; i++) {
+        const struct bh_compartment *rules = &agent->config.compartments[i];
+        if (rules->fleet_limit == 0)
+            continue;
+        int live = 0, index = bh_compartment_register(&agent->ns, rules->name, 0, &live);
+        if (index < 0) {
+            agent_log("[%s]: cannot register: %s", rules->name, strerror(errno));
+            return -1;
+        }
+        agent->fleet[agent->count++] = (struct fleet_compartment){
+            .rules = rules, .index = index, .grant = live,
+            .state = BH_FLEET_FALLBACK };
+    }
+    if (agent->count == 0) {
+        agent_log("no compartment has fleet_limit: nothing to lease");
+        return -1;
+    }
+    return 0;
+}
+
+static void connect_redis(struct agent *agent, int64_t now)
+{
+    char why[512];
+    if (agent->redis || now < agent->next_connect_ns)
+        return;
+    agent->next_connect_ns = now + ms_ns(agent->config.fleet_refresh_ms);
+    agent->redis = bh_lease_connect(&agent->config, CONNECT_TIMEOUT_MS, why, sizeof why);
+    if (agent->redis && agent->outage_said) {
+        agent_log("Redis answers again");
+        agent->outage_said = 0;
+    } else if (!agent->redis && !agent->outage_said) {
+        agent_log("%s; each host keeps its grants until their leases end "
+                  "(%d ms), then falls to fleet_fallback", why,
+                  agent->config.fleet_lease_ms);
+        agent->outage_said = 1;
+    }
+}
+
+/* Redis out of reach past our lease: the fallback, but never more than the
+ * last grant. Blind to the other hosts, this one must not grow. */
+static int fallback(const struct agent *agent, const struct fleet_compartment *c)
+{
+    int split = c->rules->fleet_limit / (c->hosts_seen > 0 ? c->hosts_seen : 1);
+    int wanted = agent->config.fleet_fallback >= 0 ? agent->config.fleet_fallback : split;
+    return wanted < c->grant ? wanted : c->grant;
+}
+
+/* Publishes the fleet figures (first: a fresh lease must be in place
+ * before a raised limit can be used), then sets the live limit.
+ * limit_in_force and fleet_in_use are -1 when Redis did not say. */
+static void apply(struct agent *agent, struct fleet_compartment *c,
+                  int limit_in_force, int fleet_in_use)
+{
+    struct bh_compartment_view view;
+    if (bh_compartment_read(&agent->ns, c->index, &view) < 0)
+        return;
+    struct bh_fleet_view fleet = view.fleet;
+    fleet.grant = c->grant;
+    fleet.hosts = c->hosts_seen;
+    fleet.state = c->state;
+    /* Renewed here while we act; if we stop, it lapses (see agent.h). */
+    fleet.lease_until_ns = c->state == BH_FLEET_FALLBACK
+        ? clock_ns(CLOCK_MONOTONIC) + ms_ns(agent->config.fleet_lease_ms)
+        : c->lease_until_ns;
+    if (limit_in_force >= 0) {
+        fleet.limit = limit_in_force;
+        fleet.in_use = fleet_in_use;
+        fleet.updated_ns = clock_ns(CLOCK_REALTIME);
+    } else if (fleet.limit == 0) {
+        fleet.limit = c->rules->fleet_limit;
+    }
+    bh_compartment_set_fleet(&agent->ns, c->index, &fleet);
+    int target = c->grant < c->rules->limit ? c->grant : c->rules->limit;
+    if (view.limit == target)
+        return;
+    if (bh_compartment_set_limit(&agent->ns, c->index, target) < 0)
+        agent_log("[%s]: cannot set the limit to %d: %s", c->rules->name, target,
+                  strerror(errno));
+    else if (agent->verbose)
+        agent_log("[%s]: limit %d -> %d", c->rules->name, view.limit, target);
+}
+
+static void leased(struct agent *agent, struct fleet_compartment *c,
+                   const struct bh_lease_reply *reply, int64_t asked_at)
+{
+    if (reply->learning && c->state != BH_FLEET_LEARNING)
+        agent_log("[%s]: Redis lost its leases: learning mode for %d ms "
+                  "(every host is granted no more than it holds)", c->rules->name,
+                  agent->config.fleet_lease_ms);
+    c->grant = reply->grant;
+    c->hosts_seen = reply->hosts;
+    c->lease_until_ns = asked_at + ms_ns(agent->config.fleet_lease_ms);
+    c->state = reply->learning ? BH_FLEET_LEARNING : BH_FLEET_LEASED;
+    c->fallback_said = 0;
+    apply(agent, c, reply->limit, reply->fleet_in_use);
+}
+
+static void unleased(struct agent *agent, struct fleet_compartment *c, int64_t now)
+{
+    if (now < c->lease_until_ns) {
+        c->state = BH_FLEET_KEPT;
+    } else {
+        c->state = BH_FLEET_FALLBACK;
+        c->grant = fallback(agent, c);
+        if (!c->fallback_said)
+            agent_log("[%s]: lease ended without Redis: limit %d until it answers",
+                      c->rules->name, c->grant < c->rules->limit ? c->grant : c->rules->limit);
+        c->fallback_said = 1;
+    }
+    apply(agent, c, -1, -1);
+}
+
+static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t now)
+{
+    struct bh_compartment_view view;
+    char why[512];
+    c->last_refresh_ns = now;
+    c->next_refresh_ns = now + ms_ns(agent->config.fleet_refresh_ms);
+    if (bh_compartment_read(&agent->ns, c->index, &view) < 0)
+        return;
+    /* want: what is in use and waited for, and a little room to grow */
+    int holding = view.in_use, headroom = holding / 10 > 1 ? holding / 10 : 1;
+    struct bh_lease_reply reply;
+    connect_redis(agent, now);
+    if (agent->redis &&
+        bh_lease_call(agent->redis, &agent->config, c->rules,
+                      holding + view.waiting + headroom, holding, c->grant, &reply,
+                      why, sizeof why) == 0) {
+        leased(agent, c, &reply, now);
+        return;
+    }
+    if (agent->redis) {
+        bh_lease_close(agent->redis);
+        agent->redis = NULL;
+        if (!agent->outage_said)
+            agent_log("%s; keeping this host's grants until their leases end", why);
+        agent->outage_said = 1;
+    }
+    unleased(agent, c, now);
+    if (c->state == BH_FLEET_KEPT && c->lease_until_ns < c->next_refresh_ns)
+        c->next_refresh_ns = c->lease_until_ns;  /* fall back on time */
+}
+
+/* Waiters and no free permit: ask for more now, not at the next refresh. */
+static int starved(struct agent *agent, const struct fleet_compartment *c, int64_t now)
+{
+    struct bh_compartment_view view;
+    return now >= c->last_refresh_ns + ms_ns(WAITER_GAP_MS) &&
+           bh_compartment_read(&agent->ns, c->index, &view) == 0 &&
+           view.waiting > 0 && view.in_use >= view.limit;
+}
+
+static void on_signal(int signal_number)
+{
+    (void)signal_number;
+    stopping = 1;
+}
+
+static int run_loop(struct agent *agent)
+{
+    struct sigaction action = { .sa_handler = on_signal };
+    sigaction(SIGTERM, &action, NULL);
+    sigaction(SIGINT, &action, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct bh_fleet_address address;
+    char why[256];
+    bh_fleet_url_parse(agent->config.fleet_url, &address, why, sizeof why);
+    agent_log("host %s, Redis at %s:%d/%d, %d fleet compartment%s, refresh %d ms, "
+              "lease %d ms", agent->config.fleet_host, address.host, address.port,
+              address.db, agent->count, agent->count == 1 ? "" : "s",
+              agent->config.fleet_refresh_ms, agent->config.fleet_lease_ms);
+    while (!stopping) {
+        int64_t now = clock_ns(CLOCK_MONOTONIC);
+        for (int i = 0; i < agent->count; i++) {
+            struct fleet_compartment *c = &agent->fleet[i];
+            if (now >= c->next_refresh_ns || starved(agent, c, now))
+                refresh(agent, c, now);
+        }
+        struct timespec tick = { 0, TICK_MS * 1000000L };
+        nanosleep(&tick, NULL);
+    }
+    agent_log("stopping: this host's shares lapse with their leases");
+    return 0;
+}
+
+struct options {
+    const char *config_path;
+    const char *metrics;
+    int verbose;
+};
+
+static int parse_options(int argc, char **argv, struct options *options)
+{
+    static const struct option long_options[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "metrics", required_argument, NULL, 'm' },
+        { "verbose", no_argument, NULL, 'v' },
+        { NULL, 0, NULL, 0 },
+    };
+    int option;
+    while ((option = getopt_long(argc, argv, "+c:v", long_options, NULL)) != -1) {
+        if (option == 'c')
+            options->config_path = optarg;
+        else if (option == 'm')
+            options->metrics = optarg;
+        else if (option == 'v')
+            options->verbose = 1;
+        else
+            return -1;
+    }
+    return 0;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: bulkhead agent [-c rules.ini] [--metrics HOST:PORT] [-v]\n"
+                    "       bulkhead-agent check [-c rules.ini]\n"
+                    "       bulkhead-agent set-limit [-c rules.ini] NAME N\n");
+    return EXIT_USAGE;
+}
+
+static int check_redis(const struct bh_config *config)
+{
+    char why[512];
+    struct bh_lease_client *client = bh_lease_connect(config, CONNECT_TIMEOUT_MS,
+                                                      why, sizeof why);
+    if (!client) {
+        agent_log("%s", why);
+        return 1;
+    }
+    bh_lease_close(client);
+    return 0;
+}
+
+static int set_limit(const struct bh_config *config, const char *name, const char *value)
+{
+    char *end, why[512];
+    long limit = strtol(value, &end, 10);
+    int known = 0;
+    for (int i = 0; i < config->compartment_count; i++)
+        known |= strcmp(config->compartments[i].name, name) == 0 &&
+                 config->compartments[i].fleet_limit > 0;
+    if (*value == '\0' || *end != '\0' || limit < 1 || limit > 1000000) {
+        agent_log("set --fleet: limit=%s: not a whole number from 1 to 1000000", value);
+        return EXIT_USAGE;
+    }
+    if (!known) {
+        agent_log("set --fleet: [%s] is not a fleet compartment of these rules", name);
+        return 1;
+    }
+    struct bh_lease_client *client = bh_lease_connect(config, CONNECT_TIMEOUT_MS,
+                                                      why, sizeof why);
+    if (!client || bh_lease_set_limit(client, config, name, (int)limit, why,
+                                      sizeof why) < 0) {
+        agent_log("%s", why);
+        bh_lease_close(client);
+        return 1;
+    }
+    bh_lease_close(client);
+    printf("[%s]: fleet limit %ld, for every agent from its next refresh\n", name, limit);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *verb = argc > 1 && argv[1][0] != '-' ? argv[1] : "run";
+    int shift = argc > 1 && argv[1][0] != '-';
+    struct options options = { 0 };
+    if (parse_options(argc - shift, argv + shift, &options) < 0)
+        return usage();
+    static struct agent agent;
+    if (load_config(options.config_path, &agent.config) < 0)
+        return 1;
+    int rest = argc - shift - optind;
+    char **args = argv + shift + optind;
+    if (strcmp(verb, "check") == 0 && rest == 0)
+        return check_redis(&agent.config);
+    if (strcmp(verb, "set-limit") == 0 && rest == 2)
+        return set_limit(&agent.config, args[0], args[1]);
+    if (strcmp(verb, "run") != 0 || rest != 0)
+        return usage();
+    agent.verbose = options.verbose;
+    if (join(&agent) < 0)
+        return 1;
+    if (options.metrics && bh_metrics_start(options.metrics, &agent) < 0)
+        return 1;
+    int status = run_loop(&agent);
+    if (options.metrics)
+        bh_metrics_stop();
+    bh_lease_close(agent.redis);
+    return status;
+}

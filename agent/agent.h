@@ -1,0 +1,59 @@
+/* bulkhead agent: one per host; leases this host's share of each fleet
+ * compartment from Redis and makes it the host's live limit.
+ *
+ * What is shared, and who writes it:
+ *   - Redis (lease.lua): every host's lease of every fleet compartment;
+ *     written only by the script, atomically, one call per host per
+ *     compartment per refresh.
+ *   - The namespace (shim/permits): the live limit, written here through
+ *     bh_compartment_set_limit as `bulkhead set` does (raising frees
+ *     permits at once, lowering retires them as connections end); and the
+ *     fleet figures (bh_compartment_set_fleet), which `stat` and /metrics
+ *     read. Connects never wait on anything here: they take local permits.
+ *   - This process: struct agent, written by the main loop only. The
+ *     metrics thread reads the namespace, not this struct.
+ *
+ * When the agent dies, its lease in Redis runs out and the other hosts
+ * take its share; so that this host stops using it at the same moment, the
+ * agent renews a lease in the namespace too (fleet.lease_until_ns), and
+ * the first connect after it lapses lowers the limit to 0. */
+#ifndef BH_AGENT_H
+#define BH_AGENT_H
+
+#include <stdint.h>
+
+#include "config/config.h"
+#include "lease.h"
+#include "permits/permits.h"
+
+struct fleet_compartment {
+    const struct bh_compartment *rules;
+    int index;                 /* in the namespace */
+    int grant;                 /* last granted (or fallen back to) */
+    int hosts_seen;            /* live hosts at the last answer */
+    int64_t lease_until_ns;    /* our copy of the lease: from when we asked */
+    int64_t next_refresh_ns;
+    int64_t last_refresh_ns;
+    enum bh_fleet_state state;
+    int fallback_said;         /* this outage's fallback line was logged */
+};
+
+struct agent {
+    struct bh_config config;
+    struct bh_namespace ns;
+    struct fleet_compartment fleet[BH_MAX_COMPARTMENTS];
+    int count;
+    struct bh_lease_client *redis;
+    int64_t next_connect_ns;
+    int outage_said;           /* the unreachable line was logged */
+    int verbose;
+};
+
+/* Metrics over HTTP (metrics.c): starts a server thread answering
+ * GET /metrics at address "HOST:PORT". 0, or -1 once reported. */
+int bh_metrics_start(const char *address, struct agent *agent);
+void bh_metrics_stop(void);
+
+void agent_log(const char *format, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,198 @@
+/* Redis for the lease protocol, through hiredis (synchronous, with
+ * timeouts: the agent has nothing else to do while it waits, and a Redis
+ * that hangs must not hang it past its refresh).
+ *
+ * Keys, per namespace and compartment, with a hash tag so that both keys
+ * of a compartment live on one Redis Cluster shard:
+ *   bulkhead:{NAMESPACE/COMPARTMENT}:hosts   the live hosts' leases
+ *   bulkhead:{NAMESPACE/COMPARTMENT}:meta    the live fleet limit, learning mode */
+#include "lease.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "lease_lua.h"  /* LEASE_LUA: lease.lua as a C string (Makefile) */
+
+struct bh_lease_client {
+    redisContext *redis;
+    char sha[41];
+};
+
+static struct timeval ms_to_timeval(int ms)
+{
+    return (struct timeval){ ms / 1000, (ms % 1000) * 1000 };
+}
+
+/* The password file's first line. 0, or -1 with why. */
+static int read_password(const char *path, char *out, size_t outlen,
+                         char *why, size_t whylen)
+{
+    FILE *file = fopen(path, "re");
+    if (!file) {
+        snprintf(why, whylen, "fleet_password_file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!fgets(out, (int)outlen, file))
+        out[0] = '\0';
+    fclose(file);
+    out[strcspn(out, "\r\n")] = '\0';
+    return 0;
+}
+
+/* Runs a command; the reply, or NULL with why (an error reply included). */
+static redisReply *command(struct bh_lease_client *client, char *why, size_t whylen,
+                           const char *what, int argc, const char **argv)
+{
+    redisReply *reply = redisCommandArgv(client->redis, argc, argv, NULL);
+    if (!reply) {
+        snprintf(why, whylen, "%s: %s", what, client->redis->errstr[0]
+                 ? client->redis->errstr : "no answer");
+        return NULL;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(why, whylen, "%s: %s", what, reply->str);
+        freeReplyObject(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+static int simple(struct bh_lease_client *client, char *why, size_t whylen,
+                  const char *what, int argc, const char **argv)
+{
+    redisReply *reply = command(client, why, whylen, what, argc, argv);
+    if (!reply)
+        return -1;
+    if (reply->type == REDIS_REPLY_STRING && argc >= 2 &&
+        strcmp(argv[0], "SCRIPT") == 0)
+        snprintf(client->sha, sizeof client->sha, "%s", reply->str);
+    freeReplyObject(reply);
+    return 0;
+}
+
+static int log_in(struct bh_lease_client *client, const struct bh_config *config,
+                  int db, char *why, size_t whylen)
+{
+    if (config->fleet_password_file) {
+        char password[512];
+        if (read_password(config->fleet_password_file, password, sizeof password,
+                          why, whylen) < 0)
+            return -1;
+        const char *auth[] = { "AUTH", password };
+        int rc = simple(client, why, whylen, "AUTH", 2, auth);
+        memset(password, 0, sizeof password);
+        if (rc < 0)
+            return -1;
+    }
+    char number[16];
+    snprintf(number, sizeof number, "%d", db);
+    const char *select[] = { "SELECT", number };
+    const char *load[] = { "SCRIPT", "LOAD", LEASE_LUA };
+    if (simple(client, why, whylen, "SELECT", 2, select) < 0)
+        return -1;
+    return simple(client, why, whylen, "SCRIPT LOAD", 3, load);
+}
+
+struct bh_lease_client *bh_lease_connect(const struct bh_config *config,
+                                         int timeout_ms, char *why, size_t whylen)
+{
+    struct bh_fleet_address address;
+    char reason[256];
+    if (bh_fleet_url_parse(config->fleet_url, &address, reason, sizeof reason) < 0) {
+        snprintf(why, whylen, "fleet = %s: %s", config->fleet_url, reason);
+        return NULL;
+    }
+    struct bh_lease_client *client = calloc(1, sizeof *client);
+    if (!client) {
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    client->redis = redisConnectWithTimeout(address.host, address.port,
+                                            ms_to_timeval(timeout_ms));
+    if (!client->redis || client->redis->err) {
+        snprintf(why, whylen, "cannot reach Redis at %s:%d: %s", address.host,
+                 address.port, client->redis ? client->redis->errstr : "out of memory");
+        bh_lease_close(client);
+        return NULL;
+    }
+    redisSetTimeout(client->redis, ms_to_timeval(timeout_ms));
+    if (log_in(client, config, address.db, reason, sizeof reason) < 0) {
+        snprintf(why, whylen, "Redis at %s:%d: %s", address.host, address.port, reason);
+        bh_lease_close(client);
+        return NULL;
+    }
+    return client;
+}
+
+void bh_lease_close(struct bh_lease_client *client)
+{
+    if (!client)
+        return;
+    if (client->redis)
+        redisFree(client->redis);
+    free(client);
+}
+
+static void keys_of(const struct bh_config *config, const char *compartment,
+                    char hosts[256], char meta[256])
+{
+    snprintf(hosts, 256, "bulkhead:{%s/%s}:hosts", config->namespace_name, compartment);
+    snprintf(meta, 256, "bulkhead:{%s/%s}:meta", config->namespace_name, compartment);
+}
+
+static int integer_at(const redisReply *reply, size_t i)
+{
+    return i < reply->elements && reply->element[i]->type == REDIS_REPLY_INTEGER
+               ? (int)reply->element[i]->integer : -1;
+}
+
+int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config,
+                  const struct bh_compartment *compartment, int want, int holding,
+                  int previous_grant, struct bh_lease_reply *out,
+                  char *why, size_t whylen)
+{
+    char hosts[256], meta[256], args[5][16];
+    keys_of(config, compartment->name, hosts, meta);
+    snprintf(args[0], 16, "%d", want);
+    snprintf(args[1], 16, "%d", holding);
+    snprintf(args[2], 16, "%d", previous_grant);
+    snprintf(args[3], 16, "%d", config->fleet_lease_ms);
+    snprintf(args[4], 16, "%d", compartment->fleet_limit);
+    const char *argv[] = { "EVALSHA", client->sha, "2", hosts, meta,
+                           config->fleet_host, args[0], args[1], args[2], args[3],
+                           args[4] };
+    redisReply *reply = command(client, why, whylen, "lease", 11, argv);
+    if (!reply && strstr(why, "NOSCRIPT")) {  /* Redis restarted: load it again */
+        const char *load[] = { "SCRIPT", "LOAD", LEASE_LUA };
+        if (simple(client, why, whylen, "SCRIPT LOAD", 3, load) == 0)
+            reply = command(client, why, whylen, "lease", 11, argv);
+    }
+    if (!reply)
+        return -1;
+    int ok = reply->type == REDIS_REPLY_ARRAY && reply->elements == 5;
+    *out = (struct bh_lease_reply){ integer_at(reply, 0), integer_at(reply, 1),
+                                    integer_at(reply, 2), integer_at(reply, 3),
+                                    integer_at(reply, 4) };
+    freeReplyObject(reply);
+    if (!ok || out->grant < 0) {
+        snprintf(why, whylen, "lease: unexpected answer from Redis");
+        return -1;
+    }
+    return 0;
+}
+
+int bh_lease_set_limit(struct bh_lease_client *client, const struct bh_config *config,
+                       const char *compartment, int limit, char *why, size_t whylen)
+{
+    char hosts[256], meta[256], number[16];
+    keys_of(config, compartment, hosts, meta);
+    snprintf(number, sizeof number, "%d", limit);
+    const char *argv[] = { "HSET", meta, "limit", number };
+    return simple(client, why, whylen, "HSET", 4, argv);
+}

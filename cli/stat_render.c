@@ -1,0 +1,239 @@
+/* Prometheus text exposition of a namespace (see stat_render.h). */
+#include "stat_render.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+/* One sample per compartment. Entries of one family (a summary's _sum and
+ * _count) follow each other and share one HELP and TYPE line. */
+struct metric {
+    const char *family;
+    const char *suffix;    /* of the sample name, after the family */
+    const char *type;
+    const char *help;
+    int64_t (*read)(const struct bh_stat_row *row);
+    int nanoseconds;       /* read() gives ns, shown in seconds */
+    int fleet_only;        /* only compartments with a fleet_limit */
+};
+
+#define VIEW_READER(name, expression)                                          \
+    static int64_t read_##name(const struct bh_stat_row *row)                  \
+    {                                                                          \
+        const struct bh_compartment_view *v = &row->view;                      \
+        const struct bh_breaker_view *b = &row->breaker;                       \
+        (void)v, (void)b;                                                      \
+        return (int64_t)(expression);                                          \
+    }
+VIEW_READER(limit, v->limit)
+VIEW_READER(in_use, v->in_use)
+VIEW_READER(waiting, v->waiting)
+VIEW_READER(peak, v->peak)
+VIEW_READER(acquired, v->acquired)
+VIEW_READER(rejected, v->rejected)
+VIEW_READER(timed_out, v->timed_out)
+VIEW_READER(wait_total, v->wait_ns_total)
+VIEW_READER(waits, v->waits)
+VIEW_READER(wait_max, v->wait_ns_max)
+VIEW_READER(breaker_state, b->state)
+VIEW_READER(breaker_forced, b->forced)
+VIEW_READER(breaker_since, b->since_ns)
+VIEW_READER(breaker_opened, b->opened)
+VIEW_READER(breaker_refused, b->refused)
+VIEW_READER(connect_failures, v->connect_failures)
+VIEW_READER(connect_timeouts, v->connect_timeouts)
+VIEW_READER(io_timeouts, v->io_timeouts)
+VIEW_READER(fleet_limit, v->fleet.limit)
+VIEW_READER(fleet_grant, v->fleet.grant)
+VIEW_READER(fleet_in_use, v->fleet.in_use)
+VIEW_READER(fleet_hosts, v->fleet.hosts)
+VIEW_READER(fleet_state, v->fleet.state)
+
+static const struct metric metrics[] = {
+    { "bulkhead_permits_limit", "", "gauge",
+      "Live limit of the compartment: permits, i.e. concurrent connections.",
+      read_limit, 0, 0 },
+    { "bulkhead_permits_in_use", "", "gauge",
+      "Permits held now (connections open or being opened).", read_in_use, 0, 0 },
+    { "bulkhead_waiters", "", "gauge", "Connects waiting for a permit now.",
+      read_waiting, 0, 0 },
+    { "bulkhead_permits_peak", "", "gauge", "Most permits ever in use at once.",
+      read_peak, 0, 0 },
+    { "bulkhead_acquired_total", "", "counter", "Permits granted.", read_acquired, 0, 0 },
+    { "bulkhead_rejected_total", "", "counter",
+      "connect() calls refused at once because the compartment was full (no "
+      "wait allowed, or too many waiters); calls, not connections nor processes.",
+      read_rejected, 0, 0 },
+    { "bulkhead_timed_out_total", "", "counter",
+      "connect() calls that waited wait_ms for a permit, then were refused.",
+      read_timed_out, 0, 0 },
+    { "bulkhead_wait_seconds", "_sum", "summary",
+      "Time spent waiting by connects that waited and got a permit.",
+      read_wait_total, 1, 0 },
+    { "bulkhead_wait_seconds", "_count", NULL, NULL, read_waits, 0, 0 },
+    { "bulkhead_wait_max_seconds", "", "gauge",
+      "Longest wait for a permit that was granted.", read_wait_max, 1, 0 },
+    { "bulkhead_breaker_state", "", "gauge",
+      "The circuit breaker: 0 closed, 1 open, 2 half-open (one probe goes through).",
+      read_breaker_state, 0, 0 },
+    { "bulkhead_breaker_forced", "", "gauge",
+      "1 while the breaker is held open by bulkhead set NAME breaker=open.",
+      read_breaker_forced, 0, 0 },
+    { "bulkhead_breaker_changed_seconds", "", "gauge",
+      "Unix time of the breaker's last change of state; 0 if it never changed.",
+      read_breaker_since, 1, 0 },
+    { "bulkhead_breaker_opened_total", "", "counter",
+      "Times the breaker opened (reopenings after a failed probe included).",
+      read_breaker_opened, 0, 0 },
+    { "bulkhead_breaker_refusals_total", "", "counter",
+      "connect() calls refused because the breaker was open or half-open.",
+      read_breaker_refused, 0, 0 },
+    { "bulkhead_connect_failures_total", "", "counter",
+      "Counted connects that failed: refused, unreachable, timed out or reset.",
+      read_connect_failures, 0, 0 },
+    { "bulkhead_connect_timeouts_total", "", "counter",
+      "Counted connects that failed with ETIMEDOUT (connect_timeout_ms included).",
+      read_connect_timeouts, 0, 0 },
+    { "bulkhead_io_timeouts_total", "", "counter",
+      "io_timeout_ms expiries on counted connections.", read_io_timeouts, 0, 0 },
+    { "bulkhead_fleet_limit", "", "gauge", "The fleet-wide limit in force.",
+      read_fleet_limit, 0, 1 },
+    { "bulkhead_fleet_grant", "", "gauge", "This host's share of the fleet limit.",
+      read_fleet_grant, 0, 1 },
+    { "bulkhead_fleet_in_use", "", "gauge",
+      "Permits in use across the fleet, as Redis last said.", read_fleet_in_use, 0, 1 },
+    { "bulkhead_fleet_hosts", "", "gauge", "Live hosts sharing the compartment.",
+      read_fleet_hosts, 0, 1 },
+    { "bulkhead_fleet_state", "", "gauge",
+      "0 leased, 1 learning (Redis restarted), 2 kept (Redis unreachable, "
+      "lease running), 3 fallback (Redis unreachable past the lease).",
+      read_fleet_state, 0, 1 },
+};
+
+static void print_label_value(FILE *out, const char *text)
+{
+    for (const char *c = text; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            fprintf(out, "\\%c", *c);
+        else if (*c == '\n')
+            fputs("\\n", out);
+        else
+            fputc(*c, out);
+    }
+}
+
+static void print_labels(FILE *out, const char *namespace_name, const char *name)
+{
+    fputs("namespace=\"", out);
+    print_label_value(out, namespace_name);
+    fputs("\",compartment=\"", out);
+    print_label_value(out, name);
+    fputc('"', out);
+}
+
+static void print_sample(FILE *out, const struct metric *metric,
+                         const char *namespace_name, const struct bh_stat_row *row)
+{
+    fprintf(out, "%s%s{", metric->family, metric->suffix);
+    print_labels(out, namespace_name, row->view.name);
+    int64_t value = metric->read(row);
+    if (metric->nanoseconds)
+        fprintf(out, "} %.9f\n", (double)value / 1e9);
+    else
+        fprintf(out, "} %" PRId64 "\n", value);
+}
+
+static const struct bh_histogram_view *connect_time(const struct bh_stat_row *row)
+{
+    return &row->view.connect_time;
+}
+
+static const struct bh_histogram_view *hold_time(const struct bh_stat_row *row)
+{
+    return &row->view.hold_time;
+}
+
+/* Buckets cumulative, as Prometheus wants them, ending in +Inf = _count. */
+static void print_histogram(FILE *out, const char *family, const char *help,
+                            const struct bh_histogram_view *(*of)(const struct bh_stat_row *),
+                            const char *namespace_name,
+                            const struct bh_stat_row *rows, int count)
+{
+    fprintf(out, "# HELP %s %s\n# TYPE %s histogram\n", family, help, family);
+    for (int i = 0; i < count; i++) {
+        const struct bh_histogram_view *histogram = of(&rows[i]);
+        uint64_t cumulative = 0;
+        for (int b = 0; b <= BH_HISTOGRAM_BUCKETS; b++) {
+            cumulative += histogram->buckets[b];
+            fprintf(out, "%s_bucket{", family);
+            print_labels(out, namespace_name, rows[i].view.name);
+            if (b < BH_HISTOGRAM_BUCKETS)
+                fprintf(out, ",le=\"%g\"} %" PRIu64 "\n",
+                        (double)bh_histogram_bounds_us[b] / 1e6, cumulative);
+            else
+                fprintf(out, ",le=\"+Inf\"} %" PRIu64 "\n", cumulative);
+        }
+        fprintf(out, "%s_sum{", family);
+        print_labels(out, namespace_name, rows[i].view.name);
+        fprintf(out, "} %.9f\n%s_count{", (double)histogram->sum_ns / 1e9, family);
+        print_labels(out, namespace_name, rows[i].view.name);
+        fprintf(out, "} %" PRIu64 "\n", cumulative);
+    }
+}
+
+static int any_fleet(const struct bh_stat_row *rows, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (rows[i].view.fleet.limit > 0)
+            return 1;
+    return 0;
+}
+
+void bh_stat_prometheus(FILE *out, const char *namespace_name,
+                        const struct bh_stat_row *rows, int count)
+{
+    int fleet = any_fleet(rows, count);
+    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
+        const struct metric *metric = &metrics[m];
+        if (metric->fleet_only && !fleet)
+            continue;
+        if (metric->help)
+            fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", metric->family, metric->help,
+                    metric->family, metric->type);
+        for (int i = 0; i < count; i++)
+            if (!metric->fleet_only || rows[i].view.fleet.limit > 0)
+                print_sample(out, metric, namespace_name, &rows[i]);
+    }
+    print_histogram(out, "bulkhead_connect_seconds",
+                    "Counted connects, from the connect to established, as the "
+                    "program learned it.", connect_time, namespace_name, rows, count);
+    print_histogram(out, "bulkhead_hold_seconds",
+                    "Permits, from taken to given back.", hold_time, namespace_name,
+                    rows, count);
+}
+
+int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row)
+{
+    if (bh_compartment_read(ns, index, &row->view) < 0)
+        return -1;
+    bh_breaker_read(ns, index, &row->breaker);
+    return 0;
+}
+
+int bh_stat_write_prometheus(FILE *out, struct bh_namespace *ns,
+                             const char *namespace_name)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    if (count > BH_MAX_COMPARTMENTS)
+        count = BH_MAX_COMPARTMENTS;
+    struct bh_stat_row *rows = calloc(count ? count : 1, sizeof *rows);
+    if (!rows)
+        return -1;
+    int rc = 0;
+    for (uint32_t i = 0; i < count && rc == 0; i++)
+        rc = bh_stat_read_row(ns, (int)i, &rows[i]);
+    if (rc == 0)
+        bh_stat_prometheus(out, namespace_name, rows, (int)count);
+    free(rows);
+    return rc;
+}
