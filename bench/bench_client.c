@@ -1,8 +1,10 @@
 /* bench_client: the load the benchmark puts through the shim (or not).
  *
  *   connect_close HOST PORT N        socket, SO_LINGER {1,0}, connect, close
- *   pingpong HOST PORT N [send|msg]  64-byte round trips on one connection,
- *                                    with send/recv or sendmsg/recvmsg
+ *   pingpong HOST PORT N [send|msg|rw]
+ *                                    64-byte round trips on one connection,
+ *                                    with send/recv, sendmsg/recvmsg or
+ *                                    write/read
  *   request HOST PORT N              connect, 64 bytes out, 64 back, close
  *   contend HOST PORT procs|threads W DURATION_MS
  *                                    W workers loop for DURATION_MS: connect,
@@ -15,6 +17,12 @@
  *                                    exit() or _exit() without closing; one
  *                                    line per trial from the server's view:
  *                                    trial=I lead_ns=L open=O
+ *   alternate HOST PORT DEAD_PORT    forever, until killed: a request to
+ *                                    PORT, the hold port (connect, its one
+ *                                    byte, close), then a connect to
+ *                                    DEAD_PORT with no deadline of its own;
+ *                                    after each of them one line:
+ *                                    healthy=H dead_refused=R dead_timed_out=T
  *   getpid N                         N getpid() calls (the close path's
  *                                    owner check), timed: ns_per_op=F
  *   nsstat KEY                       a namespace's counters, from its shm;
@@ -155,13 +163,24 @@ static void round_trip_msg(int fd, char *buf)
         fail("recvmsg");
 }
 
+static void round_trip_rw(int fd, char *buf)
+{
+    if (write(fd, buf, PAYLOAD) != PAYLOAD)
+        fail("write");
+    for (ssize_t got = 0, n; got < PAYLOAD; got += n)
+        if ((n = read(fd, buf + got, (size_t)(PAYLOAD - got))) <= 0)
+            fail("read");
+}
+
 static int mode_pingpong(long n, const char *api)
 {
     void (*trip)(int, char *) = round_trip_send;
     if (api && strcmp(api, "msg") == 0)
         trip = round_trip_msg;
+    else if (api && strcmp(api, "rw") == 0)
+        trip = round_trip_rw;
     else if (api && strcmp(api, "send") != 0) {
-        fprintf(stderr, "bench_client: api is send or msg\n");
+        fprintf(stderr, "bench_client: api is send, msg or rw\n");
         return 2;
     }
     int fd = open_connection();
@@ -202,6 +221,40 @@ static void request_loop(long n)
             fail("recv");
         }
         close(fd);
+    }
+}
+
+/* ---- alternate ------------------------------------------------------------ */
+
+/* A worker of a legacy service: every round serves a request from a
+ * healthy downstream, then tries a dead one, with no deadline of its own. */
+static _Noreturn void mode_alternate(const char *host, const char *dead_port)
+{
+    struct sockaddr_storage healthy = dest;
+    socklen_t healthy_len = dest_len;
+    parse_dest(host, dead_port);
+    struct sockaddr_storage dead = dest;
+    socklen_t dead_len = dest_len;
+    long served = 0, refused = 0, timed_out = 0;
+    for (;;) {
+        dest = healthy;
+        dest_len = healthy_len;
+        char byte;
+        int fd = open_connection();
+        if (fd < 0 || recv(fd, &byte, 1, 0) != 1)
+            fail("the healthy server");
+        close(fd);
+        served++;
+        printf("healthy=%ld dead_refused=%ld dead_timed_out=%ld\n", served, refused,
+               timed_out);
+        fd = socket(dead.ss_family, SOCK_STREAM, 0);
+        if (fd < 0)
+            fail("socket");
+        if (connect(fd, (struct sockaddr *)&dead, dead_len) < 0)
+            errno == ETIMEDOUT ? timed_out++ : refused++;
+        close(fd);
+        printf("healthy=%ld dead_refused=%ld dead_timed_out=%ld\n", served, refused,
+               timed_out);
     }
 }
 
@@ -551,7 +604,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench_client connect_close HOST PORT N\n"
-            "       bench_client pingpong HOST PORT N [send|msg]\n"
+            "       bench_client pingpong HOST PORT N [send|msg|rw]\n"
+            "       bench_client alternate HOST PORT DEAD_PORT\n"
             "       bench_client request HOST PORT N\n"
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
             "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
@@ -582,6 +636,8 @@ int main(int argc, char **argv)
         return mode_pingpong(atol(argv[4]), argc > 5 ? argv[5] : "send");
     if (strcmp(mode, "request") == 0)
         return mode_request(atol(argv[4]));
+    if (strcmp(mode, "alternate") == 0)
+        mode_alternate(argv[2], argv[4]);
     if (strcmp(mode, "contend") == 0 && argc >= 7)
         return mode_contend(argv[4], atoi(argv[5]), atoi(argv[6]));
     usage();

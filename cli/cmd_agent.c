@@ -73,7 +73,11 @@ const char *cli_fleet_state_name(enum bh_fleet_state state)
 
 static int agent_command(int argc, char **argv)
 {
-    (void)argc;
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            cli_print_help(&cli_agent_command);
+            return CLI_OK;
+        }
     return cli_agent_exec(argv);
 }
 

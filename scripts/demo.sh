@@ -2,6 +2,9 @@
 # demo: ten curls at a slow local server, first as they are, then under
 # bulkhead with rules.ini.example (compartment local-demo: limit 3, fail
 # fast, 127.0.0.1:18080). The server counts what really reaches it.
+# Then a dead downstream: workers alternate a healthy server and a
+# blackholed one, without the shim, with a limit, and with a limit,
+# connect_timeout_ms and the breaker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +27,8 @@ command -v curl >/dev/null || die "curl is not installed (make deps)"
 
 tmp=$(mktemp -d)
 server_pid=
+hole_pid=
+workers=()
 
 stop_server() {
     if [[ -n "$server_pid" ]]; then
@@ -34,8 +39,11 @@ stop_server() {
 }
 
 cleanup() {
+    stop_workers
     stop_server
+    [[ -z "$hole_pid" ]] || kill "$hole_pid" 2>/dev/null || true
     "$BULKHEAD" reset --force -n "$NAMESPACE" >/dev/null 2>&1 || true
+    "$BULKHEAD" reset --force -n "$NAMESPACE-dead" >/dev/null 2>&1 || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -43,7 +51,7 @@ trap cleanup EXIT
 start_server() {
     rm -f "$tmp/ready" "$tmp/stats"
     python3 tests/server/holdserver.py --host 127.0.0.1 --port "$PORT" \
-        --hold-ms "$HOLD_MS" --ready "$tmp/ready" --stats "$tmp/stats" \
+        --hold-ms "${1:-$HOLD_MS}" --ready "$tmp/ready" --stats "$tmp/stats" \
         --lifetime 120 2>"$tmp/server.log" &
     server_pid=$!
     local i
@@ -117,3 +125,80 @@ else
     echo "Unexpected: the compartment did not hold (max $max)." >&2
     exit 1
 fi
+
+# ---- a dead downstream ---------------------------------------------------
+
+WORKERS=20
+SECONDS_EACH=6
+
+stop_workers() {
+    local pid
+    for pid in "${workers[@]}"; do
+        pkill -KILL -P "$pid" 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    workers=()
+}
+
+# worker LABEL I: forever, a request to the healthy server, then one to the
+# dead one; curl's defaults, no timeouts of its own. Notes each healthy one.
+worker() {
+    while :; do
+        curl -s -o /dev/null --noproxy '*' "http://127.0.0.1:$PORT/" &&
+            echo >>"$tmp/served.$1"
+        curl -s -o /dev/null --noproxy '*' "http://127.0.0.1:$DEAD/" || true
+    done
+}
+
+# round LABEL [env...]: WORKERS workers for SECONDS_EACH; sets served.
+round() {
+    local label=$1 i
+    shift
+    : >"$tmp/served.$label"
+    for ((i = 0; i < WORKERS; i++)); do
+        env "$@" bash -c "$(declare -f worker); PORT=$PORT DEAD=$DEAD tmp=$tmp worker $label" &
+        workers+=($!)
+    done
+    sleep "$SECONDS_EACH"
+    stop_workers
+    served=$(wc -l <"$tmp/served.$label")
+}
+
+dead_rules() {  # dead_rules FILE [extra keys...]
+    local file=$1
+    shift
+    {
+        printf '[global]\nnamespace = %s-dead\nlog = error\n\n' "$NAMESPACE"
+        printf '[dead]\nlimit = 4\nwait_ms = 0\nmatch = 127.0.0.1:%s\n' "$DEAD"
+        printf '%s\n' "$@"
+    } >"$file"
+}
+
+python3 tests/server/blackhole.py --ready "$tmp/hole" --lifetime 120 2>/dev/null &
+hole_pid=$!
+for ((i = 0; i < 250; i++)); do
+    [[ -s "$tmp/hole" ]] && break
+    sleep 0.02
+done
+[[ -s "$tmp/hole" ]] || die "the blackhole did not start"
+DEAD=$(cat "$tmp/hole")
+dead_rules "$tmp/limit.ini"
+dead_rules "$tmp/breaker.ini" "connect_timeout_ms = 1000" "breaker_failures = 3" \
+    "breaker_open_ms = 2000"
+
+echo "A dead downstream: $WORKERS workers, each alternating a request to a healthy"
+echo "server (127.0.0.1:$PORT, answers at once) and one to a blackholed server"
+echo "(127.0.0.1:$DEAD, never answers a SYN), with curl's defaults: no timeouts."
+echo "Healthy requests served in $SECONDS_EACH s:"
+start_server 0
+round none
+printf '  %-58s %6d\n' "without bulkhead (every worker ends up stuck)" "$served"
+round limit LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/limit.ini"
+printf '  %-58s %6d\n' "limit 4 on the dead one (4 workers stuck, the rest serve)" "$served"
+"$BULKHEAD" reset --force -n "$NAMESPACE-dead" >/dev/null 2>&1 || true
+round breaker LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/breaker.ini"
+printf '  %-58s %6d\n' "limit 4 + connect_timeout_ms 1000 + breaker (none stuck)" "$served"
+stop_server
+echo
+echo "A dead downstream costs milliseconds, not workers."

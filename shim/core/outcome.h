@@ -45,30 +45,26 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
         ssize_t result_ = (call);                                              \
         bh_outcome_after_io(fd, watch_, result_, receive, flags); })
 
-/* The same, for hooks that do more than send or receive: an fd with no
- * watch bits goes straight to `call`. */
-#define BH_IO(fd, receive, flags, call) __extension__ ({                       \
-        uint32_t io_watch_ = bh_fd_watched(fd);                                \
-        __builtin_expect(!io_watch_, 1)                                        \
-            ? (call) : BH_WATCHED_IO(fd, io_watch_, receive, flags, call); })
-
-/* A hook whose every call is a send or a receive, as two functions: the
- * fast path, bh_NAME, is the inline lookup of the fd's watch bits and a
- * tail jump to libc when there are none (no connection, or one with
- * nothing left to learn), with no stack frame of its own; the watched
- * path is out of line. */
-#define BH_IO_HOOK(name, receive, flags, params, args)                         \
-    static __attribute__((noinline)) ssize_t bh_##name##_watched params        \
+/* A send or a receive as two functions: the fast path, FAST, is the inline
+ * lookup of the fd's watch bits and a tail jump to libc_NAME when there
+ * are none (no connection, or one with nothing left to learn), with no
+ * stack frame of its own; the watched path, FAST_watched, is out of line. */
+#define BH_IO_FUNCTIONS(fast, name, receive, flags, params, args)              \
+    static __attribute__((noinline)) ssize_t fast##_watched params             \
     {                                                                          \
         return BH_WATCHED_IO(fd, bh_fd_watched(fd), receive, flags,            \
                              libc_##name args);                                \
     }                                                                          \
-    static inline ssize_t bh_##name params                                     \
+    static inline ssize_t fast params                                          \
     {                                                                          \
         if (__builtin_expect(!bh_fd_watched(fd), 1))                           \
             return libc_##name args;                                           \
-        return bh_##name##_watched args;                                       \
+        return fast##_watched args;                                            \
     }
+
+/* A hook whose every call is a send or a receive: bh_NAME. */
+#define BH_IO_HOOK(name, receive, flags, params, args)                         \
+    BH_IO_FUNCTIONS(bh_##name, name, receive, flags, params, args)
 
 /* getsockopt(SO_ERROR) read err on a connection being connected. */
 void bh_outcome_so_error(int fd, int err);

@@ -50,7 +50,11 @@ enum {
 /* id + 1 shifted past the kind must fit 32 bits. */
 #define MAX_CONNECTIONS ((1u << 30) - 1)
 
-/* Named for the inline bh_fd_watched() in fd_table.h, which reads them. */
+/* Named for the inline bh_fd_watched() in fd_table.h, which reads them.
+ * The first chunk, fds 0 to 4095 (nearly every program's all), is static:
+ * the hooks reach it without a pointer to load and test. It is chunk 0
+ * once anything there is tracked. */
+_Atomic uint32_t bh_fd_first[CHUNK_SIZE];
 _Atomic(_Atomic uint32_t *) bh_fd_entries[FD_CHUNKS];
 _Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
 #define fd_entries bh_fd_entries
@@ -92,12 +96,19 @@ static inline void *chunk_for(void *_Atomic *chunks, unsigned index,
     return map_chunk(slot, item_size);
 }
 
-/* The first entry of an fd chunk: map it, and let scans reach it. */
+/* The first entry of an fd chunk: map it (chunk 0 is bh_fd_first), and
+ * let scans reach it. */
 __attribute__((noinline))
 static _Atomic uint32_t *map_fd_chunk(unsigned fd)
 {
-    _Atomic uint32_t *chunk = map_chunk((void *_Atomic *)&fd_entries[fd >> CHUNK_BITS],
-                                        sizeof *chunk);
+    _Atomic uint32_t *chunk = NULL;
+    if (fd >> CHUNK_BITS == 0 &&
+        !atomic_compare_exchange_strong(&fd_entries[0], &chunk, bh_fd_first))
+        return chunk;  /* set already */
+    if (fd >> CHUNK_BITS == 0)
+        chunk = bh_fd_first;
+    else
+        chunk = map_chunk((void *_Atomic *)&fd_entries[fd >> CHUNK_BITS], sizeof *chunk);
     unsigned in_use = atomic_load(&fd_chunks_in_use);
     unsigned needed = (fd >> CHUNK_BITS) + 1;
     while (chunk && in_use < needed &&

@@ -86,9 +86,9 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx);
 
 /* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
- * it carries no connection. A chunk load and an entry load for an fd
- * without a connection, two more loads for one with. The layout below is
- * here only for this function; fd_table.c alone writes it. */
+ * it carries no connection. One load for an fd below 4096 without a
+ * connection, two more for one with. The layout below is here only for
+ * this function; fd_table.c alone writes it. */
 enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
 struct bh_fd_connection {
     _Atomic uint32_t refs;
@@ -96,19 +96,33 @@ struct bh_fd_connection {
     _Atomic uint32_t watch;     /* the caller's bits (outcome.h) */
     _Atomic int64_t since_ns;   /* the caller's clock, at attach */
 };
+extern _Atomic uint32_t bh_fd_first[];
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
 extern _Atomic(struct bh_fd_connection *) bh_fd_connections[];
-static inline uint32_t bh_fd_watched(int fd)
+/* fd's entry: its kind and its connection id + 1 above BH_FD_KIND_BITS. */
+static inline uint32_t bh_fd_entry(int fd)
 {
     enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
+    if (__builtin_expect((unsigned)fd <= MASK, 1))
+        return atomic_load_explicit(&bh_fd_first[fd], memory_order_relaxed);
     /* A negative fd lands in the upper half of the chunk table, which is
      * never mapped: no test needed. */
     _Atomic uint32_t *chunk = atomic_load_explicit(
         &bh_fd_entries[(unsigned)fd >> BH_FD_CHUNK_BITS], memory_order_acquire);
-    if (!chunk)
-        return 0;
-    uint32_t id_plus_one = atomic_load_explicit(&chunk[(unsigned)fd & MASK],
-                                                memory_order_relaxed) >> BH_FD_KIND_BITS;
+    return chunk ? atomic_load_explicit(&chunk[(unsigned)fd & MASK], memory_order_relaxed)
+                 : 0;
+}
+
+/* Nonzero when fd carries a counted connection: close's fast path. */
+static inline int bh_fd_has_connection(int fd)
+{
+    return (bh_fd_entry(fd) >> BH_FD_KIND_BITS) != 0;
+}
+
+static inline uint32_t bh_fd_watched(int fd)
+{
+    enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
+    uint32_t id_plus_one = bh_fd_entry(fd) >> BH_FD_KIND_BITS;
     if (!id_plus_one)
         return 0;
     struct bh_fd_connection *connections = atomic_load_explicit(

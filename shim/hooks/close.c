@@ -15,13 +15,20 @@
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
 
-static int bh_close(int fd)
+static __attribute__((noinline)) int close_connection(int fd)
 {
     uint32_t detached = bh_fd_detach(fd);
     int rc = libc_close(fd);
-    if (detached)  /* nearly never: skip the call */
-        bh_give_back(bh_fd_release(detached));
+    bh_give_back(bh_fd_release(detached));
     return rc;
+}
+
+/* Most closes end no counted connection: an inline look and a jump. */
+static int bh_close(int fd)
+{
+    if (__builtin_expect(!bh_fd_has_connection(fd), 1))
+        return libc_close(fd);
+    return close_connection(fd);
 }
 
 static void give_back(struct bh_fd_ended ended, void *ctx)

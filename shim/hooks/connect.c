@@ -20,11 +20,12 @@ static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
     return rc;
 }
 
-static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
-                         const struct sockaddr *to, socklen_t length)
+/* MSG_FASTOPEN connects: the gate, as for connect(). Out of line, so that
+ * a plain send is a lookup and a jump. */
+static __attribute__((noinline)) ssize_t
+sendto_fastopen(int fd, const void *buf, size_t n, int flags,
+                const struct sockaddr *to, socklen_t length)
 {
-    if (!(flags & MSG_FASTOPEN))
-        return BH_IO(fd, 0, flags, libc_sendto(fd, buf, n, flags, to, length));
     int entered = bh_gate_enter(fd, to, length);
     if (entered == BH_GATE_REFUSED)
         return -1;
@@ -34,10 +35,9 @@ static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
     return sent;
 }
 
-static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
+static __attribute__((noinline)) ssize_t
+sendmsg_fastopen(int fd, const struct msghdr *msg, int flags)
 {
-    if (!(flags & MSG_FASTOPEN) || !msg)
-        return BH_IO(fd, 0, flags, libc_sendmsg(fd, msg, flags));
     int entered = bh_gate_enter(fd, msg->msg_name, msg->msg_namelen);
     if (entered == BH_GATE_REFUSED)
         return -1;
@@ -45,6 +45,28 @@ static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
     if (entered != BH_GATE_PASS)
         bh_gate_leave(fd, entered, sent < 0);
     return sent;
+}
+
+BH_IO_FUNCTIONS(plain_sendto, sendto, 0, flags,
+                (int fd, const void *buf, size_t n, int flags,
+                 const struct sockaddr *to, socklen_t length),
+                (fd, buf, n, flags, to, length))
+BH_IO_FUNCTIONS(plain_sendmsg, sendmsg, 0, flags,
+                (int fd, const struct msghdr *msg, int flags), (fd, msg, flags))
+
+static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
+                         const struct sockaddr *to, socklen_t length)
+{
+    if (__builtin_expect(flags & MSG_FASTOPEN, 0))
+        return sendto_fastopen(fd, buf, n, flags, to, length);
+    return plain_sendto(fd, buf, n, flags, to, length);
+}
+
+static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    if (__builtin_expect((flags & MSG_FASTOPEN) && msg, 0))
+        return sendmsg_fastopen(fd, msg, flags);
+    return plain_sendmsg(fd, msg, flags);
 }
 
 BH_EXPORT int connect(int fd, const struct sockaddr *to, socklen_t length)

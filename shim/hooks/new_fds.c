@@ -53,10 +53,10 @@ static int bh_socket(int domain, int type, int protocol)
 
 /* fds passed over a unix socket belong to another process's connection:
  * this one holds no permit for them. */
-static ssize_t bh_recvmsg(int fd, struct msghdr *msg, int flags)
+static __attribute__((noinline)) ssize_t forget_passed_fds(ssize_t received,
+                                                          struct msghdr *msg)
 {
-    ssize_t received = BH_IO(fd, 1, flags, libc_recvmsg(fd, msg, flags));
-    if (received < 0 || !msg || msg->msg_controllen == 0)
+    if (received < 0 || msg->msg_controllen == 0)
         return received;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
@@ -69,6 +69,17 @@ static ssize_t bh_recvmsg(int fd, struct msghdr *msg, int flags)
         }
     }
     return received;
+}
+
+BH_IO_FUNCTIONS(receive_message, recvmsg, 1, flags,
+                (int fd, struct msghdr *msg, int flags), (fd, msg, flags))
+
+/* Without a control buffer no fd can come in: a lookup and a jump. */
+static ssize_t bh_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    if (__builtin_expect(!msg || !msg->msg_control || !msg->msg_controllen, 1))
+        return receive_message(fd, msg, flags);
+    return forget_passed_fds(receive_message(fd, msg, flags), msg);
 }
 
 /* open's mode is only there with O_CREAT or O_TMPFILE. */
