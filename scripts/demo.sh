@@ -157,7 +157,8 @@ round() {
     shift
     : >"$tmp/served.$label"
     for ((i = 0; i < WORKERS; i++)); do
-        env "$@" bash -c "$(declare -f worker); PORT=$PORT DEAD=$DEAD tmp=$tmp worker $label" &
+        env "$@" bash -c "$(declare -f worker); PORT=$PORT DEAD=$DEAD tmp=$tmp worker $label" \
+            2>/dev/null &
         workers+=($!)
     done
     sleep "$SECONDS_EACH"
@@ -188,10 +189,10 @@ dead_rules "$tmp/breaker.ini" "connect_timeout_ms = 1000" "breaker_failures = 3"
     "breaker_open_ms = 2000"
 
 echo "A dead downstream: $WORKERS workers, each alternating a request to a healthy"
-echo "server (127.0.0.1:$PORT, answers at once) and one to a blackholed server"
+echo "server (127.0.0.1:$PORT, answers in 300 ms) and one to a blackholed server"
 echo "(127.0.0.1:$DEAD, never answers a SYN), with curl's defaults: no timeouts."
 echo "Healthy requests served in $SECONDS_EACH s:"
-start_server 0
+start_server 300
 round none
 printf '  %-58s %6d\n' "without bulkhead (every worker ends up stuck)" "$served"
 round limit LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/limit.ini"
