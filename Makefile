@@ -60,7 +60,7 @@ AGENT := $(BUILD)/bulkhead-agent
 
 .PHONY: all deps demo unit test bench install clean fuzz \
         test-asan test-ubsan test-tsan
-all: $(SHIM) $(CLI)
+all: $(SHIM) $(CLI) $(AGENT)
 # Objects built on the way to a unit test or fuzzer are kept for the next
 # build, not deleted as intermediates.
 .SECONDARY:

@@ -2,10 +2,11 @@
  * timeouts: the agent has nothing else to do while it waits, and a Redis
  * that hangs must not hang it past its refresh).
  *
- * Keys, per namespace and compartment, with a hash tag so that both keys
- * of a compartment live on one Redis Cluster shard:
- *   bulkhead:{NAMESPACE/COMPARTMENT}:hosts   the live hosts' leases
- *   bulkhead:{NAMESPACE/COMPARTMENT}:meta    the live fleet limit, learning mode */
+ * Keys, per fleet (fleet_name, by default the namespace) and compartment,
+ * with a hash tag so that both keys of a compartment live on one Redis
+ * Cluster shard and compartments spread over the shards:
+ *   bulkhead:{FLEET/COMPARTMENT}:hosts   the live hosts' leases
+ *   bulkhead:{FLEET/COMPARTMENT}:meta    the live fleet limit, learning mode */
 #include "lease.h"
 
 #include <errno.h>
@@ -142,8 +143,8 @@ void bh_lease_close(struct bh_lease_client *client)
 static void keys_of(const struct bh_config *config, const char *compartment,
                     char hosts[256], char meta[256])
 {
-    snprintf(hosts, 256, "bulkhead:{%s/%s}:hosts", config->namespace_name, compartment);
-    snprintf(meta, 256, "bulkhead:{%s/%s}:meta", config->namespace_name, compartment);
+    snprintf(hosts, 256, "bulkhead:{%s/%s}:hosts", config->fleet_name, compartment);
+    snprintf(meta, 256, "bulkhead:{%s/%s}:meta", config->fleet_name, compartment);
 }
 
 static int integer_at(const redisReply *reply, size_t i)

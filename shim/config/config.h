@@ -71,6 +71,8 @@ struct bh_config {
      * fleet_limit's compartments' starting limit. */
     char *fleet_url;            /* redis://HOST:PORT[/DB]; NULL: no fleet */
     char fleet_host[BH_FLEET_HOST_MAX];   /* default: the hostname */
+    char fleet_name[BH_NAME_MAX];  /* the fleet's name in Redis; default:
+                                      the namespace */
     char *fleet_password_file;  /* NULL: no AUTH */
     int fleet_refresh_ms;       /* default 1000 */
     int fleet_lease_ms;         /* default 10000; > fleet_refresh_ms */
@@ -83,9 +85,12 @@ struct bh_fleet_address {
     int port;
     int db;
 };
-/* Parses redis://HOST:PORT[/DB]; 0, or -1 with a reason in why. */
+/* Parses redis://HOST:PORT[/DB]; 0, or -1 with what is wrong in why
+ * ("has no port", ...). */
 int bh_fleet_url_parse(const char *url, struct bh_fleet_address *address,
                        char *why, unsigned long whylen);
+/* The machine's host name, characters a fleet_host may not hold made '-'. */
+void bh_fleet_default_host(char *out, unsigned long outlen);
 
 /* Called once per error with a complete line, without a trailing newline. */
 typedef void (*bh_config_error_fn)(void *ctx, const char *message);

@@ -36,6 +36,11 @@ enum {
     BREAKER_FAILURES_MAX = 1000000,
     DEFAULT_BREAKER_OPEN_MS = 5000,
     DEFAULT_BREAKER_OPEN_MAX_MS = 60000,
+    FLEET_LIMIT_MAX = 1000000,
+    DEFAULT_FLEET_REFRESH_MS = 1000,
+    DEFAULT_FLEET_LEASE_MS = 10000,
+    FLEET_REFRESH_MIN_MS = 50,
+    FLEET_REFRESH_MAX_MS = 600000,
     PORT_MAX = 65535,
     HOSTNAME_MAX = 253,
     LABEL_MAX = 63,
@@ -49,6 +54,8 @@ enum key_id {
     KEY_LIMIT, KEY_WAIT_MS, KEY_WAIT_NONBLOCKING, KEY_MAX_WAITERS, KEY_ERRNO,
     KEY_MATCH, KEY_CONNECT_TIMEOUT_MS, KEY_IO_TIMEOUT_MS,
     KEY_BREAKER_FAILURES, KEY_BREAKER_OPEN_MS, KEY_BREAKER_OPEN_MAX_MS,
+    KEY_FLEET, KEY_FLEET_PASSWORD_FILE, KEY_FLEET_HOST, KEY_FLEET_REFRESH_MS,
+    KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_LIMIT, KEY_FLEET_NAME,
     KEY_COUNT
 };
 
@@ -80,6 +87,9 @@ struct parser {
     bool expects_key;            /* it is neither blank, comment nor header */
     bool key_handled;            /* and inih did call the handler for it */
     int global_line;             /* header of [global]; 0 = none yet */
+    int global_key_lines[KEY_COUNT]; /* [global]'s keys, kept past the section */
+    int fleet_limit_lines[BH_MAX_COMPARTMENTS]; /* checked at the end of the file */
+    int fleet_limit_count;
     struct section section;
     struct bh_compartment scratch;
     int rule_capacity;
@@ -248,6 +258,97 @@ static int set_namespace(struct parser *p, const char *key, const char *value)
     report(p, p->line, "%s: \"%s\" is not a valid name "
            "(use 1 to %d of A-Z a-z 0-9 _ . -)", key, value, BH_NAME_MAX - 1);
     return -1;
+}
+
+/* ---- the fleet ---- */
+
+static int set_string(struct parser *p, const char *value, char **field)
+{
+    free(*field);
+    *field = strdup(value);
+    if (*field)
+        return 0;
+    report_out_of_memory(p);
+    return -1;
+}
+
+static int set_fleet(struct parser *p, const char *key, const char *value)
+{
+    struct bh_fleet_address address;
+    char why[128];
+    if (bh_fleet_url_parse(value, &address, why, sizeof why) == 0)
+        return set_string(p, value, &p->config->fleet_url);
+    report(p, p->line, "%s: \"%s\" %s", key, value, why);
+    return -1;
+}
+
+static int set_fleet_password_file(struct parser *p, const char *key,
+                                   const char *value)
+{
+    (void)key;
+    return set_string(p, value, &p->config->fleet_password_file);
+}
+
+static int set_fleet_host(struct parser *p, const char *key, const char *value)
+{
+    size_t length = strlen(value);
+    bool valid = length < BH_FLEET_HOST_MAX;
+    for (size_t i = 0; valid && i < length; i++)
+        valid = is_name_char(value[i]);
+    if (valid) {
+        snprintf(p->config->fleet_host, BH_FLEET_HOST_MAX, "%s", value);
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is not a valid host name (use 1 to %d of "
+           "A-Z a-z 0-9 _ . -)", key, value, BH_FLEET_HOST_MAX - 1);
+    return -1;
+}
+
+static int set_fleet_name(struct parser *p, const char *key, const char *value)
+{
+    if (is_valid_name(value, strlen(value))) {
+        snprintf(p->config->fleet_name, BH_NAME_MAX, "%s", value);
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is not a valid name "
+           "(use 1 to %d of A-Z a-z 0-9 _ . -)", key, value, BH_NAME_MAX - 1);
+    return -1;
+}
+
+static int set_fleet_refresh_ms(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, FLEET_REFRESH_MIN_MS, FLEET_REFRESH_MAX_MS,
+                      &p->config->fleet_refresh_ms);
+}
+
+static int set_fleet_lease_ms(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 2 * FLEET_REFRESH_MIN_MS, DEADLINE_MS_MAX,
+                      &p->config->fleet_lease_ms);
+}
+
+static int set_fleet_fallback(struct parser *p, const char *key, const char *value)
+{
+    if (strcmp(value, "split") == 0) {
+        p->config->fleet_fallback = -1;
+        return 0;
+    }
+    long number;
+    if (parse_whole(value, LIMIT_MAX, &number) == NUMBER_OK) {
+        p->config->fleet_fallback = (int)number;
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is neither split nor a whole number from 0 "
+           "to %d", key, value, LIMIT_MAX);
+    return -1;
+}
+
+static int set_fleet_limit(struct parser *p, const char *key, const char *value)
+{
+    if (p->fleet_limit_count < BH_MAX_COMPARTMENTS)
+        p->fleet_limit_lines[p->fleet_limit_count++] = p->line;
+    return set_number(p, key, value, 1, FLEET_LIMIT_MAX,
+                      &p->section.compartment->fleet_limit);
 }
 
 /* ---- compartments ---- */
@@ -589,6 +690,15 @@ static const struct key_spec key_specs[] = {
       set_breaker_open_ms },
     { "breaker_open_max_ms", KEY_BREAKER_OPEN_MAX_MS, SECTION_COMPARTMENT,
       set_breaker_open_max_ms },
+    { "fleet", KEY_FLEET, SECTION_GLOBAL, set_fleet },
+    { "fleet_password_file", KEY_FLEET_PASSWORD_FILE, SECTION_GLOBAL,
+      set_fleet_password_file },
+    { "fleet_host", KEY_FLEET_HOST, SECTION_GLOBAL, set_fleet_host },
+    { "fleet_name", KEY_FLEET_NAME, SECTION_GLOBAL, set_fleet_name },
+    { "fleet_refresh_ms", KEY_FLEET_REFRESH_MS, SECTION_GLOBAL, set_fleet_refresh_ms },
+    { "fleet_lease_ms", KEY_FLEET_LEASE_MS, SECTION_GLOBAL, set_fleet_lease_ms },
+    { "fleet_fallback", KEY_FLEET_FALLBACK, SECTION_GLOBAL, set_fleet_fallback },
+    { "fleet_limit", KEY_FLEET_LIMIT, SECTION_COMPARTMENT, set_fleet_limit },
 };
 
 /* A breaker period given where there is no breaker. Its key's line, with
@@ -661,9 +771,14 @@ static void close_section(struct parser *p)
     check_breaker(p);
     if (section->index < 0)
         return;
-    if (!section->key_lines[KEY_LIMIT])
+    if (!section->key_lines[KEY_LIMIT] && section->compartment->fleet_limit > 0) {
+        /* fleet-wide: this host's ceiling is the fleet limit, at most */
+        int fleet = section->compartment->fleet_limit;
+        section->compartment->limit = fleet < LIMIT_MAX ? fleet : LIMIT_MAX;
+    } else if (!section->key_lines[KEY_LIMIT] && !section->key_bad[KEY_FLEET_LIMIT]) {
         report(p, section->compartment->line, "[%s]: limit is required",
                section->name);
+    }
     if (!section->key_lines[KEY_MATCH])
         report(p, section->compartment->line, "[%s]: no match rules",
                section->name);
@@ -812,6 +927,8 @@ static int handle_key(void *user, const char *section_name, const char *key,
     }
     if (!*first_line)
         *first_line = p->line;
+    if (p->section.kind == SECTION_GLOBAL && !p->global_key_lines[spec->id])
+        p->global_key_lines[spec->id] = p->line;
     if (value[0] == '\0') {
         report(p, p->line, "%s: missing value", key);
         p->section.key_bad[spec->id] = true;
@@ -883,6 +1000,27 @@ static char *read_line(char *buffer, int size, void *stream)
 
 /* ---- the API ---- */
 
+/* The fleet's keys against each other, once the whole file is read. */
+static void check_fleet(struct parser *p)
+{
+    struct bh_config *config = p->config;
+    const int *lines = p->global_key_lines;
+    if (!config->fleet_url && !p->global_key_lines[KEY_FLEET])
+        for (int i = 0; i < p->fleet_limit_count; i++)
+            report(p, p->fleet_limit_lines[i], "fleet_limit: needs fleet = "
+                   "redis://HOST:PORT in [global]");
+    if (config->fleet_lease_ms < 2 * config->fleet_refresh_ms)
+        report(p, lines[KEY_FLEET_LEASE_MS] ? lines[KEY_FLEET_LEASE_MS]
+                                            : lines[KEY_FLEET_REFRESH_MS],
+               "fleet_lease_ms: %d is less than twice fleet_refresh_ms (%d): a "
+               "host would lose its share between two refreshes",
+               config->fleet_lease_ms, config->fleet_refresh_ms);
+    if (config->fleet_url && !config->fleet_host[0])
+        bh_fleet_default_host(config->fleet_host, sizeof config->fleet_host);
+    if (!config->fleet_name[0])
+        snprintf(config->fleet_name, BH_NAME_MAX, "%s", config->namespace_name);
+}
+
 static void parse_file(struct parser *p)
 {
     int inih_error_line;
@@ -896,6 +1034,7 @@ static void parse_file(struct parser *p)
     inih_error_line = ini_parse_stream(read_line, p, handle_key, p);
     finish_line(p);
     close_section(p);
+    check_fleet(p);
     if (p->read_errno)
         report(p, 0, "cannot read: %s", strerror(p->read_errno));
     /* Only if the reader's idea of a line ever differs from inih's. */
@@ -941,6 +1080,9 @@ static void set_defaults(struct bh_config *config)
     memset(config, 0, sizeof *config);
     config->log_level = BH_LOG_WARN;
     snprintf(config->namespace_name, BH_NAME_MAX, "%s", "default");
+    config->fleet_refresh_ms = DEFAULT_FLEET_REFRESH_MS;
+    config->fleet_lease_ms = DEFAULT_FLEET_LEASE_MS;
+    config->fleet_fallback = -1;
 }
 
 int bh_config_load(const char *path, struct bh_config *config,
@@ -974,6 +1116,8 @@ void bh_config_free(struct bh_config *config)
     }
     free(config->rules);
     free(config->log_file);
+    free(config->fleet_url);
+    free(config->fleet_password_file);
     free(config->path);
     memset(config, 0, sizeof *config);
 }
