@@ -42,6 +42,7 @@ QUICK = dict(rounds=3, cc_n=2000, pp_n=2000, rs_n=2000, req_n=1000,
              hp_rounds=1, handoffs=30)
 HANDOFF_ENDS = (("kill", "SIGKILL"), ("exit", "exit()"), ("_exit", "_exit()"))
 DEAD_WORKERS = 40     # processes alternating a healthy and a dead downstream
+DEAD_HOLD_MS = 20     # the healthy server's answer time: workers, not CPUs, bound it
 DEAD_SECONDS = dict(full=10, quick=4)  # per variant
 BLACKHOLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                          "server", "blackhole.py")
@@ -819,8 +820,24 @@ def dead_downstream_run(hold, dead, cfg, seconds, tmp, label):
     return totals
 
 
-def dead_downstream_section(hold, tmp, base, seconds):
+def start_slow_server(tmp):
+    """A bench_server of its own whose hold port answers in DEAD_HOLD_MS."""
+    ready = os.path.join(tmp, "slow.ready")
+    p = subprocess.Popen([SERVER, ready, str(DEAD_HOLD_MS), "900"], env=BASE_ENV)
+    STARTED.append(p)
+    note("pids", p.pid)
+    for _ in range(500):
+        if os.path.exists(ready) or p.poll() is not None:
+            break
+        time.sleep(0.02)
+    if not os.path.exists(ready):
+        raise BenchError("the slow bench_server did not start")
+    return int(open(ready).read().split()[2])
+
+
+def dead_downstream_section(tmp, base, seconds):
     """Returns (report lines, budget checks as (ok, text))."""
+    hold = start_slow_server(tmp)
     dead = start_blackhole(tmp)
     cfgs = {}
     for label, deadlines in (("limit", False), ("breaker", True)):
@@ -834,7 +851,7 @@ def dead_downstream_section(hold, tmp, base, seconds):
     names = {"none": "no shim", "limit": f"limit {LIMIT}, wait_ms 0",
              "breaker": f"limit {LIMIT} + connect_timeout_ms 1000 + breaker (3 failures, 2 s open)"}
     lines = [f"a dead downstream: {DEAD_WORKERS} worker processes, each alternating a "
-             f"request to the healthy server (hold {HOLD_MS} ms) and a connect with no "
+             f"request to the healthy server (it answers in {DEAD_HOLD_MS} ms) and a connect with no "
              f"deadline of its own to a blackhole; {seconds} s per variant",
              f"{'variant':<68} {'healthy req/s':>13} {'dead: refused':>14} {'timed out':>10}"]
     for label in ("none", "limit", "breaker"):
@@ -946,7 +963,7 @@ def main():
         dd_seconds = DEAD_SECONDS["quick" if args.quick else "full"]
         if args.only == "deadlines":
             log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
-            dd_lines, dd_checks = dead_downstream_section(hold, tmp, base, dd_seconds)
+            dd_lines, dd_checks = dead_downstream_section(tmp, base, dd_seconds)
             print()
             for line in dd_lines:
                 print(line)
@@ -1087,7 +1104,7 @@ backend be_hold
 
         # ---- 7. a dead downstream -------------------------------------------------
         log(f"[7/8] a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
-        dd_lines, dd_checks = dead_downstream_section(hold, tmp, base, dd_seconds)
+        dd_lines, dd_checks = dead_downstream_section(tmp, base, dd_seconds)
 
         # ---- 8. deterministic cost ------------------------------------------------
         log(f"[8/8] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")

@@ -94,7 +94,10 @@ static int wait_allowed_ms(int fd, const struct bh_compartment *compartment,
                            int shared, char *why, size_t whylen)
 {
     int wait_ms = compartment->wait_ms;
-    if (atomic_load(&bh_shim.ns.state->compartments[shared].limit) == 0) {
+    /* A fleet compartment at 0 has no share yet: its waiters are how the
+     * agent learns this host wants one. */
+    if (atomic_load(&bh_shim.ns.state->compartments[shared].limit) == 0 &&
+        compartment->fleet_limit == 0) {
         snprintf(why, whylen, "at once: limit 0");
         return 0;
     }

@@ -1,0 +1,218 @@
+#!/usr/bin/env bats
+# The fleet: one limit across hosts on Redis, through one `bulkhead agent`
+# per host. Three hosts are three namespaces on this machine, each with its
+# own agent and fleet_host, sharing one fleet (fleet_name) on a real
+# redis-server the test starts on a loopback port. What is asserted is what
+# the downstream servers saw, and the agent's own lines where the issue is
+# what the operator is told.
+
+load helpers/common
+
+setup() {
+    bh_setup
+    command -v redis-server >/dev/null || skip "redis-server is not installed"
+    [[ -x "$BH_ROOT/build/bulkhead-agent" ]] || fail "missing build/bulkhead-agent: run make"
+}
+teardown() { bh_teardown; }
+
+REFRESH_MS=200
+LEASE_MS=1000
+
+start_redis() {
+    REDIS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        ${REDIS_PASSWORD:+--requirepass "$REDIS_PASSWORD"} >"$T/redis.log" 2>&1 3>&- &
+    REDIS_PID=$!
+    track_pid "$REDIS_PID"
+    wait_for redis_up || fail "redis-server did not start: $(cat "$T/redis.log")"
+}
+
+redis_up() {
+    [[ "$(redis-cli -p "$REDIS_PORT" ${REDIS_PASSWORD:+-a "$REDIS_PASSWORD"} \
+          --no-auth-warning ping 2>/dev/null)" == PONG ]]
+}
+
+# host NAME LIMIT PORT [extra global lines]: host NAME's rules in $T/NAME.ini.
+host() {
+    local name=$1 limit=$2 port=$3
+    shift 3
+    ns_track "$NS-$name"
+    {
+        printf '[global]\nnamespace = %s-%s\nfleet = redis://127.0.0.1:%s\n' "$NS" "$name" "$REDIS_PORT"
+        printf 'fleet_name = %s\nfleet_host = %s\n' "$NS" "$name"
+        printf 'fleet_refresh_ms = %s\nfleet_lease_ms = %s\n' "$REFRESH_MS" "$LEASE_MS"
+        printf '%s\n' "$@"
+        printf '[db]\nfleet_limit = %s\nwait_ms = 60000\nmatch = 127.0.0.1:%s\n' "$limit" "$port"
+    } >"$T/$name.ini"
+}
+
+# start_agent HOST: its agent, logging every limit it sets (-v): the tests
+# wait on those lines, and assert on what the servers saw.
+start_agent() {
+    bg "$T/agent.$1" "$BULKHEAD" agent -v -c "$T/$1.ini"
+    eval "AGENT_$1=$BG_PID"
+    wait_for file_has "$T/agent.$1.err" 'refresh'
+}
+
+# holders HOST N HOLD_MS [PORT]: N clients on HOST, each holding one
+# connection to PORT (default: the last server started).
+holders() {
+    local h=$1 n=$2 hold=$3 port=${4:-$SERVER_PORT} i
+    for ((i = 0; i < n; i++)); do
+        bg "$T/$h.client.$i.$RANDOM" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/$h.ini" \
+            "$CLIENTS/connect_hold" 127.0.0.1 "$port" "$hold"
+    done
+}
+
+# on HOST CMD...: CMD as a program of HOST.
+on() {
+    local h=$1
+    shift
+    env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/$h.ini" "$@"
+}
+
+open_is() { [[ "$(server_stat "$1" open)" == "$2" ]]; }
+
+# logged_after FILE N REGEX: a line past the first N of FILE matches.
+logged_after() { tail -n "+$(($2 + 1))" "$1" | grep -Eq -- "$3"; }
+
+@test "30 clients spread 18/9/3 over three hosts: the server never sees more than fleet_limit" {
+    start_redis
+    start_server srv -1
+    for h in a b c; do host $h 6 "$SERVER_PORT"; done
+    for h in a b c; do start_agent $h; done
+    holders a 18 300
+    holders b 9 300
+    holders c 3 300
+    local pid
+    while read -r pid; do
+        [[ "$pid" == "$REDIS_PID" || "$pid" == "$AGENT_a" || "$pid" == "$AGENT_b" ||
+           "$pid" == "$AGENT_c" ]] && continue
+        [[ -d /proc/$pid && "$(cat /proc/$pid/comm)" == connect_hold ]] || continue
+        wait_pid "$pid" 60 || true
+    done <"$T/pids"
+    assert_equal "$(server_stat srv total)" 30
+    local max
+    max=$(server_stat srv max)
+    ((max <= 6)) || fail "the server saw $max at once (fleet_limit 6)"
+}
+
+@test "a host with demand gets the idle hosts' share within two refreshes" {
+    start_redis
+    start_server srv -1
+    for h in a b c; do host $h 6 "$SERVER_PORT"; done
+    for h in a b c; do start_agent $h; done
+    # b and c are idle: each keeps one permit of headroom; a gets the rest.
+    holders a 6 60000
+    wait_for -t 3 open_is srv 4
+    run server_stat srv open
+    assert_output 4
+}
+
+@test "a SIGKILLed agent's share goes back to the others within lease + refresh" {
+    start_redis
+    start_server srv -1
+    for h in a b c; do host $h 6 "$SERVER_PORT"; done
+    for h in a b c; do start_agent $h; done
+    holders a 6 60000
+    wait_for -t 3 open_is srv 4
+    kill -KILL "$AGENT_b"
+    wait_for -t 4 open_is srv 5   # b's one permit of headroom came back
+    # and host b, its agent gone, no longer uses a share: its connects wait
+    run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_equal "$status" 124
+    assert_equal "$(server_stat srv open)" 5
+}
+
+@test "Redis gone: no host grows; each keeps its grant until its lease ends, then falls back" {
+    start_redis
+    start_server pa -1
+    start_server pc -1
+    host a 6 "$PORT_pa" 'fleet_fallback = split'
+    host c 6 "$PORT_pc" 'fleet_fallback = split'
+    start_agent a
+    start_agent c
+    holders a 4 60000 "$PORT_pa"
+    wait_for -t 3 open_is pa 4     # a: 6 - c's headroom 1 = 5, 4 in use
+    kill -KILL "$REDIS_PID"
+    wait_for file_has "$T/agent.c.err" 'keeping'
+    # c wants more now: it cannot grow without Redis.
+    holders c 3 60000 "$PORT_pc"
+    wait_for -t 3 open_is pc 1
+    # a falls back to min(its grant 5, 6 / 2 hosts) = 3 once its lease ends:
+    # its 4 connections stay; a new one on a does not get in.
+    wait_for -t 5 file_has "$T/agent.a.err" 'lease ended without Redis: limit 3'
+    run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$PORT_pa" 0
+    assert_equal "$status" 124
+    assert_equal "$(server_stat pa open)" 4
+    assert_equal "$(server_stat pc open)" 1
+}
+
+@test "Redis restarted empty: learning mode grants no more than held; then it runs normally" {
+    start_redis
+    start_server srv -1
+    for h in a b; do host $h 4 "$SERVER_PORT"; done
+    for h in a b; do start_agent $h; done
+    holders a 2 60000
+    wait_for -t 3 open_is srv 2
+    kill -KILL "$REDIS_PID"
+    wait_pid "$REDIS_PID" 10 || true
+    start_redis_again
+    wait_for -t 5 file_has "$T/agent.a.err" 'learning mode'
+    # While learning, b (holding none) may not grow past its holding, and a
+    # not past its 2; the server never sees more than the fleet's 4.
+    holders b 3 60000
+    holders a 2 60000
+    wait_for -t 5 open_is srv 4
+    local max
+    max=$(server_stat srv max)
+    ((max <= 4)) || fail "the server saw $max at once (fleet_limit 4)"
+}
+
+start_redis_again() {
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        >"$T/redis.log" 2>&1 3>&- &
+    REDIS_PID=$!
+    track_pid "$REDIS_PID"
+    wait_for redis_up || fail "redis-server did not restart"
+}
+
+@test "lowering fleet_limit live: hosts converge, and no connection is cut" {
+    start_redis
+    start_server srv -1
+    for h in a b; do host $h 8 "$SERVER_PORT"; done
+    for h in a b; do start_agent $h; done
+    holders a 6 60000
+    wait_for -t 3 open_is srv 6
+    local seen_a seen_b
+    seen_a=$(wc -l <"$T/agent.a.err")
+    seen_b=$(wc -l <"$T/agent.b.err")
+    run "$BULKHEAD" set --fleet -c "$T/a.ini" db limit=3
+    assert_success
+    assert_output --partial "fleet limit 3"
+    # Both converge: b's headroom goes (a holds 6 of 3), a's limit drops.
+    wait_for -t 3 logged_after "$T/agent.b.err" "$seen_b" 'limit 1 -> 0'
+    wait_for -t 3 logged_after "$T/agent.a.err" "$seen_a" 'limit [0-9]+ -> [0-3]$'
+    # The six stay open (nothing cut); new ones on either host wait.
+    run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_equal "$status" 124
+    run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_equal "$status" 124
+    assert_equal "$(server_stat srv open)" 6
+}
+
+@test "a wrong password: the agent says so once, and the host stays within its last grant" {
+    REDIS_PASSWORD=right start_redis
+    start_server srv -1
+    echo wrong >"$T/password"
+    chmod 600 "$T/password"
+    host a 6 "$SERVER_PORT" "fleet_password_file = $T/password"
+    start_agent a
+    wait_for file_has "$T/agent.a.err" 'WRONGPASS|invalid password|AUTH'
+    run grep -cE 'WRONGPASS|invalid password|AUTH' "$T/agent.a.err"
+    assert_output 1
+    # No grant was ever made: the host has no share, so nothing gets through.
+    run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_equal "$status" 124
+    assert_equal "$(server_stat srv total)" 0
+}
