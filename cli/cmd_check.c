@@ -2,11 +2,13 @@
  * destination falls under it, worked out by the shim's own code (config
  * parser, rule index, name notes). */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "rules/rule_index.h"
@@ -50,6 +52,9 @@ static void print_compartment(const struct bh_config *config, int index)
                : "no (non-blocking connects are refused at once)");
     printf("  max_waiters  %d\n", compartment->max_waiters);
     printf("  errno        %s\n", bh_errno_name(compartment->refusal_errno));
+    if (compartment->fleet_limit)
+        printf("  fleet_limit  %d (this host's share: granted by bulkhead agent; "
+               "limit is its ceiling)\n", compartment->fleet_limit);
     print_deadlines(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {
@@ -72,8 +77,42 @@ static void print_config(const struct bh_config *config)
            "wins\n", config->compartment_count,
            config->compartment_count == 1 ? "" : "s", config->rule_count,
            config->rule_count == 1 ? "" : "s");
+    if (config->fleet_url) {
+        printf("fleet      %s, as %s in fleet %s%s\n", config->fleet_url,
+               config->fleet_host, config->fleet_name,
+               config->fleet_password_file ? ", password from a file" : "");
+        printf("           refresh %d ms, lease %d ms, fallback ", config->fleet_refresh_ms,
+               config->fleet_lease_ms);
+        if (config->fleet_fallback < 0)
+            printf("split (fleet_limit / hosts last seen)\n");
+        else
+            printf("%d\n", config->fleet_fallback);
+    }
     for (int i = 0; i < config->compartment_count; i++)
         print_compartment(config, i);
+}
+
+/* The fleet's Redis, reached as the agent would (its program does it):
+ * a bad address, no answer, a wrong password are one line from it. And a
+ * password file others may read is said here. 0 when all is well. */
+static int check_fleet(const struct bh_config *config)
+{
+    int problems = 0;
+    struct stat info;
+    const char *password = config->fleet_password_file;
+    if (password && stat(password, &info) < 0) {
+        cli_error("%s: fleet_password_file %s: %s", config->path, password,
+                  strerror(errno));
+        problems++;
+    } else if (password && (info.st_mode & 077)) {
+        cli_error("%s: fleet_password_file %s: others may read it (mode %04o); "
+                  "chmod 600 it", config->path, password, info.st_mode & 0777);
+        problems++;
+    }
+    char *argv[] = { "bulkhead-agent", "check", "-c", config->path, NULL };
+    if (cli_agent_run(argv) != 0)
+        problems++;
+    return problems;
 }
 
 /* The options of check and explain: -c FILE and --help. Returns -1 when
@@ -110,6 +149,8 @@ static int check(int argc, char **argv)
         return cli_usage_error(&cli_check_command, "one rules file at a time");
     struct bh_config config;
     int errors = cli_load_rules(given, &config);
+    if (errors == 0 && config.fleet_url)
+        errors = check_fleet(&config);
     if (errors == 0)
         print_config(&config);
     else if (errors > 0)
@@ -128,7 +169,8 @@ const struct cli_command cli_check_command = {
         "each compartment its limit, wait_ms, wait_nonblocking, max_waiters,\n"
         "errno, deadlines and breaker (connect_timeout_ms, io_timeout_ms,\n"
         "breaker_failures and its periods, when set) and match rules with their\n"
-        "line numbers.\n"
+        "line numbers. With fleet = in [global], it also reaches that Redis as\n"
+        "bulkhead agent would, and says so in one line when it cannot.\n"
         "\n"
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not.\n",
