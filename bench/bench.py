@@ -13,6 +13,7 @@ finish the job if this process itself is killed.
 import argparse
 import concurrent.futures
 import ipaddress
+import json
 import os
 import re
 import select
@@ -866,6 +867,132 @@ def dead_downstream_section(tmp, base, seconds):
     return lines, checks
 
 
+# ---------------------------------------------------------------------------
+# the fleet: three hosts (namespaces) sharing one limit through Redis
+
+FLEET_LIMIT = 8
+FLEET_REFRESH_MS = 200
+FLEET_SECONDS = dict(full=4, quick=2)
+
+
+def free_tcp_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_redis():
+    port = free_tcp_port()
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no"], env=BASE_ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    STARTED.append(p)
+    note("pids", p.pid)
+    for _ in range(500):
+        r = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
+                           text=True, env=BASE_ENV)
+        if r.stdout.strip() == "PONG":
+            return port
+        time.sleep(0.02)
+    raise BenchError("redis-server did not start")
+
+
+def fleet_rules(path, namespace, fleet, host, redis_port, hold):
+    lines = ["[global]", f"namespace = {namespace}", "log = error",
+             f"fleet = redis://127.0.0.1:{redis_port}", f"fleet_name = {fleet}",
+             f"fleet_host = {host}", f"fleet_refresh_ms = {FLEET_REFRESH_MS}",
+             f"fleet_lease_ms = {5 * FLEET_REFRESH_MS}", "",
+             "[svc]", f"fleet_limit = {FLEET_LIMIT}", "wait_ms = 2000",
+             "max_waiters = 1000", f"match = 127.0.0.1:{hold}"]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def live_limit(cfg):
+    out = subprocess.run([os.path.join(BUILD, "bulkhead"), "stat", "--json", "-c", cfg],
+                         capture_output=True, text=True, env=BASE_ENV).stdout
+    return json.loads(out)["compartments"][0]["limit"]
+
+
+def redis_evalsha_stats(port):
+    info = subprocess.run(["redis-cli", "-p", str(port), "info", "commandstats"],
+                          capture_output=True, text=True, env=BASE_ENV).stdout
+    for line in info.splitlines():
+        if line.startswith("cmdstat_evalsha:"):
+            return {k: float(v) for k, v in (kv_.split("=") for kv_ in
+                                              line.split(":", 1)[1].split(","))
+                    if k in ("calls", "usec", "usec_per_call")}
+    return {"calls": 0.0, "usec": 0.0, "usec_per_call": 0.0}
+
+
+def fleet_section(hold, ctl, tmp, base, seconds):
+    """Returns (report lines, budget checks as (ok, text))."""
+    redis_port = start_redis()
+    fleet = new_namespace(base, "fleet")
+    cfgs, agents = {}, []
+    for host in ("a", "b", "c"):
+        cfgs[host] = os.path.join(tmp, f"fleet_{host}.ini")
+        fleet_rules(cfgs[host], new_namespace(base, f"fl{host}"), fleet, host,
+                    redis_port, hold)
+        check_rules(cfgs[host])
+        agent = subprocess.Popen([os.path.join(BUILD, "bulkhead-agent"), "-c", cfgs[host]],
+                                 env=BASE_ENV, stderr=subprocess.DEVNULL)
+        STARTED.append(agent)
+        note("pids", agent.pid)
+        agents.append(agent)
+    time.sleep(3 * FLEET_REFRESH_MS / 1000)  # every agent registered and idle
+    # Capacity moving to a host that wants it: demand starts on a alone.
+    demand = subprocess.Popen([CLIENT, "contend", "127.0.0.1", str(hold), "procs", "16",
+                               str(int(seconds * 1000))], env=env_for(cfgs["a"]),
+                              stdout=subprocess.DEVNULL)
+    t0, moved_ms = time.monotonic(), None
+    while time.monotonic() - t0 < seconds and moved_ms is None:
+        if live_limit(cfgs["a"]) >= FLEET_LIMIT - 2:  # all but two idle hosts' headroom
+            moved_ms = (time.monotonic() - t0) * 1000
+        time.sleep(0.01)
+    demand.wait()
+    # Uneven demand, 2:1:0, at once; the hold server counts what arrives.
+    control(ctl, "R")
+    calls0 = redis_evalsha_stats(redis_port)
+    runs = [subprocess.Popen([CLIENT, "contend", "127.0.0.1", str(hold), "procs", str(w),
+                              str(int(seconds * 1000))], env=env_for(cfgs[h]),
+                             stdout=subprocess.PIPE, text=True)
+            for h, w in (("a", 16), ("b", 8))]
+    per_s = sum(float(kv(p.communicate()[0])["per_s"]) for p in runs)
+    srv = control(ctl, "S")
+    calls1 = redis_evalsha_stats(redis_port)
+    for agent in agents:
+        agent.terminate()
+        agent.wait()
+    ideal = FLEET_LIMIT * 1000.0 / HOLD_MS
+    util = per_s / ideal
+    calls_per_host_s = (calls1["calls"] - calls0["calls"]) / seconds / 3
+    lua_us = calls1["usec_per_call"]
+    for k, v in (("util", util), ("per_s", per_s), ("server_max", srv["max"]),
+                 ("moved_ms", moved_ms or -1), ("calls_per_host_s", calls_per_host_s),
+                 ("lua_us", lua_us)):
+        record("fleet", "2:1:0", 0, k, v)
+    lines = [f"the fleet: 3 hosts (namespaces), fleet_limit {FLEET_LIMIT}, refresh "
+             f"{FLEET_REFRESH_MS} ms, a real redis-server on loopback",
+             f"  uneven demand 2:1:0 (16, 8, 0 processes, {seconds} s): {per_s:.0f} conn/s, "
+             f"{util:.2f} of the best possible ({ideal:.0f}/s: every permit of the "
+             f"fleet busy); server max {srv['max']:.0f}",
+             f"  capacity to a host that wants it: the busy host reached {FLEET_LIMIT - 2} "
+             f"permits {moved_ms:.0f} ms after its demand began" if moved_ms is not None else
+             f"  capacity to a host that wants it: not within {seconds} s",
+             f"  Redis: {calls_per_host_s:.1f} lease calls per host per second, "
+             f"{lua_us:.1f} us per Lua call (INFO commandstats)"]
+    checks = [(srv["max"] <= FLEET_LIMIT, f"fleet: the server's maximum {srv['max']:.0f} "
+               f"under 2:1:0 demand (limit {FLEET_LIMIT}, the fleet limit)"),
+              (moved_ms is not None and moved_ms <= 2 * FLEET_REFRESH_MS + 100,
+               f"fleet: idle share moved to a busy host in "
+               f"{moved_ms if moved_ms is not None else float('inf'):.0f} ms (limit two "
+               f"refreshes, {2 * FLEET_REFRESH_MS} ms, + 100 ms)")]
+    return lines, checks
+
+
 def main():
     global RUN_DIR, TSV, SHIM, CLIENT, SERVER, BUILD, CG_DIR, ST_DIR
     ap = argparse.ArgumentParser(description=__doc__)
@@ -873,7 +1000,7 @@ def main():
     ap.add_argument("--summary", help="also write the report to this file")
     ap.add_argument("--quick", action="store_true",
                     help="fewer rounds and iterations (a smoke test, not numbers)")
-    ap.add_argument("--only", choices=("handoff", "deadlines"),
+    ap.add_argument("--only", choices=("handoff", "deadlines", "fleet"),
                     help="run one section alone (its table and budget lines)")
     args = ap.parse_args()
     cfgp = QUICK if args.quick else FULL
@@ -961,6 +1088,21 @@ def main():
         R = cfgp["rounds"]
 
         dd_seconds = DEAD_SECONDS["quick" if args.quick else "full"]
+        fl_seconds = FLEET_SECONDS["quick" if args.quick else "full"]
+        if args.only == "fleet":
+            log(f"the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
+            fl_lines, fl_checks = fleet_section(hold, ctl, tmp, base, fl_seconds)
+            print()
+            for line in fl_lines:
+                print(line)
+            print()
+            print("budget")
+            for ok, text in fl_checks:
+                print(f"{'PASS' if ok else 'MISS'} {text}")
+            print()
+            print(f"raw numbers: {tsv_path}")
+            print(f"total time: {time.monotonic() - t_start:.0f} s")
+            return
         if args.only == "deadlines":
             log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
             dd_lines, dd_checks = dead_downstream_section(tmp, base, dd_seconds)
@@ -1105,6 +1247,8 @@ backend be_hold
         # ---- 7. a dead downstream -------------------------------------------------
         log(f"[7/8] a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
         dd_lines, dd_checks = dead_downstream_section(tmp, base, dd_seconds)
+        log(f"[7/8] the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
+        fl_lines, fl_checks = fleet_section(hold, ctl, tmp, base, fl_seconds)
 
         # ---- 8. deterministic cost ------------------------------------------------
         log(f"[8/8] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
@@ -1310,7 +1454,7 @@ backend be_hold
         for line in ho_lines:
             print(line)
         print()
-        for line in dd_lines:
+        for line in dd_lines + [""] + fl_lines:
             print(line)
         print()
 
@@ -1377,7 +1521,7 @@ backend be_hold
                     f"{max(c['util'] for c in runs32):.3f}] (limit >= 0.900); "
                     f"{p32 / ceiling_per_s:.3f} of this harness's ceiling; "
                     f"32 threads {ctab[('threads', 32)]['util']:.3f}")
-        for ok, text in ho_checks + dd_checks:
+        for ok, text in ho_checks + dd_checks + fl_checks:
             table.check(ok, text)
         s, h = median(added_shim), median(added_hp)
         table.check(s < h, f"against haproxy: shim adds {s:.1f} us per request, haproxy "
