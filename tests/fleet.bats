@@ -7,6 +7,7 @@
 # what the operator is told.
 
 load helpers/common
+load helpers/cli
 
 setup() {
     bh_setup
@@ -215,4 +216,104 @@ start_redis_again() {
     run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
     assert_equal "$(server_stat srv total)" 0
+}
+
+@test "the lease script, driven by 2,000 random reports from 5 hosts: the sum of max(grant, holding) never passes the limit, once every host has its grant under the lowered one" {
+    start_redis
+    run python3 - "$REDIS_PORT" "$BH_ROOT/agent/lease.lua" <<'PY'
+import random, socket, sys
+
+def command(sock, *args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    sock.sendall(out)
+    return read(sock.makefile("rb"))
+
+def read(f):
+    line = f.readline()
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"-":
+        raise SystemExit(rest.decode())
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        return None if int(rest) < 0 else f.read(int(rest) + 2)[:-2].decode()
+    if kind == b"*":
+        return [read(f) for _ in range(int(rest))]
+    return rest.decode()
+
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+sha = command(sock, "SCRIPT", "LOAD", open(sys.argv[2]).read())
+random.seed(7)
+limit, hosts = 10, {h: {"grant": 0, "holding": 0} for h in "abcde"}
+worst, asked = 0, set()
+for step in range(2000):
+    if step == 1000:
+        limit = 4  # lowered live, as `set --fleet` does
+        command(sock, "HSET", "m", "limit", limit)
+        asked = set()  # grants made under the old limit stand until renewed
+    h = random.choice("abcde")
+    me = hosts[h]
+    # A host holds at most what its limit lets it: its grant, or more if it
+    # held that before a lower grant (connections are never cut).
+    me["holding"] = random.randint(0, max(me["grant"], me["holding"]))
+    want = me["holding"] + random.randint(0, 6)
+    grant = command(
+        sock, "EVALSHA", sha, 2, "h", "m", h, want, me["holding"], me["grant"], 60000, 10)[0]
+    me["grant"] = grant
+    asked.add(h)
+    if step >= 1000 and len(asked) < len(hosts):
+        continue  # converging: some host still holds an old grant
+    over = sum(max(x["grant"], x["holding"]) for x in hosts.values())
+    # Holdings above a lowered limit are real connections, never cut: only
+    # grants on top of them count against it.
+    allowed = max(limit, sum(x["holding"] for x in hosts.values()))
+    worst = max(worst, over - allowed)
+print("worst=%d" % worst)
+PY
+    assert_success
+    assert_output "worst=0"
+}
+
+@test "the agent serves /metrics: the fleet's gauges, in a valid exposition" {
+    start_redis
+    start_server srv -1
+    host a 6 "$SERVER_PORT"
+    local port
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    bg "$T/agent.a" "$BULKHEAD" agent -v -c "$T/a.ini" --metrics "127.0.0.1:$port"
+    wait_for file_has "$T/agent.a.err" 'limit 0 -> 1'
+    curl -sS "http://127.0.0.1:$port/metrics" >"$T/metrics"
+    run check_prometheus "$T/metrics"
+    assert_success
+    run grep -E '^bulkhead_fleet_(limit|grant|hosts)\{' "$T/metrics"
+    assert_line "bulkhead_fleet_limit{namespace=\"$NS-a\",compartment=\"db\"} 6"
+    assert_line "bulkhead_fleet_grant{namespace=\"$NS-a\",compartment=\"db\"} 1"
+    assert_line "bulkhead_fleet_hosts{namespace=\"$NS-a\",compartment=\"db\"} 1"
+    run curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/other"
+    assert_output 404
+}
+
+@test "bad fleet input: one clear line each from check and from the agent" {
+    start_redis
+    host a 6 1
+    sed -i "s|^fleet = .*|fleet = redis://127.0.0.1|" "$T/a.ini"
+    run "$BULKHEAD" check "$T/a.ini"
+    assert_failure 1
+    assert_line "bulkhead: $T/a.ini:3: fleet: \"redis://127.0.0.1\" has no port"
+    run "$BULKHEAD" agent -c "$T/a.ini"
+    assert_failure 1
+    assert_line "bulkhead agent: $T/a.ini:3: fleet: \"redis://127.0.0.1\" has no port"
+    # Nothing listens there: check and the agent say so, once.
+    sed -i "s|^fleet = .*|fleet = redis://127.0.0.1:1|" "$T/a.ini"
+    run "$BULKHEAD" check "$T/a.ini"
+    assert_failure 1
+    assert_line "bulkhead agent: cannot reach Redis at 127.0.0.1:1: Connection refused"
+    # fleet_limit without fleet
+    sed -i '/^fleet = /d' "$T/a.ini"
+    run "$BULKHEAD" check "$T/a.ini"
+    assert_failure 1
+    assert_line --regexp "^bulkhead: $T/a.ini:[0-9]+: fleet_limit: needs fleet = redis://HOST:PORT in \[global\]$"
 }
