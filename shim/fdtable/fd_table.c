@@ -38,7 +38,7 @@ enum {
     CHUNK_BITS = BH_FD_CHUNK_BITS,
     CHUNK_SIZE = 1 << CHUNK_BITS,   /* entries per chunk */
     /* Every fd number Linux can hand out (fs.nr_open tops out just under
-     * 2^31), and as many again so that bh_fd_tracked() can index with a
+     * 2^31), and as many again so that bh_fd_entry() can index with a
      * negative fd taken as unsigned instead of testing it: that half is
      * never mapped. Zero pages until a chunk is used. */
     FD_CHUNKS = (uint32_t)((1ull << 32) / CHUNK_SIZE),
