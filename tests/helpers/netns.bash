@@ -98,27 +98,28 @@ ns_server_stat() {
     sed -n "s/.*\\b$2=\\([0-9]*\\).*/\\1/p" "$T/$1.stats"
 }
 
-# PY_CONNECTS: python3 -c "$PY_CONNECTS" PORT N [SEND]: one process, N
-# blocking connects to 127.0.0.1:PORT, one after the other; prints each
-# outcome on one line: "ok" or the errno number. With SEND, each connected
-# socket sends an HTTP request head and waits for the answer's first
-# bytes ("ok" then means bytes came back).
-PY_CONNECTS='
-import socket, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
-exchange = len(sys.argv) > 3
+# PY_SEQ: python3 -c "$PY_SEQ" ITEM...: one process, blocking connects to
+# 127.0.0.1, one after the other, each closed before the next; prints each
+# outcome on one line: "ok", "eof" or the errno number. ITEM is PORT with
+# optional suffixes: "x" sends an HTTP request head once connected and
+# waits for the answer's first bytes, "r" only waits for bytes; "*N"
+# repeats the item N times. "7 7 5000x*2" is two connects to port 7, then
+# two exchanges with port 5000.
+PY_SEQ='
+import re, socket, sys
 out = []
-for _ in range(n):
-    s = socket.socket()
-    try:
-        s.connect(("127.0.0.1", port))
-        if exchange:
-            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-            if not s.recv(100):
-                raise OSError(0, "eof")
-        out.append("ok")
-    except OSError as e:
-        out.append(str(e.errno))
-    s.close()
-print(" ".join(out))
+for item in sys.argv[1:]:
+    m = re.fullmatch(r"(\d+)([xr]?)(?:\*(\d+))?", item)
+    port, how, n = int(m.group(1)), m.group(2), int(m.group(3) or 1)
+    for _ in range(n):
+        s = socket.socket()
+        try:
+            s.connect(("127.0.0.1", port))
+            if how == "x":
+                s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            out.append("ok" if not how or s.recv(100) else "eof")
+        except OSError as e:
+            out.append(str(e.errno))
+        s.close()
+print(" ".join(out), flush=True)
 '
