@@ -38,21 +38,28 @@ seq_shim() {
     in_ns_shim timeout 30 python3 -c "$PY_SEQ" "$@"
 }
 
-# start_probe OUT GO_FILE PORT: starts nb_learn's exchange with PORT again
-# and again until a connect is admitted (its line says "connected"); the
-# probe then waits for GO_FILE before it sends and reads. Sets PROBE_PID.
+# start_probe OUT CMD...: starts CMD in the namespace under the shim again
+# and again until its connect is admitted: CMD prints "connected" then, or
+# "connect=...", "result=..." or "pending" when it was not. Sets PROBE_PID.
 start_probe() {
-    local out=$1 go=$2 port=$3 i
+    local out=$1 i
+    shift
     for ((i = 0; i < 500; i++)); do
-        bg_ns_shim "$out" "$CLIENTS/nb_learn" 127.0.0.1 "$port" exchange 10000 "$go"
+        bg_ns_shim "$out" "$@"
         PROBE_PID=$BG_PID
         wait_for -t 10 file_has "$out" '^(connected|connect=|result=|pending)' ||
-            fail "nb_learn said nothing: $(cat "$out.err")"
+            fail "the probe said nothing: $(cat "$out.err")"
         file_has "$out" '^connected$' && return 0
         wait "$PROBE_PID" || true
         sleep 0.02
     done
     fail "no probe was admitted in 10 s: $(cat "$out")"
+}
+
+# exchange_probe OUT GO_FILE PORT: start_probe with nb_learn's exchange:
+# connected, it waits for GO_FILE, then sends a request and reads.
+exchange_probe() {
+    start_probe "$1" "$CLIENTS/nb_learn" 127.0.0.1 "$3" exchange 10000 "$2"
 }
 
 @test "control: without breaker_failures, refusals never open it (every connect sends its SYN)" {
@@ -191,7 +198,7 @@ start_probe() {
     assert_output "110 110 113"
     assert_equal "$(syns_since "$BEFORE")" 2
     # Half-open: a probe connects to the healthy server but sends nothing yet.
-    start_probe "$T/probe1" "$T/go1" "$srv"
+    exchange_probe "$T/probe1" "$T/go1" "$srv"
     assert_equal "$(syns_since "$BEFORE")" 3
     # Connected is not enough after io failures: still one probe only.
     run seq_shim "$srv*2"
@@ -200,7 +207,7 @@ start_probe() {
     # The probe dies without an outcome; its slot comes back.
     kill -KILL "$PROBE_PID"
     wait "$PROBE_PID" || true
-    start_probe "$T/probe2" "$T/go2" "$srv"
+    exchange_probe "$T/probe2" "$T/go2" "$srv"
     assert_equal "$(syns_since "$BEFORE")" 4
     run seq_shim "$srv"
     assert_output "113"
@@ -213,6 +220,43 @@ start_probe() {
     assert_output "ok ok ok"
     assert_equal "$(syns_since "$BEFORE")" 7
     assert_equal "$(ns_server_stat srv total)" 5  # 2 probes, 3 after
+}
+
+@test "a probe that execs gives its slot back: the next connect is the probe" {
+    ns_py_server quiet "$SILENT"
+    local quiet=$SERVER_PORT
+    ns_holdserver srv -1
+    local srv=$SERVER_PORT
+    rules "match = 127.0.0.1:$quiet" "match = 127.0.0.1:$srv" io_timeout_ms=500 \
+        breaker_failures=2 breaker_open_ms=300
+    run seq_shim "${quiet}x*2"
+    assert_output "110 110"
+    # The probe connects (no bytes yet: still half-open), then execs sleep
+    # with the connection kept open across the exec.
+    start_probe "$T/probe1" python3 -c '
+import os, socket, sys
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+except OSError as e:
+    print("connect=%d" % e.errno, flush=True)
+    sys.exit(1)
+os.set_inheritable(s.fileno(), True)
+print("connected", flush=True)
+os.execv("/bin/sleep", ["sleep", "600"])
+' "$srv"
+    local sleeper=$PROBE_PID
+    exec_done() { [[ "$(readlink "/proc/$1/exe")" == */sleep ]]; }
+    wait_for exec_done "$sleeper"
+    # The new image never learns it held the slot; the next connect gets it.
+    exchange_probe "$T/probe2" "$T/go2" "$srv"
+    touch "$T/go2"
+    wait_pid "$PROBE_PID" 10
+    run cat "$T/probe2"
+    assert_output "$(printf 'connected\nreply')"
+    run seq_shim "${srv}x*2"
+    assert_output "ok ok"
+    kill -0 "$sleeper"  # the exec'd program still holds its connection
 }
 
 @test "a failed probe reopens it for twice as long, up to breaker_open_max_ms" {

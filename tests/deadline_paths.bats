@@ -201,3 +201,52 @@ s.on("error", (e) => console.log("error " + e.code));
     assert_failure 3
     assert_output pending
 }
+
+@test "non-blocking receives keep their EAGAIN at once (setblocking(False), MSG_DONTWAIT)" {
+    py_server quiet "$SILENT"
+    rules io_timeout_ms=500
+    run run_shim timeout 20 python3 -c '
+import socket, sys, time
+port = int(sys.argv[1])
+def attempt(name, call):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"hello\n")
+    start = time.monotonic()
+    try:
+        call(s)
+        print(name, "answered")
+    except OSError as e:
+        print(name, e.errno, "at once" if time.monotonic() - start < 0.4 else "late")
+    s.close()
+def nonblocking(s):
+    s.setblocking(False)
+    s.recv(100)
+attempt("setblocking", nonblocking)
+attempt("dontwait", lambda s: s.recv(100, socket.MSG_DONTWAIT))
+' "$SERVER_PORT"
+    assert_success
+    assert_lines "setblocking 11 at once" "dontwait 11 at once"
+}
+
+@test "SO_RCVTIMEO: a program's own longer one is cut to io_timeout_ms (110); a shorter one set later keeps its EAGAIN" {
+    py_server quiet "$SILENT"
+    rules io_timeout_ms=500
+    run run_shim timeout 20 python3 -c '
+import socket, struct, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 10, 0))
+start = time.monotonic()
+try:
+    s.recv(100)
+except OSError as e:
+    print("own 10 s:", e.errno, "before 5 s" if time.monotonic() - start < 5 else "late")
+# After the shim armed its deadline, the program asks for 200 ms.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 200000))
+try:
+    s.recv(100)
+except OSError as e:
+    print("own 200 ms:", e.errno)
+' "$SERVER_PORT"
+    assert_success
+    assert_lines "own 10 s: 110 before 5 s" "own 200 ms: 11"
+}
