@@ -18,7 +18,8 @@ export BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-120}
 missing=0
 for f in build/libbulkhead.so build/tests/connect_hold build/tests/mt_client \
     build/tests/fdops build/tests/resolve_connect build/tests/vfork_hold \
-    build/tests/exit_hold build/tests/exec_altstack build/tests/thread_storm build/tests/nb_connect; do
+    build/tests/exit_hold build/tests/exec_altstack build/tests/thread_storm build/tests/nb_connect \
+    build/tests/nb_learn; do
     if [[ ! -e "$f" ]]; then
         echo "run-tests: missing $f (run: make all \$(TEST_BIN), or make test)" >&2
         missing=1
