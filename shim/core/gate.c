@@ -3,9 +3,13 @@
  * The unmatched path must cost next to nothing: it is a family test, the
  * rule index's port bitmap and, at most, a few hash lookups; no syscall.
  * A matched connect on a socket made through our socket() hook costs one
- * semop. Only the rare paths ask the kernel anything more: a socket of
- * unknown kind (getsockopt), a full compartment (fcntl to see whether the
- * socket may block, then GETNCNT and semtimedop). */
+ * semop, one load for the breaker (shim/breaker: a clock read only when it
+ * is not closed) and a clock read for the connection's start; with
+ * connect_timeout_ms, one setsockopt (core/deadline.c). Only the rare
+ * paths ask the kernel anything more: a socket of unknown kind
+ * (getsockopt), a full compartment (fcntl to see whether the socket may
+ * block, then GETNCNT and semtimedop). A fleet compartment also reads the
+ * clock to see whether the agent still renews this host's share. */
 #include "core/gate.h"
 
 #include <arpa/inet.h>
