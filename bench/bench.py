@@ -993,6 +993,22 @@ def fleet_section(hold, ctl, tmp, base, seconds):
     return lines, checks
 
 
+def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
+                 fl_seconds):
+    """`--only NAME`: that section alone. Returns (report lines, budget
+    checks)."""
+    if name == "fleet":
+        log(f"the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
+        return fleet_section(hold, ctl, tmp, base, fl_seconds)
+    if name == "deadlines":
+        log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
+        return dead_downstream_section(tmp, base, dd_seconds)
+    HN = cfgp["handoffs"]
+    log(f"permit hand-off when a holder ends: {HN} trials each of SIGKILL, "
+        f"exit(), _exit(), on a quiet machine and with every CPU busy")
+    return handoff_section(watch, ctl, cfg_w, HN, tmp)
+
+
 def main():
     global RUN_DIR, TSV, SHIM, CLIENT, SERVER, BUILD, CG_DIR, ST_DIR
     ap = argparse.ArgumentParser(description=__doc__)
@@ -1089,46 +1105,16 @@ def main():
 
         dd_seconds = DEAD_SECONDS["quick" if args.quick else "full"]
         fl_seconds = FLEET_SECONDS["quick" if args.quick else "full"]
-        if args.only == "fleet":
-            log(f"the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
-            fl_lines, fl_checks = fleet_section(hold, ctl, tmp, base, fl_seconds)
+        if args.only:
+            lines, checks = only_section(args.only, cfgp, hold=hold, ctl=ctl, tmp=tmp,
+                                         base=base, watch=watch, cfg_w=cfg_w,
+                                         dd_seconds=dd_seconds, fl_seconds=fl_seconds)
             print()
-            for line in fl_lines:
+            for line in lines:
                 print(line)
             print()
             print("budget")
-            for ok, text in fl_checks:
-                print(f"{'PASS' if ok else 'MISS'} {text}")
-            print()
-            print(f"raw numbers: {tsv_path}")
-            print(f"total time: {time.monotonic() - t_start:.0f} s")
-            return
-        if args.only == "deadlines":
-            log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
-            dd_lines, dd_checks = dead_downstream_section(tmp, base, dd_seconds)
-            print()
-            for line in dd_lines:
-                print(line)
-            print()
-            print("budget")
-            for ok, text in dd_checks:
-                print(f"{'PASS' if ok else 'MISS'} {text}")
-            print()
-            print(f"raw numbers: {tsv_path}")
-            print(f"total time: {time.monotonic() - t_start:.0f} s")
-            return
-
-        if args.only == "handoff":
-            HN = cfgp["handoffs"]
-            log(f"permit hand-off when a holder ends: {HN} trials each of SIGKILL, "
-                f"exit(), _exit(), on a quiet machine and with every CPU busy")
-            ho_lines, ho_checks = handoff_section(watch, ctl, cfg_w, HN, tmp)
-            print()
-            for line in ho_lines:
-                print(line)
-            print()
-            print("budget")
-            for ok, text in ho_checks:
+            for ok, text in checks:
                 print(f"{'PASS' if ok else 'MISS'} {text}")
             print()
             print(f"raw numbers: {tsv_path}")

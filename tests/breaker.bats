@@ -11,7 +11,6 @@ load helpers/common
 setup() { bh_setup; }
 teardown() { bh_teardown; }
 
-BLACKHOLE="$BH_ROOT/tests/server/blackhole.py"
 CLOSED=7  # nothing listens on it inside the private namespace
 
 # in_netns SCRIPT: runs bash SCRIPT in a private network namespace with

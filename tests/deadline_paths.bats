@@ -14,29 +14,9 @@ load helpers/netns
 setup() { bh_setup; }
 teardown() { bh_teardown; }
 
-# py_server NAME SCRIPT ARGS...: a server that writes its port to --ready;
-# sets SERVER_PORT.
-py_server() {
-    local name=$1 script=$2
-    shift 2
-    bg "$T/$name.log" python3 "$script" --ready "$T/$name.ready" "$@"
-    wait_for -t 10 test -s "$T/$name.ready" ||
-        fail "$name did not start: $(cat "$T/$name.log.err")"
-    SERVER_PORT=$(sed -n 1p "$T/$name.ready")
-}
-
-# rules KEY=VALUE...: one compartment over 127.0.0.1:$SERVER_PORT.
-rules() {
-    {
-        printf '[global]\nnamespace = %s\n[downstream]\nlimit = 8\n' "$NS"
-        printf 'match = 127.0.0.1:%s\n' "$SERVER_PORT"
-        printf '%s\n' "$@" | sed 's/=/ = /'
-    } >"$RULES"
-}
-
 @test "every blocking receive call on a silent connection fails with errno 110 after io_timeout_ms" {
     py_server quiet "$SILENT"
-    rules io_timeout_ms=500
+    compartment_rules 8 io_timeout_ms=500
     # One connection per call; each sends a request, then receives. The
     # elapsed time is printed in tenths of a second, floored.
     run run_shim timeout 30 python3 -c '
@@ -77,7 +57,7 @@ os.read(s.fileno(), 100)
 
 @test "io_timeout_ms is per receive: a stall after data still fails with errno 110" {
     py_server stall "$BADSERVER" --mode trickle --every-ms 50 --bytes 3 --stall
-    rules io_timeout_ms=500
+    compartment_rules 8 io_timeout_ms=500
     run run_shim timeout 20 python3 -c '
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -99,7 +79,7 @@ except OSError as e:
 @test "a trickle that never pauses for io_timeout_ms is not cut off, though it lasts longer" {
     # 10 bytes, one every 200 ms: 2 s in all, never 1 s without data.
     py_server drip "$BADSERVER" --mode trickle --every-ms 200 --bytes 10
-    rules io_timeout_ms=1000
+    compartment_rules 8 io_timeout_ms=1000
     run run_shim timeout 20 python3 -c '
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -120,7 +100,7 @@ except OSError as e:
 
 @test "a peer that stops reading: a blocking sendall fails with errno 110 after io_timeout_ms; without the shim it still blocks" {
     py_server deaf "$BADSERVER" --mode deaf
-    rules io_timeout_ms=1000
+    compartment_rules 8 io_timeout_ms=1000
     # 64 MiB fills both socket buffers; then the window is zero and the
     # kernel's TCP_USER_TIMEOUT ends the connection.
     run run_shim timeout 20 python3 -c '
@@ -144,7 +124,7 @@ s.sendall(b"x" * (64 << 20))
 
 @test "a program's own shorter settimeout keeps its own timeout (no errno), not the shim's 110" {
     py_server quiet "$SILENT"
-    rules io_timeout_ms=5000
+    compartment_rules 8 io_timeout_ms=5000
     run run_shim timeout 20 python3 -c '
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -166,7 +146,7 @@ except OSError as e:
 @test "node connecting to a blackhole gets an ETIMEDOUT error event after connect_timeout_ms; without the shim it still waits" {
     command -v node >/dev/null || skip "node is not installed"
     py_server hole "$BLACKHOLE"
-    rules connect_timeout_ms=1000
+    compartment_rules 8 connect_timeout_ms=1000
     local js='
 const s = require("net").connect(Number(process.argv[1]), "127.0.0.1");
 s.on("connect", () => { console.log("connected"); s.destroy(); });
@@ -182,7 +162,7 @@ s.on("error", (e) => console.log("error " + e.code));
 
 @test "wget with no timeouts of its own, connecting to a blackhole: 'Connection timed out' after connect_timeout_ms; without the shim it still waits" {
     py_server hole "$BLACKHOLE"
-    rules connect_timeout_ms=1000
+    compartment_rules 8 connect_timeout_ms=1000
     run run_shim timeout 20 wget --timeout=0 --tries=1 -O /dev/null \
         "http://127.0.0.1:$SERVER_PORT/"
     assert_equal "$status" 4  # wget's network failure, not timeout(1)'s 124
@@ -193,7 +173,7 @@ s.on("error", (e) => console.log("error " + e.code));
 
 @test "connect_timeout_ms on a non-blocking connect: send() after the poll reports ETIMEDOUT as well" {
     py_server hole "$BLACKHOLE"
-    rules connect_timeout_ms=1000
+    compartment_rules 8 connect_timeout_ms=1000
     run run_shim timeout 20 "$CLIENTS/nb_learn" 127.0.0.1 "$SERVER_PORT" send 10000
     assert_failure 1
     assert_output "result=ETIMEDOUT"
@@ -204,7 +184,7 @@ s.on("error", (e) => console.log("error " + e.code));
 
 @test "non-blocking receives keep their EAGAIN at once (setblocking(False), MSG_DONTWAIT)" {
     py_server quiet "$SILENT"
-    rules io_timeout_ms=500
+    compartment_rules 8 io_timeout_ms=500
     run run_shim timeout 20 python3 -c '
 import socket, sys, time
 port = int(sys.argv[1])
@@ -230,7 +210,7 @@ attempt("dontwait", lambda s: s.recv(100, socket.MSG_DONTWAIT))
 
 @test "SO_RCVTIMEO: a program's own longer one is cut to io_timeout_ms (110); a shorter one set later keeps its EAGAIN" {
     py_server quiet "$SILENT"
-    rules io_timeout_ms=500
+    compartment_rules 8 io_timeout_ms=500
     run run_shim timeout 20 python3 -c '
 import socket, struct, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))

@@ -11,30 +11,9 @@ load helpers/common
 setup() { bh_setup; }
 teardown() { bh_teardown; }
 
-BLACKHOLE="$BH_ROOT/tests/server/blackhole.py"
-SILENT="$BH_ROOT/tests/server/silentserver.py"
-
-# start_py NAME SCRIPT: a server that writes its port to a ready file;
-# sets SERVER_PORT.
-start_py() {
-    python3 "$2" --ready "$T/$1.ready" >"$T/$1.log" 2>&1 3>&- &
-    track_pid $!
-    wait_for -t 10 test -s "$T/$1.ready" || fail "$1 did not start: $(cat "$T/$1.log")"
-    SERVER_PORT=$(cat "$T/$1.ready")
-}
-
-# rules KEY=VALUE...: one compartment over 127.0.0.1:$SERVER_PORT.
-rules() {
-    {
-        printf '[global]\nnamespace = %s\n[downstream]\nlimit = 4\n' "$NS"
-        printf 'match = 127.0.0.1:%s\n' "$SERVER_PORT"
-        printf '%s\n' "$@" | sed 's/=/ = /'
-    } >"$RULES"
-}
-
 @test "curl to a blackhole, no --connect-timeout: fails with a timeout after connect_timeout_ms; without the shim it still waits" {
-    start_py hole "$BLACKHOLE"
-    rules connect_timeout_ms=1000
+    py_server hole "$BLACKHOLE"
+    compartment_rules 4 connect_timeout_ms=1000
     run run_shim timeout 20 curl -sS "http://127.0.0.1:$SERVER_PORT/"
     assert_equal "$status" 28  # curl's "operation timed out", not timeout(1)'s 124
     assert_output --partial "Failed to connect to 127.0.0.1 port $SERVER_PORT"
@@ -43,8 +22,8 @@ rules() {
 }
 
 @test "a blocking python3 connect to a blackhole raises TimeoutError (errno 110)" {
-    start_py hole "$BLACKHOLE"
-    rules connect_timeout_ms=1000
+    py_server hole "$BLACKHOLE"
+    compartment_rules 4 connect_timeout_ms=1000
     run run_shim timeout 20 python3 -c '
 import socket, sys
 try:
@@ -58,8 +37,8 @@ except OSError as e:
 }
 
 @test "a non-blocking connect to a blackhole: poll wakes, SO_ERROR is ETIMEDOUT" {
-    start_py hole "$BLACKHOLE"
-    rules connect_timeout_ms=1000
+    py_server hole "$BLACKHOLE"
+    compartment_rules 4 connect_timeout_ms=1000
     run run_shim "$CLIENTS/nb_connect" 127.0.0.1 "$SERVER_PORT" 10000
     assert_failure 1
     assert_output "so_error=ETIMEDOUT"
@@ -71,7 +50,7 @@ except OSError as e:
 
 @test "time spent waiting for a permit does not count against connect_timeout_ms" {
     start_server srv -1
-    rules connect_timeout_ms=1000 wait_ms=60000
+    compartment_rules 4 connect_timeout_ms=1000 wait_ms=60000
     sed -i 's/^limit = 4$/limit = 1/' "$RULES"
     # The holder keeps the only permit for 2 s, twice the deadline; the
     # waiter then connects at once: its deadline starts with its SYN.
@@ -84,8 +63,8 @@ except OSError as e:
 }
 
 @test "a blocking python3 recv from a silent server fails with errno 110 after io_timeout_ms" {
-    start_py quiet "$SILENT"
-    rules io_timeout_ms=500
+    py_server quiet "$SILENT"
+    compartment_rules 4 io_timeout_ms=500
     run run_shim timeout 20 python3 -c '
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -107,8 +86,8 @@ s.recv(100)
 }
 
 @test "a program's own shorter receive timeout keeps its behaviour" {
-    start_py quiet "$SILENT"
-    rules io_timeout_ms=5000
+    py_server quiet "$SILENT"
+    compartment_rules 4 io_timeout_ms=5000
     # SO_RCVTIMEO of 200 ms on a blocking socket: EAGAIN, as without the shim.
     run run_shim timeout 20 python3 -c '
 import socket, struct, sys
@@ -124,8 +103,8 @@ except OSError as e:
 }
 
 @test "wget with no timeouts of its own reports a timeout after io_timeout_ms; without the shim it still waits" {
-    start_py quiet "$SILENT"
-    rules io_timeout_ms=500
+    py_server quiet "$SILENT"
+    compartment_rules 4 io_timeout_ms=500
     run run_shim timeout 20 wget --timeout=0 --tries=1 -O /dev/null \
         "http://127.0.0.1:$SERVER_PORT/"
     assert_equal "$status" 4  # wget's network failure, not timeout(1)'s 124

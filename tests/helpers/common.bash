@@ -17,6 +17,9 @@ BH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SHIM="${BULKHEAD_TEST_SHIM:-$BH_ROOT/build/libbulkhead.so}"
 CLIENTS="$BH_ROOT/build/tests"
 HOLDSERVER="$BH_ROOT/tests/server/holdserver.py"
+BLACKHOLE="$BH_ROOT/tests/server/blackhole.py"     # a full accept queue: SYNs dropped
+SILENT="$BH_ROOT/tests/server/silentserver.py"    # accepts, reads, never answers
+BADSERVER="$BH_ROOT/tests/server/badserver.py"    # resets, never reads, or trickles
 # The command: the tests' way to a namespace's key (ns_key) and teardown's
 # first way to remove a namespace.
 BULKHEAD="$BH_ROOT/build/bulkhead"
@@ -202,6 +205,30 @@ start_server() {
     SERVER_PORT=$(sed -n 1p "$T/$name.ready")
     export SERVER_PORT
     export "PORT_$name=$SERVER_PORT"
+}
+
+# py_server NAME SCRIPT [ARGS...]: one of tests/server's scripts that write
+# their port to a ready file (blackhole, silentserver, badserver), in the
+# background; sets SERVER_PORT.
+py_server() {
+    local name=$1 script=$2
+    shift 2
+    bg "$T/$name.log" python3 "$script" --ready "$T/$name.ready" "$@"
+    wait_for -t 10 test -s "$T/$name.ready" ||
+        fail "$name did not start: $(cat "$T/$name.log.err")"
+    SERVER_PORT=$(sed -n 1p "$T/$name.ready")
+}
+
+# compartment_rules LIMIT KEY=VALUE...: $RULES with one compartment,
+# [downstream], of LIMIT permits over 127.0.0.1:$SERVER_PORT.
+compartment_rules() {
+    local limit=$1
+    shift
+    {
+        printf '[global]\nnamespace = %s\n[downstream]\nlimit = %s\n' "$NS" "$limit"
+        printf 'match = 127.0.0.1:%s\n' "$SERVER_PORT"
+        printf '%s\n' "$@" | sed 's/=/ = /'
+    } >"$RULES"
 }
 
 # server_sync NAME: returns once the server has taken in every connection

@@ -11,9 +11,6 @@
 #
 # Needs root (unshare -n, nsenter). Load after helpers/common.
 
-BADSERVER="$BH_ROOT/tests/server/badserver.py"
-BLACKHOLE="$BH_ROOT/tests/server/blackhole.py"
-SILENT="$BH_ROOT/tests/server/silentserver.py"
 # Nothing listens on it inside a fresh namespace: the kernel refuses.
 CLOSED_PORT=7
 
