@@ -47,6 +47,15 @@ host() {
     } >"$T/$name.ini"
 }
 
+# three_hosts LIMIT: Redis, one server, hosts a, b and c sharing LIMIT,
+# each with its agent running.
+three_hosts() {
+    start_redis
+    start_server srv -1
+    for h in a b c; do host $h "$1" "$SERVER_PORT"; done
+    for h in a b c; do start_agent $h; done
+}
+
 # start_agent HOST: its agent, logging every limit it sets (-v): the tests
 # wait on those lines, and assert on what the servers saw.
 start_agent() {
@@ -78,10 +87,7 @@ open_is() { [[ "$(server_stat "$1" open)" == "$2" ]]; }
 logged_after() { tail -n "+$(($2 + 1))" "$1" | grep -Eq -- "$3"; }
 
 @test "30 clients spread 18/9/3 over three hosts: the server never sees more than fleet_limit" {
-    start_redis
-    start_server srv -1
-    for h in a b c; do host $h 6 "$SERVER_PORT"; done
-    for h in a b c; do start_agent $h; done
+    three_hosts 6
     holders a 18 300
     holders b 9 300
     holders c 3 300
@@ -99,10 +105,7 @@ logged_after() { tail -n "+$(($2 + 1))" "$1" | grep -Eq -- "$3"; }
 }
 
 @test "a host with demand gets the idle hosts' share within two refreshes" {
-    start_redis
-    start_server srv -1
-    for h in a b c; do host $h 6 "$SERVER_PORT"; done
-    for h in a b c; do start_agent $h; done
+    three_hosts 6
     # b and c are idle: each keeps one permit of headroom; a gets the rest.
     holders a 6 60000
     wait_for -t 3 open_is srv 4
@@ -111,10 +114,7 @@ logged_after() { tail -n "+$(($2 + 1))" "$1" | grep -Eq -- "$3"; }
 }
 
 @test "a SIGKILLed agent's share goes back to the others within lease + refresh" {
-    start_redis
-    start_server srv -1
-    for h in a b c; do host $h 6 "$SERVER_PORT"; done
-    for h in a b c; do start_agent $h; done
+    three_hosts 6
     holders a 6 60000
     wait_for -t 3 open_is srv 4
     kill -KILL "$AGENT_b"
