@@ -114,6 +114,22 @@ static int parse_setting(const char *text, struct setting *setting)
     return 0;
 }
 
+/* What a setting parse_setting refused should have been, by its key. */
+static const char *setting_expected(const char *text)
+{
+    if (strncmp(text, "breaker=", 8) == 0)
+        return "expected breaker=open or breaker=closed";
+    if (strncmp(text, "limit=", 6) == 0)
+        return "expected limit=N, N a whole number";
+    return "expected limit=N, N a whole number, or breaker=open|closed";
+}
+
+/* "closed", "open", "half-open", or "open (forced)" for set's line. */
+static const char *breaker_words(const struct bh_breaker_view *breaker)
+{
+    return breaker->forced ? "open (forced)" : bh_breaker_state_name(breaker->state);
+}
+
 static int change_breaker(struct bh_namespace *ns, const char *namespace_name,
                           const char *name, int open)
 {
@@ -124,9 +140,9 @@ static int change_breaker(struct bh_namespace *ns, const char *namespace_name,
     bh_breaker_read(ns, index, &before);
     bh_breaker_force(ns, index, open);
     bh_breaker_read(ns, index, &after);
-    printf("%s: breaker %s -> %s%s\n", name, bh_breaker_state_name(before.state),
-           bh_breaker_state_name(after.state),
-           open ? " (forced: every connect is refused until breaker=closed)"
+    printf("%s: breaker %s -> %s%s\n", name, breaker_words(&before),
+           breaker_words(&after),
+           open ? ": every matched connect is refused until breaker=closed"
                 : ", failures cleared");
     return CLI_OK;
 }
@@ -193,9 +209,8 @@ static int set_command(int argc, char **argv)
         return cli_usage_error(&cli_set_command, "give a compartment and limit=N "
                                "or breaker=open|closed");
     if (parse_setting(argv[optind + 1], &setting) < 0)
-        return cli_usage_error(&cli_set_command, "\"%s\": expected limit=N, N a "
-                               "whole number, or breaker=open|closed",
-                               argv[optind + 1]);
+        return cli_usage_error(&cli_set_command, "\"%s\": %s", argv[optind + 1],
+                               setting_expected(argv[optind + 1]));
     if (fleet)
         return change_fleet_limit(&target, argv[optind], &setting);
     struct bh_namespace ns;

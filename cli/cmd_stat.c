@@ -82,111 +82,162 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
 }
 
 /* The upper bound in ms of the bucket holding the q-quantile, as text:
- * "<=25", ">60000", or "-" with no samples. */
+ * "<=25", or ">60000" past the last bound. The histogram has samples. */
 static void quantile_bound(const struct bh_histogram_view *histogram, double q,
                            char *out, size_t outlen)
 {
-    snprintf(out, outlen, "-");
     uint64_t seen = 0, wanted = (uint64_t)(q * (double)histogram->count + 0.999999);
-    for (int b = 0; histogram->count && b <= BH_HISTOGRAM_BUCKETS; b++) {
-        seen += histogram->buckets[b];
-        if (seen < wanted || seen == 0)
-            continue;
-        if (b == BH_HISTOGRAM_BUCKETS)
-            snprintf(out, outlen, ">%g", (double)bh_histogram_bounds_us[b - 1] / 1000);
-        else
-            snprintf(out, outlen, "<=%g", (double)bh_histogram_bounds_us[b] / 1000);
-        return;
+    int b = 0;
+    while (b < BH_HISTOGRAM_BUCKETS && (seen += histogram->buckets[b]) < wanted)
+        b++;
+    if (b == BH_HISTOGRAM_BUCKETS)
+        snprintf(out, outlen, ">%g", (double)bh_histogram_bounds_us[b - 1] / 1000);
+    else
+        snprintf(out, outlen, "<=%g", (double)bh_histogram_bounds_us[b] / 1000);
+}
+
+/* Prints cells[rows][columns] aligned under their headings (row 0): the
+ * first `left` columns left-aligned, figures right-aligned. */
+static void print_aligned(int rows, int columns, int left,
+                          char (*cells)[BH_NAME_MAX])
+{
+    int widths[columns];
+    memset(widths, 0, sizeof widths);
+    for (int row = 0; row < rows; row++)
+        for (int column = 0; column < columns; column++) {
+            int width = (int)strlen(cells[row * columns + column]);
+            widths[column] = width > widths[column] ? width : widths[column];
+        }
+    for (int row = 0; row < rows; row++) {
+        for (int column = 0; column < columns; column++) {
+            const char *cell = cells[row * columns + column];
+            int last = column == columns - 1;
+            printf("%s%*s", column ? "  " : "",
+                   column < left ? (last ? 0 : -widths[column]) : widths[column],
+                   cell);
+        }
+        printf("\n");
     }
 }
 
+/* "closed", "open (12s left)" (rounded up), "open (forced)", "half-open". */
 static void breaker_cell(const struct bh_breaker_view *breaker, char *out, size_t outlen)
 {
     if (breaker->forced)
         snprintf(out, outlen, "open (forced)");
     else if (breaker->state == BH_BREAKER_IS_OPEN)
-        snprintf(out, outlen, "open (%.1fs left)", (double)breaker->open_left_ms / 1000);
+        snprintf(out, outlen, "open (%llds left)",
+                 (long long)(breaker->open_left_ms + 999) / 1000);
     else
         snprintf(out, outlen, "%s", bh_breaker_state_name(breaker->state));
 }
 
+/* How long ago, in the largest unit that still shows two figures of it:
+ * "45s ago", "12m ago", "5h ago", "3d ago"; "-" for never. An age reads
+ * at a glance in --watch; --json and --prometheus carry the exact time. */
 static void age_cell(int64_t since_ns, char *out, size_t outlen)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    int64_t seconds = now.tv_sec - since_ns / 1000000000;
+    long long seconds = (long long)(now.tv_sec - since_ns / 1000000000);
+    seconds = seconds < 0 ? 0 : seconds;  /* the clock was set back */
     if (since_ns == 0)
         snprintf(out, outlen, "-");
     else if (seconds < 120)
-        snprintf(out, outlen, "%llds ago", (long long)seconds);
-    else if (seconds < 7200)
-        snprintf(out, outlen, "%lldm ago", (long long)seconds / 60);
+        snprintf(out, outlen, "%llds ago", seconds);
+    else if (seconds < 120 * 60)
+        snprintf(out, outlen, "%lldm ago", seconds / 60);
+    else if (seconds < 48 * 3600)
+        snprintf(out, outlen, "%lldh ago", seconds / 3600);
     else
-        snprintf(out, outlen, "%lldh ago", (long long)seconds / 3600);
+        snprintf(out, outlen, "%lldd ago", seconds / 86400);
 }
 
-/* Whether anything has gone through a compartment that the outcomes table
- * would show. */
+/* Whether a compartment has anything for the breaker table: it saw a
+ * connection, a failure, or its breaker ever left closed. */
 static int has_outcomes(const struct bh_stat_row *row)
 {
     return row->view.connect_time.count || row->view.connect_failures ||
-           row->breaker.opened || row->breaker.state != BH_BREAKER_IS_CLOSED ||
-           row->view.io_timeouts;
+           row->view.io_timeouts || row->breaker.opened ||
+           row->breaker.state != BH_BREAKER_IS_CLOSED;
 }
 
 static const char *const outcome_headings[] = {
-    "COMPARTMENT", "BREAKER", "CHANGED", "OPENED", "BREAKER_REFUSED",
-    "CONNECT_FAILED", "CONNECT_TIMEOUTS", "IO_TIMEOUTS", "CONNECT_MS_P50/P99",
-    "HOLD_MS_P50/P99",
+    "COMPARTMENT", "BREAKER", "CHANGED", "OPENED", "REFUSED",
+    "CONNECT_FAILED", "CONNECT_TIMEOUTS", "IO_TIMEOUTS",
 };
 enum { OUTCOME_COLUMNS = sizeof outcome_headings / sizeof outcome_headings[0] };
-typedef char outcome_cells[OUTCOME_COLUMNS][BH_NAME_MAX];
 
-static void fill_outcome_cells(const struct bh_stat_row *row, outcome_cells cells)
+static void fill_outcome_cells(const struct bh_stat_row *row, char (*cells)[BH_NAME_MAX])
 {
-    char p50[24], p99[24];
-    snprintf(cells[0], sizeof cells[0], "%s", row->view.name);
-    breaker_cell(&row->breaker, cells[1], sizeof cells[1]);
-    age_cell(row->breaker.since_ns, cells[2], sizeof cells[2]);
-    snprintf(cells[3], sizeof cells[3], "%" PRIu64, row->breaker.opened);
-    snprintf(cells[4], sizeof cells[4], "%" PRIu64, row->breaker.refused);
-    snprintf(cells[5], sizeof cells[5], "%" PRIu64, row->view.connect_failures);
-    snprintf(cells[6], sizeof cells[6], "%" PRIu64, row->view.connect_timeouts);
-    snprintf(cells[7], sizeof cells[7], "%" PRIu64, row->view.io_timeouts);
-    quantile_bound(&row->view.connect_time, 0.5, p50, sizeof p50);
-    quantile_bound(&row->view.connect_time, 0.99, p99, sizeof p99);
-    snprintf(cells[8], sizeof cells[8], "%s/%s", p50, p99);
-    quantile_bound(&row->view.hold_time, 0.5, p50, sizeof p50);
-    quantile_bound(&row->view.hold_time, 0.99, p99, sizeof p99);
-    snprintf(cells[9], sizeof cells[9], "%s/%s", p50, p99);
+    snprintf(cells[0], BH_NAME_MAX, "%s", row->view.name);
+    breaker_cell(&row->breaker, cells[1], BH_NAME_MAX);
+    age_cell(row->breaker.since_ns, cells[2], BH_NAME_MAX);
+    snprintf(cells[3], BH_NAME_MAX, "%" PRIu64, row->breaker.opened);
+    snprintf(cells[4], BH_NAME_MAX, "%" PRIu64, row->breaker.refused);
+    snprintf(cells[5], BH_NAME_MAX, "%" PRIu64, row->view.connect_failures);
+    snprintf(cells[6], BH_NAME_MAX, "%" PRIu64, row->view.connect_timeouts);
+    snprintf(cells[7], BH_NAME_MAX, "%" PRIu64, row->view.io_timeouts);
 }
 
-/* Below the permits: how connections turned out, for compartments that
- * have seen any, and the fleet's figures for fleet compartments. */
+/* Below the permits: the breaker and how connects turned out, one row per
+ * compartment that has any. Kept apart from the permits table so both fit
+ * about 100 columns. */
 static void print_outcomes(const struct snapshot *snapshot)
 {
-    outcome_cells cells[BH_MAX_COMPARTMENTS + 1];
-    int widths[OUTCOME_COLUMNS] = { 0 }, rows = 1;
+    static char cells[(BH_MAX_COMPARTMENTS + 1) * OUTCOME_COLUMNS][BH_NAME_MAX];
+    int rows = 1;
     for (int column = 0; column < OUTCOME_COLUMNS; column++)
-        snprintf(cells[0][column], sizeof cells[0][column], "%s",
-                 outcome_headings[column]);
+        snprintf(cells[column], BH_NAME_MAX, "%s", outcome_headings[column]);
     for (int i = 0; i < snapshot->count; i++)
         if (has_outcomes(&snapshot->rows[i].stat))
-            fill_outcome_cells(&snapshot->rows[i].stat, cells[rows++]);
+            fill_outcome_cells(&snapshot->rows[i].stat, &cells[rows++ * OUTCOME_COLUMNS]);
     if (rows == 1)
         return;
-    for (int row = 0; row < rows; row++)
-        for (int column = 0; column < OUTCOME_COLUMNS; column++) {
-            int width = (int)strlen(cells[row][column]);
-            widths[column] = width > widths[column] ? width : widths[column];
-        }
     printf("\n");
-    for (int row = 0; row < rows; row++) {
-        printf("%-*s  %-*s", widths[0], cells[row][0], widths[1], cells[row][1]);
-        for (int column = 2; column < OUTCOME_COLUMNS; column++)
-            printf("  %*s", widths[column], cells[row][column]);
-        printf("\n");
+    print_aligned(rows, OUTCOME_COLUMNS, 2, cells);
+}
+
+static const char *const histogram_headings[] = {
+    "COMPARTMENT", "TIME", "COUNT", "MEAN_MS", "P50_MS", "P99_MS",
+};
+enum { HISTOGRAM_COLUMNS = sizeof histogram_headings / sizeof histogram_headings[0] };
+
+/* One row of the histograms table: "NAME connect 12 0.41 <=0.5 <=2.5". */
+static void fill_histogram_cells(const char *name, const char *what,
+                                 const struct bh_histogram_view *histogram,
+                                 char (*cells)[BH_NAME_MAX])
+{
+    snprintf(cells[0], BH_NAME_MAX, "%s", name);
+    snprintf(cells[1], BH_NAME_MAX, "%s", what);
+    snprintf(cells[2], BH_NAME_MAX, "%" PRIu64, histogram->count);
+    snprintf(cells[3], BH_NAME_MAX, "%.2f",
+             (double)histogram->sum_ns / (double)histogram->count / 1e6);
+    quantile_bound(histogram, 0.5, cells[4], BH_NAME_MAX);
+    quantile_bound(histogram, 0.99, cells[5], BH_NAME_MAX);
+}
+
+/* Last: the connect-time and hold-time histograms of each compartment, a
+ * row each when they have samples. The quantiles are bucket bounds. */
+static void print_histograms(const struct snapshot *snapshot)
+{
+    static char cells[(2 * BH_MAX_COMPARTMENTS + 1) * HISTOGRAM_COLUMNS][BH_NAME_MAX];
+    int rows = 1;
+    for (int column = 0; column < HISTOGRAM_COLUMNS; column++)
+        snprintf(cells[column], BH_NAME_MAX, "%s", histogram_headings[column]);
+    for (int i = 0; i < snapshot->count; i++) {
+        const struct bh_compartment_view *view = &snapshot->rows[i].stat.view;
+        if (view->connect_time.count)
+            fill_histogram_cells(view->name, "connect", &view->connect_time,
+                                 &cells[rows++ * HISTOGRAM_COLUMNS]);
+        if (view->hold_time.count)
+            fill_histogram_cells(view->name, "hold", &view->hold_time,
+                                 &cells[rows++ * HISTOGRAM_COLUMNS]);
     }
+    if (rows == 1)
+        return;
+    printf("\n");
+    print_aligned(rows, HISTOGRAM_COLUMNS, 2, cells);
 }
 
 static void print_fleet(const struct snapshot *snapshot)
@@ -265,6 +316,7 @@ static void print_table(const struct snapshot *snapshot)
         print_table_line(cells[row + 1], widths, holders);
     }
     print_outcomes(snapshot);
+    print_histograms(snapshot);
     print_fleet(snapshot);
 }
 
@@ -486,12 +538,17 @@ const struct cli_command cli_stat_command = {
         "waited and got a permit) and HOLDERS (pid(permits) of the processes\n"
         "holding permits). REJECTED and TIMED_OUT count calls, not connections\n"
         "nor processes: a client that retries counts each refused attempt.\n"
-        "Below it, for compartments that have seen connections: the breaker\n"
-        "(state, since when, times opened, connects it refused), connect\n"
-        "failures, connect and io timeouts, and the median and 99th-percentile\n"
-        "buckets of the connect-time and hold-time histograms; for fleet\n"
-        "compartments, the fleet limit, this host's grant, the fleet's use,\n"
-        "its live hosts and the lease's state.\n"
+        "Below it, for compartments that have seen connections or whose\n"
+        "breaker ever left closed: BREAKER (closed, open (Ns left), open\n"
+        "(forced), half-open), CHANGED (how long ago it last changed), OPENED\n"
+        "(times), REFUSED (connects the breaker refused; not in REJECTED or\n"
+        "TIMED_OUT), CONNECT_FAILED (refused, unreachable, timed out, reset),\n"
+        "CONNECT_TIMEOUTS and IO_TIMEOUTS. Then a row per histogram with\n"
+        "samples: TIME connect (connect to established) or hold (permit taken\n"
+        "to given back), COUNT, MEAN_MS, and P50_MS, P99_MS: the upper bound of\n"
+        "the bucket holding that quantile. Fleet compartments get the fleet\n"
+        "limit, this host's grant, the fleet's use, its live hosts and the\n"
+        "lease's state.\n"
         "A namespace where nothing has run yet has no state: stat says so and\n"
         "exits 0.\n"
         "\n"
@@ -503,22 +560,31 @@ const struct cli_command cli_stat_command = {
         "                        [{\"name\", \"limit\", \"in_use\", \"waiting\",\n"
         "                        \"peak\", \"acquired\", \"rejected\", \"timed_out\",\n"
         "                        \"waits\", \"wait_mean_ms\", \"wait_max_ms\",\n"
-        "                        \"holders\": [{\"pid\", \"permits\"}], \"breaker\",\n"
+        "                        \"holders\": [{\"pid\", \"permits\"}], \"breaker\":\n"
+        "                        {\"state\", \"forced\", \"since\" (Unix time in s;\n"
+        "                        null: never changed), \"open_left_ms\",\n"
+        "                        \"open_ms\", \"opened\", \"refused\", \"failures\"},\n"
         "                        \"connect_failures\", \"connect_timeouts\",\n"
-        "                        \"io_timeouts\", \"connect_time\", \"hold_time\",\n"
-        "                        \"fleet\" (fleet compartments)}]}\n"
-        "      --prometheus      Prometheus text exposition: gauges\n"
-        "                        bulkhead_permits_limit, _permits_in_use,\n"
-        "                        _waiters, _permits_peak, _wait_max_seconds;\n"
-        "                        counters bulkhead_acquired_total,\n"
-        "                        _rejected_total, _timed_out_total; the summary\n"
-        "                        bulkhead_wait_seconds (_sum, _count: waits that\n"
-        "                        got a permit); the breaker's bulkhead_breaker_*,\n"
-        "                        bulkhead_connect_failures_total, _connect_timeouts_\n"
-        "                        total, _io_timeouts_total; the histograms\n"
-        "                        bulkhead_connect_seconds, bulkhead_hold_seconds;\n"
-        "                        bulkhead_fleet_* for fleet compartments. Labels\n"
-        "                        namespace, compartment.\n"
+        "                        \"io_timeouts\", \"connect_time\" and \"hold_time\":\n"
+        "                        {\"bounds_ms\", \"counts\" (per bucket, the last\n"
+        "                        past 60 s), \"count\", \"sum_ms\"}, \"fleet\" (fleet\n"
+        "                        compartments)}]}\n"
+        "      --prometheus      Prometheus text exposition, labels namespace and\n"
+        "                        compartment. Gauges bulkhead_permits_limit,\n"
+        "                        _permits_in_use, _waiters, _permits_peak,\n"
+        "                        _wait_max_seconds, bulkhead_breaker_state (0 closed,\n"
+        "                        1 open, 2 half-open), _breaker_forced (1: open by\n"
+        "                        set), _breaker_changed_seconds (Unix time; 0:\n"
+        "                        never); counters bulkhead_acquired_total,\n"
+        "                        _rejected_total, _timed_out_total,\n"
+        "                        _breaker_opened_total, _breaker_refusals_total,\n"
+        "                        _connect_failures_total, _connect_timeouts_total,\n"
+        "                        _io_timeouts_total; the summary\n"
+        "                        bulkhead_wait_seconds (_sum, _count: waits that got\n"
+        "                        a permit); the histograms bulkhead_connect_seconds\n"
+        "                        and bulkhead_hold_seconds (_bucket by le in seconds,\n"
+        "                        cumulative up to +Inf, _sum, _count);\n"
+        "                        bulkhead_fleet_* for fleet compartments.\n"
         "      --watch SECONDS   redraw the table every SECONDS until Ctrl-C\n",
     .run = stat_command,
 };
