@@ -164,7 +164,7 @@ static int has_outcomes(const struct bh_stat_row *row)
 
 static const char *const outcome_headings[] = {
     "COMPARTMENT", "BREAKER", "CHANGED", "OPENED", "REFUSED",
-    "CONNECT_FAILED", "CONNECT_TIMEOUTS", "IO_TIMEOUTS",
+    "CONN_FAILED", "CONN_TIMEOUTS", "IO_TIMEOUTS",
 };
 enum { OUTCOME_COLUMNS = sizeof outcome_headings / sizeof outcome_headings[0] };
 
@@ -542,13 +542,13 @@ const struct cli_command cli_stat_command = {
         "breaker ever left closed: BREAKER (closed, open (Ns left), open\n"
         "(forced), half-open), CHANGED (how long ago it last changed), OPENED\n"
         "(times), REFUSED (connects the breaker refused; not in REJECTED or\n"
-        "TIMED_OUT), CONNECT_FAILED (refused, unreachable, timed out, reset),\n"
-        "CONNECT_TIMEOUTS and IO_TIMEOUTS. Then a row per histogram with\n"
-        "samples: TIME connect (connect to established) or hold (permit taken\n"
-        "to given back), COUNT, MEAN_MS, and P50_MS, P99_MS: the upper bound of\n"
-        "the bucket holding that quantile. Fleet compartments get the fleet\n"
-        "limit, this host's grant, the fleet's use, its live hosts and the\n"
-        "lease's state.\n"
+        "TIMED_OUT), CONN_FAILED (connects refused, unreachable, timed out or\n"
+        "reset), CONN_TIMEOUTS (connects that timed out) and IO_TIMEOUTS.\n"
+        "Then a row per histogram with samples: TIME connect (connect to\n"
+        "established) or hold (permit taken to given back), COUNT, MEAN_MS,\n"
+        "and P50_MS, P99_MS: the upper bound of the bucket holding that\n"
+        "quantile. Fleet compartments get the fleet limit, this host's grant,\n"
+        "the fleet's use, its live hosts and the lease's state.\n"
         "A namespace where nothing has run yet has no state: stat says so and\n"
         "exits 0.\n"
         "\n"

@@ -152,6 +152,10 @@ assert c['io_timeouts'] == 0 and c['connect_time']['count'] == 0, c"
     assert_output ok
     run breaker_row c
     assert_output --regexp '^c +open \(([1-9]|[1-5][0-9]|60)s left\) +[0-9]+s ago +1 +1 +3 +0 +0$'
+    # The tables below the permits fit 100 columns for a short name.
+    run bash -c '"$1" stat -c "$2" | awk "NF == 0 { below = 1 } below && length(\$0) > 100"' \
+        _ "$BULKHEAD" "$RULES"
+    assert_output ""
     run "$BULKHEAD" stat -c "$RULES" --prometheus
     local labels="{namespace=\"$NS\",compartment=\"c\"}"
     assert_line "bulkhead_breaker_state$labels 1"
