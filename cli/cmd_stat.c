@@ -97,7 +97,8 @@ static void quantile_bound(const struct bh_histogram_view *histogram, double q,
 }
 
 /* Prints cells[rows][columns] aligned under their headings (row 0): the
- * first `left` columns left-aligned, figures right-aligned. */
+ * first `left` columns (names, words) left-aligned, figures right-aligned.
+ * Callers end rows with a figure, so no line ends in padding. */
 static void print_aligned(int rows, int columns, int left,
                           char (*cells)[BH_NAME_MAX])
 {
@@ -110,11 +111,9 @@ static void print_aligned(int rows, int columns, int left,
         }
     for (int row = 0; row < rows; row++) {
         for (int column = 0; column < columns; column++) {
-            const char *cell = cells[row * columns + column];
-            int last = column == columns - 1;
             printf("%s%*s", column ? "  " : "",
-                   column < left ? (last ? 0 : -widths[column]) : widths[column],
-                   cell);
+                   column < left ? -widths[column] : widths[column],
+                   cells[row * columns + column]);
         }
         printf("\n");
     }
@@ -132,9 +131,9 @@ static void breaker_cell(const struct bh_breaker_view *breaker, char *out, size_
         snprintf(out, outlen, "%s", bh_breaker_state_name(breaker->state));
 }
 
-/* How long ago, in the largest unit that still shows two figures of it:
- * "45s ago", "12m ago", "5h ago", "3d ago"; "-" for never. An age reads
- * at a glance in --watch; --json and --prometheus carry the exact time. */
+/* How long ago: "45s ago" up to 2 minutes, "12m ago" up to 2 hours, "5h
+ * ago" up to 2 days, then "3d ago"; "-" for never. An age reads at a
+ * glance, in --watch too; --json and --prometheus carry the exact time. */
 static void age_cell(int64_t since_ns, char *out, size_t outlen)
 {
     struct timespec now;
