@@ -75,7 +75,7 @@ struct bh_config {
                                       the namespace */
     char *fleet_password_file;  /* NULL: no AUTH */
     int fleet_refresh_ms;       /* default 1000 */
-    int fleet_lease_ms;         /* default 10000; > fleet_refresh_ms */
+    int fleet_lease_ms;         /* default 10000; >= 2 x fleet_refresh_ms */
     int fleet_fallback;         /* -1 (default): fleet_limit / hosts last seen */
 };
 

@@ -88,6 +88,7 @@ struct parser {
     bool key_handled;            /* and inih did call the handler for it */
     int global_line;             /* header of [global]; 0 = none yet */
     int global_key_lines[KEY_COUNT]; /* [global]'s keys, kept past the section */
+    bool global_key_bad[KEY_COUNT];  /* and whether their values were reported */
     int fleet_limit_lines[BH_MAX_COMPARTMENTS]; /* checked at the end of the file */
     int fleet_limit_count;
     struct section section;
@@ -343,12 +344,16 @@ static int set_fleet_fallback(struct parser *p, const char *key, const char *val
     return -1;
 }
 
+/* Whether [global] has a fleet = is known only at the end of the file: the
+ * line is kept for then. A value already reported is not kept: one error. */
 static int set_fleet_limit(struct parser *p, const char *key, const char *value)
 {
+    if (set_number(p, key, value, 1, FLEET_LIMIT_MAX,
+                   &p->section.compartment->fleet_limit) != 0)
+        return -1;
     if (p->fleet_limit_count < BH_MAX_COMPARTMENTS)
         p->fleet_limit_lines[p->fleet_limit_count++] = p->line;
-    return set_number(p, key, value, 1, FLEET_LIMIT_MAX,
-                      &p->section.compartment->fleet_limit);
+    return 0;
 }
 
 /* ---- compartments ---- */
@@ -929,14 +934,13 @@ static int handle_key(void *user, const char *section_name, const char *key,
         *first_line = p->line;
     if (p->section.kind == SECTION_GLOBAL && !p->global_key_lines[spec->id])
         p->global_key_lines[spec->id] = p->line;
-    if (value[0] == '\0') {
-        report(p, p->line, "%s: missing value", key);
-        p->section.key_bad[spec->id] = true;
-        return 0;
-    }
-    if (spec->apply(p, key, value) == 0)
+    if (value[0] != '\0' && spec->apply(p, key, value) == 0)
         return 1;
+    if (value[0] == '\0')
+        report(p, p->line, "%s: missing value", key);
     p->section.key_bad[spec->id] = true;
+    if (p->section.kind == SECTION_GLOBAL)
+        p->global_key_bad[spec->id] = true;
     return 0;
 }
 
@@ -1000,21 +1004,46 @@ static char *read_line(char *buffer, int size, void *stream)
 
 /* ---- the API ---- */
 
-/* The fleet's keys against each other, once the whole file is read. */
+/* A lease must outlive two refreshes. Reported on the line of the key
+ * given (the lease's when both are), naming the other and where it is; a
+ * key whose own value was reported is left out. */
+static void check_fleet_lease(struct parser *p)
+{
+    const struct bh_config *config = p->config;
+    int lease_line = p->global_key_lines[KEY_FLEET_LEASE_MS];
+    int refresh_line = p->global_key_lines[KEY_FLEET_REFRESH_MS];
+    static const char why[] = "a host would lose its share between two refreshes";
+
+    if (p->global_key_bad[KEY_FLEET_LEASE_MS] ||
+        p->global_key_bad[KEY_FLEET_REFRESH_MS] ||
+        config->fleet_lease_ms >= 2 * config->fleet_refresh_ms)
+        return;
+    if (!lease_line)
+        report(p, refresh_line, "fleet_refresh_ms: %d is more than half of "
+               "fleet_lease_ms (%d, the default): %s", config->fleet_refresh_ms,
+               config->fleet_lease_ms, why);
+    else if (!refresh_line)
+        report(p, lease_line, "fleet_lease_ms: %d is less than twice "
+               "fleet_refresh_ms (%d, the default): %s", config->fleet_lease_ms,
+               config->fleet_refresh_ms, why);
+    else
+        report(p, lease_line, "fleet_lease_ms: %d is less than twice "
+               "fleet_refresh_ms (%d at line %d): %s", config->fleet_lease_ms,
+               config->fleet_refresh_ms, refresh_line, why);
+}
+
+/* The fleet's keys against each other, once the whole file is read: a
+ * [global] may come after the compartments. fleet_limit without a fleet is
+ * reported on each fleet_limit line (check sorts them into place); not when
+ * fleet = was given but wrong, which is its own error. */
 static void check_fleet(struct parser *p)
 {
     struct bh_config *config = p->config;
-    const int *lines = p->global_key_lines;
     if (!config->fleet_url && !p->global_key_lines[KEY_FLEET])
         for (int i = 0; i < p->fleet_limit_count; i++)
             report(p, p->fleet_limit_lines[i], "fleet_limit: needs fleet = "
                    "redis://HOST:PORT in [global]");
-    if (config->fleet_lease_ms < 2 * config->fleet_refresh_ms)
-        report(p, lines[KEY_FLEET_LEASE_MS] ? lines[KEY_FLEET_LEASE_MS]
-                                            : lines[KEY_FLEET_REFRESH_MS],
-               "fleet_lease_ms: %d is less than twice fleet_refresh_ms (%d): a "
-               "host would lose its share between two refreshes",
-               config->fleet_lease_ms, config->fleet_refresh_ms);
+    check_fleet_lease(p);
     if (config->fleet_url && !config->fleet_host[0])
         bh_fleet_default_host(config->fleet_host, sizeof config->fleet_host);
     if (!config->fleet_name[0])

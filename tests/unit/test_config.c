@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -69,6 +71,10 @@ struct error_case {
 
 /* Lines 1-4 are a valid [global] and [cap]; rows add from line 5 on. */
 #define HEAD "[global]\nnamespace = t\n[cap]\nlimit = 0\n"
+/* [global] with KEYS from line 3, then a valid [cap]. */
+#define FLEET(keys) "[global]\nnamespace = t\n" keys "[cap]\nlimit = 0\nmatch = 10.0.0.1:80\n"
+#define LONG63 "h12345678901234567890123456789012345678901234567890123456789012"
+#define LONG64 LONG63 "3"
 
 static const struct error_case error_cases[] = {
     { "limit: not a whole number", HEAD "match = 10.0.0.1:80\n[b]\nlimit = twenty\nmatch = 10.0.0.2:80\n",
@@ -223,6 +229,133 @@ static const struct error_case error_cases[] = {
     { "a duplicate compartment's breaker keys are still checked", HEAD "match = 10.0.0.1:80\n[cap]\nlimit = 1\nmatch = 10.0.0.2:80\nbreaker_open_ms = 100\n",
       { "rules.ini:6: duplicate compartment [cap] (first at line 3)",
         "rules.ini:9: breaker_open_ms: has no effect without breaker_failures" } },
+    /* The fleet (issue 10): [global]'s keys from line 3. */
+    { "fleet: http://", FLEET("fleet = http://10.0.0.5:6379\n"),
+      { "rules.ini:3: fleet: \"http://10.0.0.5:6379\" is not redis:// (use redis://HOST:PORT[/DB])" } },
+    { "fleet: no scheme", FLEET("fleet = 10.0.0.5:6379\n"),
+      { "rules.ini:3: fleet: \"10.0.0.5:6379\" is not a redis://HOST:PORT[/DB] URL" } },
+    { "fleet: rediss://", FLEET("fleet = rediss://r.example:6380\n"),
+      { "rules.ini:3: fleet: \"rediss://r.example:6380\" uses TLS (rediss://), which bulkhead agent does not speak: use redis://HOST:PORT[/DB]" } },
+    { "fleet: REDIS:// in capitals", FLEET("fleet = REDIS://r:6379\n"),
+      { "rules.ini:3: fleet: \"REDIS://r:6379\" is not redis:// (use redis://HOST:PORT[/DB])" } },
+    { "fleet: no port", FLEET("fleet = redis://10.0.0.5\n"),
+      { "rules.ini:3: fleet: \"redis://10.0.0.5\" has no port" } },
+    { "fleet: an empty port", FLEET("fleet = redis://10.0.0.5:\n"),
+      { "rules.ini:3: fleet: \"redis://10.0.0.5:\" has no port" } },
+    { "fleet: a database but no port", FLEET("fleet = redis://10.0.0.5/2\n"),
+      { "rules.ini:3: fleet: \"redis://10.0.0.5/2\" has no port" } },
+    { "fleet: [v6] without a port", FLEET("fleet = redis://[::1]\n"),
+      { "rules.ini:3: fleet: \"redis://[::1]\" has no port" } },
+    { "fleet: no host", FLEET("fleet = redis://:6379\n"),
+      { "rules.ini:3: fleet: \"redis://:6379\" has no host" } },
+    { "fleet: nothing after the scheme", FLEET("fleet = redis://\n"),
+      { "rules.ini:3: fleet: \"redis://\" has no host" } },
+    { "fleet: port 0", FLEET("fleet = redis://r:0\n"),
+      { "rules.ini:3: fleet: \"redis://r:0\" has a bad port (1 to 65535)" } },
+    { "fleet: port 65536", FLEET("fleet = redis://r:65536\n"),
+      { "rules.ini:3: fleet: \"redis://r:65536\" has a bad port (1 to 65535)" } },
+    { "fleet: a port past any integer", FLEET("fleet = redis://r:99999999999999999999999\n"),
+      { "rules.ini:3: fleet: \"redis://r:99999999999999999999999\" has a bad port (1 to 65535)" } },
+    { "fleet: a negative port", FLEET("fleet = redis://r:-1\n"),
+      { "rules.ini:3: fleet: \"redis://r:-1\" has a bad port (1 to 65535)" } },
+    { "fleet: a port name", FLEET("fleet = redis://r:redis\n"),
+      { "rules.ini:3: fleet: \"redis://r:redis\" has a bad port (1 to 65535)" } },
+    { "fleet: junk after the port", FLEET("fleet = redis://r:6379x\n"),
+      { "rules.ini:3: fleet: \"redis://r:6379x\" has something after its port other than /DB" } },
+    { "fleet: a query after the port", FLEET("fleet = redis://r:6379?timeout=1\n"),
+      { "rules.ini:3: fleet: \"redis://r:6379?timeout=1\" has something after its port other than /DB" } },
+    { "fleet: database 16", FLEET("fleet = redis://r:6379/16\n"),
+      { "rules.ini:3: fleet: \"redis://r:6379/16\" has a bad database number (0 to 15)" } },
+    { "fleet: a slash and no database", FLEET("fleet = redis://r:6379/\n"),
+      { "rules.ini:3: fleet: \"redis://r:6379/\" has a bad database number (0 to 15)" } },
+    { "fleet: a database name", FLEET("fleet = redis://r:6379/cache\n"),
+      { "rules.ini:3: fleet: \"redis://r:6379/cache\" has a bad database number (0 to 15)" } },
+    { "fleet: junk after the database", FLEET("fleet = redis://r:6379/0x\n"),
+      { "rules.ini:3: fleet: \"redis://r:6379/0x\" has something after its database number" } },
+    { "fleet: a path after the database", FLEET("fleet = redis://r:6379/0/1\n"),
+      { "rules.ini:3: fleet: \"redis://r:6379/0/1\" has something after its database number" } },
+    { "fleet: IPv6 without brackets", FLEET("fleet = redis://::1:6379\n"),
+      { "rules.ini:3: fleet: \"redis://::1:6379\" has an IPv6 address without [brackets]" } },
+    { "fleet: [v6 without ]", FLEET("fleet = redis://[::1:6379\n"),
+      { "rules.ini:3: fleet: \"redis://[::1:6379\" has no ] after its IPv6 address" } },
+    { "fleet: not v6 in brackets", FLEET("fleet = redis://[redis]:6379\n"),
+      { "rules.ini:3: fleet: \"redis://[redis]:6379\" has a bad IPv6 address in [brackets]" } },
+    { "fleet: empty brackets", FLEET("fleet = redis://[]:6379\n"),
+      { "rules.ini:3: fleet: \"redis://[]:6379\" has a bad IPv6 address in [brackets]" } },
+    { "fleet: a bad IPv4 address", FLEET("fleet = redis://10.0.0.256:6379\n"),
+      { "rules.ini:3: fleet: \"redis://10.0.0.256:6379\" has a bad IPv4 address" } },
+    { "fleet: a space in the host", FLEET("fleet = redis://red is:6379\n"),
+      { "rules.ini:3: fleet: \"redis://red is:6379\" has a bad host (a name, an IPv4 address or [IPv6])" } },
+    { "fleet: a password in the URL", FLEET("fleet = redis://:secret@r:6379\n"),
+      { "rules.ini:3: fleet: \"redis://:secret@r:6379\" holds a user or password: put the password in fleet_password_file" } },
+    { "fleet: empty", FLEET("fleet =\n"),
+      { "rules.ini:3: fleet: missing value" } },
+    { "fleet: set twice", FLEET("fleet = redis://r:6379\nfleet = redis://s:6379\n"),
+      { "rules.ini:4: fleet: already set at line 3" } },
+    { "fleet: in a compartment", HEAD "match = 10.0.0.1:80\nfleet = redis://r:6379\n",
+      { "rules.ini:6: unknown key \"fleet\" in [cap]" } },
+    { "fleet_password_file: empty", FLEET("fleet = redis://r:6379\nfleet_password_file =\n"),
+      { "rules.ini:4: fleet_password_file: missing value" } },
+    { "fleet_host: a space", FLEET("fleet_host = web 01\n"),
+      { "rules.ini:3: fleet_host: \"web 01\" is not a valid host name (use 1 to 63 of A-Z a-z 0-9 _ . -)" } },
+    { "fleet_host: a slash", FLEET("fleet_host = eu/web01\n"),
+      { "rules.ini:3: fleet_host: \"eu/web01\" is not a valid host name (use 1 to 63 of A-Z a-z 0-9 _ . -)" } },
+    { "fleet_host: 64 characters", FLEET("fleet_host = " LONG64 "\n"),
+      { "rules.ini:3: fleet_host: \"" LONG64 "\" is not a valid host name (use 1 to 63 of A-Z a-z 0-9 _ . -)" } },
+    { "fleet_host: empty", FLEET("fleet_host =\n"),
+      { "rules.ini:3: fleet_host: missing value" } },
+    { "fleet_refresh_ms: 49", FLEET("fleet_refresh_ms = 49\n"),
+      { "rules.ini:3: fleet_refresh_ms: 49 is out of range (50 to 600000)" } },
+    { "fleet_refresh_ms: 600001", FLEET("fleet_refresh_ms = 600001\nfleet_lease_ms = 1200002\n"),
+      { "rules.ini:3: fleet_refresh_ms: 600001 is out of range (50 to 600000)" } },
+    { "fleet_refresh_ms: a unit", FLEET("fleet_refresh_ms = 1s\n"),
+      { "rules.ini:3: fleet_refresh_ms: \"1s\" is not a whole number" } },
+    { "fleet_lease_ms: 99", FLEET("fleet_refresh_ms = 50\nfleet_lease_ms = 99\n"),
+      { "rules.ini:4: fleet_lease_ms: 99 is out of range (100 to 86400000)" } },
+    { "fleet_lease_ms: past a day", FLEET("fleet_lease_ms = 86400001\n"),
+      { "rules.ini:3: fleet_lease_ms: 86400001 is out of range (100 to 86400000)" } },
+    { "fleet_lease_ms below twice fleet_refresh_ms", FLEET("fleet_refresh_ms = 600\nfleet_lease_ms = 1000\n"),
+      { "rules.ini:4: fleet_lease_ms: 1000 is less than twice fleet_refresh_ms (600 at line 3): a host would lose its share between two refreshes" } },
+    { "fleet_lease_ms first, below twice fleet_refresh_ms after it", FLEET("fleet_lease_ms = 1000\nfleet_refresh_ms = 501\n"),
+      { "rules.ini:3: fleet_lease_ms: 1000 is less than twice fleet_refresh_ms (501 at line 4): a host would lose its share between two refreshes" } },
+    { "fleet_lease_ms below twice the default refresh", FLEET("fleet_lease_ms = 1999\n"),
+      { "rules.ini:3: fleet_lease_ms: 1999 is less than twice fleet_refresh_ms (1000, the default): a host would lose its share between two refreshes" } },
+    { "fleet_refresh_ms above half the default lease", FLEET("fleet_refresh_ms = 5001\n"),
+      { "rules.ini:3: fleet_refresh_ms: 5001 is more than half of fleet_lease_ms (10000, the default): a host would lose its share between two refreshes" } },
+    { "a bad fleet_lease_ms: no check against refresh", FLEET("fleet_refresh_ms = 6000\nfleet_lease_ms = 10s\n"),
+      { "rules.ini:4: fleet_lease_ms: \"10s\" is not a whole number" } },
+    { "a bad fleet_refresh_ms: no check against lease", FLEET("fleet_refresh_ms = 700000\nfleet_lease_ms = 1000\n"),
+      { "rules.ini:3: fleet_refresh_ms: 700000 is out of range (50 to 600000)" } },
+    { "fleet_fallback: a word", FLEET("fleet_fallback = half\n"),
+      { "rules.ini:3: fleet_fallback: \"half\" is neither split nor a whole number from 0 to 32767" } },
+    { "fleet_fallback: past a semaphore", FLEET("fleet_fallback = 32768\n"),
+      { "rules.ini:3: fleet_fallback: \"32768\" is neither split nor a whole number from 0 to 32767" } },
+    { "fleet_fallback: negative", FLEET("fleet_fallback = -1\n"),
+      { "rules.ini:3: fleet_fallback: \"-1\" is neither split nor a whole number from 0 to 32767" } },
+    { "fleet_limit: 0", FLEET("fleet = redis://r:6379\n") "fleet_limit = 0\n",
+      { "rules.ini:7: fleet_limit: 0 is out of range (1 to 1000000)" } },
+    { "fleet_limit: 1000001", FLEET("fleet = redis://r:6379\n") "fleet_limit = 1000001\n",
+      { "rules.ini:7: fleet_limit: 1000001 is out of range (1 to 1000000)" } },
+    { "fleet_limit: a word, without limit", "[global]\nfleet = redis://r:6379\n[db]\nmatch = 10.0.0.1:80\nfleet_limit = many\n",
+      { "rules.ini:5: fleet_limit: \"many\" is not a whole number" } },
+    { "fleet_limit: in [global]", FLEET("fleet_limit = 10\n"),
+      { "rules.ini:3: unknown key \"fleet_limit\" in [global]" } },
+    { "fleet_limit without fleet", HEAD "match = 10.0.0.1:80\nfleet_limit = 10\n",
+      { "rules.ini:6: fleet_limit: needs fleet = redis://HOST:PORT in [global]" } },
+    { "fleet_limit without fleet or limit: one error", "[db]\nmatch = 10.0.0.1:80\nfleet_limit = 10\n",
+      { "rules.ini:3: fleet_limit: needs fleet = redis://HOST:PORT in [global]" } },
+    { "a bad fleet_limit without fleet: one error", HEAD "match = 10.0.0.1:80\nfleet_limit = 0\n",
+      { "rules.ini:6: fleet_limit: 0 is out of range (1 to 1000000)" } },
+    { "fleet_limit under a bad fleet: the URL's error alone", FLEET("fleet = redis://r\n") "fleet_limit = 10\n",
+      { "rules.ini:3: fleet: \"redis://r\" has no port" } },
+    /* Known at the end of the file, so reported last; check sorts by line. */
+    { "fleet_limit without fleet, in each compartment, after their errors", HEAD "match = 10.0.0.1:80\nfleet_limit = 10\n[b]\nfleet_limit = 20\nwait_ms = soon\nmatch = 10.0.0.2:80\n",
+      { "rules.ini:9: wait_ms: \"soon\" is not a whole number",
+        "rules.ini:6: fleet_limit: needs fleet = redis://HOST:PORT in [global]",
+        "rules.ini:8: fleet_limit: needs fleet = redis://HOST:PORT in [global]" } },
+    { "a duplicate compartment's fleet_limit is still checked", HEAD "match = 10.0.0.1:80\n[cap]\nfleet_limit = 5\nmatch = 10.0.0.2:80\n",
+      { "rules.ini:6: duplicate compartment [cap] (first at line 3)",
+        "rules.ini:7: fleet_limit: needs fleet = redis://HOST:PORT in [global]" } },
     { "several errors: every one, in file order", HEAD "match = 10.0.0.1:80\n[b]\nlimit = twenty\nmatch = 10.0.0.2:1\nwait_ms = soon\ncolour = blue\n",
       { "rules.ini:7: limit: \"twenty\" is not a whole number",
         "rules.ini:9: wait_ms: \"soon\" is not a whole number",
@@ -465,6 +598,196 @@ static void run_deadline_case(void **state)
     bh_config_free(&config);
 }
 
+/* The fleet's keys, from defaults to their bounds: [global] lines and the
+ * body of compartment [a] (with its match) in, the values out. host NULL:
+ * the machine's own name, as the parser makes it; "" when there is no
+ * fleet. [b] after it never has fleet_limit. */
+struct fleet_case {
+    const char *name;
+    const char *global;
+    const char *a;
+    const char *url;
+    const char *host;
+    int refresh_ms, lease_ms, fallback;
+    int fleet_limit, limit;
+};
+
+static const struct fleet_case fleet_cases[] = {
+    { "fleet: none given", "", "limit = 4\n", NULL, "", 1000, 10000, -1, 0, 4 },
+    { "fleet = with no fleet_limit anywhere", "fleet = redis://10.0.0.5:6379\n", "limit = 4\n",
+      "redis://10.0.0.5:6379", NULL, 1000, 10000, -1, 0, 4 },
+    { "fleet: a name, database 15", "fleet = redis://redis-1.internal.example:6379/15\n", "fleet_limit = 7\n",
+      "redis://redis-1.internal.example:6379/15", NULL, 1000, 10000, -1, 7, 7 },
+    { "fleet: [v6], database 0", "fleet = redis://[2001:db8::5]:6380/0\n", "fleet_limit = 7\n",
+      "redis://[2001:db8::5]:6380/0", NULL, 1000, 10000, -1, 7, 7 },
+    { "fleet: port 1", "fleet = redis://localhost:1\n", "fleet_limit = 7\n",
+      "redis://localhost:1", NULL, 1000, 10000, -1, 7, 7 },
+    { "fleet: port 65535", "fleet = redis://127.0.0.1:65535\n", "fleet_limit = 7\n",
+      "redis://127.0.0.1:65535", NULL, 1000, 10000, -1, 7, 7 },
+    { "fleet_host given", "fleet = redis://r:6379\nfleet_host = web-01.eu_west\n", "fleet_limit = 7\n",
+      "redis://r:6379", "web-01.eu_west", 1000, 10000, -1, 7, 7 },
+    { "fleet_host of 63 characters", "fleet = redis://r:6379\nfleet_host = " LONG63 "\n", "fleet_limit = 7\n",
+      "redis://r:6379", LONG63, 1000, 10000, -1, 7, 7 },
+    { "fleet_password_file given", "fleet = redis://r:6379\nfleet_password_file = /etc/bulkhead/redis.pass\n",
+      "fleet_limit = 7\n", "redis://r:6379", NULL, 1000, 10000, -1, 7, 7 },
+    { "fleet_refresh_ms = 50, fleet_lease_ms = 100", "fleet = redis://r:6379\nfleet_refresh_ms = 50\nfleet_lease_ms = 100\n",
+      "fleet_limit = 7\n", "redis://r:6379", NULL, 50, 100, -1, 7, 7 },
+    { "fleet_refresh_ms = 5000: half the default lease", "fleet = redis://r:6379\nfleet_refresh_ms = 5000\n",
+      "fleet_limit = 7\n", "redis://r:6379", NULL, 5000, 10000, -1, 7, 7 },
+    { "fleet_lease_ms = 2000: twice the default refresh", "fleet = redis://r:6379\nfleet_lease_ms = 2000\n",
+      "fleet_limit = 7\n", "redis://r:6379", NULL, 1000, 2000, -1, 7, 7 },
+    { "fleet_refresh_ms = 600000 with a lease of a day", "fleet = redis://r:6379\nfleet_lease_ms = 86400000\nfleet_refresh_ms = 600000\n",
+      "fleet_limit = 7\n", "redis://r:6379", NULL, 600000, 86400000, -1, 7, 7 },
+    { "fleet_fallback = split", "fleet = redis://r:6379\nfleet_fallback = split\n", "fleet_limit = 7\n",
+      "redis://r:6379", NULL, 1000, 10000, -1, 7, 7 },
+    { "fleet_fallback = 0", "fleet = redis://r:6379\nfleet_fallback = 0\n", "fleet_limit = 7\n",
+      "redis://r:6379", NULL, 1000, 10000, 0, 7, 7 },
+    { "fleet_fallback = 32767", "fleet = redis://r:6379\nfleet_fallback = 32767\n", "fleet_limit = 7\n",
+      "redis://r:6379", NULL, 1000, 10000, 32767, 7, 7 },
+    { "fleet_limit = 1", "fleet = redis://r:6379\n", "fleet_limit = 1\n",
+      "redis://r:6379", NULL, 1000, 10000, -1, 1, 1 },
+    { "fleet_limit = 32767: the ceiling is all of it", "fleet = redis://r:6379\n", "fleet_limit = 32767\n",
+      "redis://r:6379", NULL, 1000, 10000, -1, 32767, 32767 },
+    { "fleet_limit = 32768: the ceiling is a semaphore's most", "fleet = redis://r:6379\n", "fleet_limit = 32768\n",
+      "redis://r:6379", NULL, 1000, 10000, -1, 32768, 32767 },
+    { "fleet_limit = 1000000", "fleet = redis://r:6379\n", "fleet_limit = 1000000\n",
+      "redis://r:6379", NULL, 1000, 10000, -1, 1000000, 32767 },
+    { "fleet_limit with a lower limit: the host's ceiling", "fleet = redis://r:6379\n", "fleet_limit = 50\nlimit = 20\n",
+      "redis://r:6379", NULL, 1000, 10000, -1, 50, 20 },
+    { "fleet_limit with limit = 0", "fleet = redis://r:6379\n", "limit = 0\nfleet_limit = 50\n",
+      "redis://r:6379", NULL, 1000, 10000, -1, 50, 0 },
+    { "every fleet key", "fleet = redis://[::1]:6379/3\nfleet_password_file = /run/pass\nfleet_host = db-client-7\n"
+      "fleet_refresh_ms = 250\nfleet_lease_ms = 500\nfleet_fallback = 3\n", "limit = 9\nfleet_limit = 30\n",
+      "redis://[::1]:6379/3", "db-client-7", 250, 500, 3, 30, 9 },
+};
+
+/* What the parser gives as fleet_host by default, worked out here. */
+static void own_host_name(char *out, size_t size)
+{
+    char name[256] = "";
+    assert_int_equal(gethostname(name, sizeof name), 0);
+    snprintf(out, size, "%s", name[0] ? name : "localhost");
+    for (char *c = out; *c; c++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789_.-", *c))
+            *c = '-';
+}
+
+static void run_fleet_case(void **state)
+{
+    const struct fleet_case *row = *state;
+    char text[1024], host[BH_FLEET_HOST_MAX];
+    struct bh_config config;
+    snprintf(text, sizeof text, "[global]\n%s[a]\nmatch = 10.0.0.1:80\n%s"
+             "[b]\nlimit = 1\nmatch = 10.0.0.2:80\n", row->global, row->a);
+    parse_ok(text, &config);
+    if (row->url)
+        assert_string_equal(config.fleet_url, row->url);
+    else
+        assert_null(config.fleet_url);
+    if (row->host) {
+        assert_string_equal(config.fleet_host, row->host);
+    } else {
+        own_host_name(host, sizeof host);
+        assert_string_equal(config.fleet_host, host);
+    }
+    if (strstr(row->global, "fleet_password_file"))
+        assert_non_null(config.fleet_password_file);
+    else
+        assert_null(config.fleet_password_file);
+    assert_int_equal(config.fleet_refresh_ms, row->refresh_ms);
+    assert_int_equal(config.fleet_lease_ms, row->lease_ms);
+    assert_int_equal(config.fleet_fallback, row->fallback);
+    assert_int_equal(config.compartment_count, 2);
+    assert_int_equal(config.compartments[0].fleet_limit, row->fleet_limit);
+    assert_int_equal(config.compartments[0].limit, row->limit);
+    assert_int_equal(config.compartments[1].fleet_limit, 0);
+    assert_int_equal(config.compartments[1].limit, 1);
+    bh_config_free(&config);
+}
+
+/* [global] may come last: fleet_limit above it is not an error. */
+static void fleet_global_after_compartments(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[db]\nfleet_limit = 12\nmatch = 10.0.0.1:5432\n"
+             "[global]\nfleet = redis://r:6379\nfleet_password_file = /run/p\n", &config);
+    assert_string_equal(config.fleet_url, "redis://r:6379");
+    assert_string_equal(config.fleet_password_file, "/run/p");
+    assert_int_equal(config.compartments[0].fleet_limit, 12);
+    assert_int_equal(config.compartments[0].limit, 12);
+    bh_config_free(&config);
+}
+
+/* bh_fleet_url_parse, as the agent uses it: host, port and database. */
+struct url_case {
+    const char *url;
+    const char *host;
+    int port, db;
+};
+
+static const struct url_case url_cases[] = {
+    { "redis://10.0.0.5:6379", "10.0.0.5", 6379, 0 },
+    { "redis://10.0.0.5:6379/0", "10.0.0.5", 6379, 0 },
+    { "redis://10.0.0.5:6379/15", "10.0.0.5", 6379, 15 },
+    { "redis://localhost:1/7", "localhost", 1, 7 },
+    { "redis://Redis_1.example-2.COM:65535", "Redis_1.example-2.COM", 65535, 0 },
+    { "redis://[::1]:6379", "::1", 6379, 0 },
+    { "redis://[2001:db8::5]:6380/2", "2001:db8::5", 6380, 2 },
+    { "redis://[::ffff:10.0.0.1]:6379", "::ffff:10.0.0.1", 6379, 0 },
+    { "redis://r:06379/05", "r", 6379, 5 },
+};
+
+static void run_url_case(void **state)
+{
+    const struct url_case *row = *state;
+    struct bh_fleet_address address;
+    char why[128] = "";
+    memset(&address, 0x55, sizeof address);
+    if (bh_fleet_url_parse(row->url, &address, why, sizeof why) != 0)
+        print_error("unexpected: %s\n", why);
+    assert_string_equal(address.host, row->host);
+    assert_int_equal(address.port, row->port);
+    assert_int_equal(address.db, row->db);
+}
+
+/* The default fleet_host: the host name whole up to 63 characters, with
+ * what a fleet_host may not hold made '-'. Needs its own UTS namespace. */
+static void default_host_in_uts_namespace(const char *set, const char *want)
+{
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        char out[BH_FLEET_HOST_MAX];
+        if (unshare(CLONE_NEWUTS) != 0)
+            _exit(77);
+        if (sethostname(set, strlen(set)) != 0)
+            _exit(3);
+        bh_fleet_default_host(out, sizeof out);
+        if (strcmp(out, want) != 0) {
+            fprintf(stderr, "hostname \"%s\": got \"%s\", want \"%s\"\n", set, out, want);
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void default_fleet_host(void **state)
+{
+    (void)state;
+    default_host_in_uts_namespace("web-01.eu_west", "web-01.eu_west");
+    default_host_in_uts_namespace("web 01/eu+west", "web-01-eu-west");
+    /* 64 characters, Linux's most: gethostname would fail on it. */
+    default_host_in_uts_namespace(LONG63 "z", LONG63);
+}
+
 static void log_file_stderr(void **state)
 {
     (void)state;
@@ -572,7 +895,8 @@ static int leave_scratch(void **state)
 int main(void)
 {
     static struct CMUnitTest tests[COUNT(error_cases) + COUNT(rule_cases)
-                                   + COUNT(deadline_cases) + 10];
+                                   + COUNT(deadline_cases) + COUNT(fleet_cases)
+                                   + COUNT(url_cases) + 12];
     size_t n = 0;
 
     /* One named test per table row. */
@@ -591,6 +915,16 @@ int main(void)
             .name = deadline_cases[i].name, .test_func = run_deadline_case,
             .initial_state = (void *)&deadline_cases[i],
         };
+    for (size_t i = 0; i < COUNT(fleet_cases); i++)
+        tests[n++] = (struct CMUnitTest) {
+            .name = fleet_cases[i].name, .test_func = run_fleet_case,
+            .initial_state = (void *)&fleet_cases[i],
+        };
+    for (size_t i = 0; i < COUNT(url_cases); i++)
+        tests[n++] = (struct CMUnitTest) {
+            .name = url_cases[i].url, .test_func = run_url_case,
+            .initial_state = (void *)&url_cases[i],
+        };
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(line_too_long),
         cmocka_unit_test(nul_byte),
@@ -602,6 +936,8 @@ int main(void)
         cmocka_unit_test(every_key),
         cmocka_unit_test(log_file_stderr),
         cmocka_unit_test(rules_in_file_order),
+        cmocka_unit_test(fleet_global_after_compartments),
+        cmocka_unit_test(default_fleet_host),
     };
     for (size_t i = 0; i < COUNT(fixed); i++)
         tests[n++] = fixed[i];
