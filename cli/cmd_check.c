@@ -53,8 +53,8 @@ static void print_compartment(const struct bh_config *config, int index)
     printf("  max_waiters  %d\n", compartment->max_waiters);
     printf("  errno        %s\n", bh_errno_name(compartment->refusal_errno));
     if (compartment->fleet_limit)
-        printf("  fleet_limit  %d (this host's share: granted by bulkhead agent; "
-               "limit is its ceiling)\n", compartment->fleet_limit);
+        printf("  fleet_limit  %d (fleet-wide; this host's share is granted by "
+               "bulkhead agent, up to limit)\n", compartment->fleet_limit);
     print_deadlines(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {
@@ -78,9 +78,12 @@ static void print_config(const struct bh_config *config)
            config->compartment_count == 1 ? "" : "s", config->rule_count,
            config->rule_count == 1 ? "" : "s");
     if (config->fleet_url) {
-        printf("fleet      %s, as %s in fleet %s%s\n", config->fleet_url,
-               config->fleet_host, config->fleet_name,
-               config->fleet_password_file ? ", password from a file" : "");
+        /* The URL holds no password (the parser refuses one); the file's
+         * name is shown, never what is in it. */
+        printf("fleet      %s, as host %s in fleet %s\n", config->fleet_url,
+               config->fleet_host, config->fleet_name);
+        if (config->fleet_password_file)
+            printf("           password in %s\n", config->fleet_password_file);
         printf("           refresh %d ms, lease %d ms, fallback ", config->fleet_refresh_ms,
                config->fleet_lease_ms);
         if (config->fleet_fallback < 0)
@@ -93,20 +96,25 @@ static void print_config(const struct bh_config *config)
 }
 
 /* The fleet's Redis, reached as the agent would (its program does it):
- * a bad address, no answer, a wrong password are one line from it. And a
- * password file others may read is said here. 0 when all is well. */
+ * a bad address, no answer, a wrong password are one line from it. The
+ * password file is looked at here, never read: one that is missing (the
+ * agent would only say so again, so Redis is not tried) or that others may
+ * read is a line on fleet_password_file's own line. 0 when all is well. */
 static int check_fleet(const struct bh_config *config)
 {
     int problems = 0;
     struct stat info;
     const char *password = config->fleet_password_file;
     if (password && stat(password, &info) < 0) {
-        cli_error("%s: fleet_password_file %s: %s", config->path, password,
-                  strerror(errno));
-        problems++;
-    } else if (password && (info.st_mode & 077)) {
-        cli_error("%s: fleet_password_file %s: others may read it (mode %04o); "
-                  "chmod 600 it", config->path, password, info.st_mode & 0777);
+        cli_error("%s:%d: fleet_password_file: %s: %s", config->path,
+                  config->fleet_password_file_line, password, strerror(errno));
+        return 1;
+    }
+    if (password && (info.st_mode & 077)) {
+        cli_error("%s:%d: fleet_password_file: %s: others may read it (mode "
+                  "%04o); chmod 600 it", config->path,
+                  config->fleet_password_file_line, password,
+                  (unsigned)(info.st_mode & 07777));
         problems++;
     }
     char *argv[] = { "bulkhead-agent", "check", "-c", config->path, NULL };
@@ -168,9 +176,12 @@ const struct cli_command cli_check_command = {
         "prints the settings in effect: the namespace, the log level, and for\n"
         "each compartment its limit, wait_ms, wait_nonblocking, max_waiters,\n"
         "errno, deadlines and breaker (connect_timeout_ms, io_timeout_ms,\n"
-        "breaker_failures and its periods, when set) and match rules with their\n"
-        "line numbers. With fleet = in [global], it also reaches that Redis as\n"
-        "bulkhead agent would, and says so in one line when it cannot.\n"
+        "breaker_failures and its periods, when set), fleet_limit, and match\n"
+        "rules with their line numbers. With fleet = in [global], it prints the\n"
+        "fleet settings (the URL, never a password), checks that\n"
+        "fleet_password_file exists and that others may not read it (it is not\n"
+        "read), and reaches that Redis as bulkhead agent would, saying so in one\n"
+        "line when it cannot.\n"
         "\n"
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not.\n",
@@ -268,6 +279,9 @@ static void print_verdict(const struct bh_config *config,
         &config->compartments[matched->compartment];
     printf("compartment %s (line %d: match = %s)\n", compartment->name,
            matched->line, matched->text);
+    if (compartment->fleet_limit)
+        printf("  fleet-wide: fleet_limit %d (this host's share is granted by "
+               "bulkhead agent)\n", compartment->fleet_limit);
     char deadlines[256];
     describe_deadlines(compartment, deadlines, sizeof deadlines);
     if (deadlines[0])
@@ -343,8 +357,8 @@ const struct cli_command cli_explain_command = {
     .help =
         "Says, for each destination, which compartment and which match rule\n"
         "(by line) a connection to it counts against, or that it is not\n"
-        "limited; when that compartment has deadlines or a breaker, the next\n"
-        "line says them. A name is resolved with getaddrinfo as a program\n"
+        "limited; when that compartment is fleet-wide (fleet_limit), or has\n"
+        "deadlines or a breaker, the next lines say so. A name is resolved with getaddrinfo as a program\n"
         "would, and every address it gives is explained: hostname rules match\n"
         "the addresses the name resolved to, as in the shim.\n"
         "\n"

@@ -74,6 +74,7 @@ struct bh_config {
     char fleet_name[BH_NAME_MAX];  /* the fleet's name in Redis; default:
                                       the namespace */
     char *fleet_password_file;  /* NULL: no AUTH */
+    int fleet_password_file_line;  /* for check's lines about the file */
     int fleet_refresh_ms;       /* default 1000 */
     int fleet_lease_ms;         /* default 10000; >= 2 x fleet_refresh_ms */
     int fleet_fallback;         /* -1 (default): fleet_limit / hosts last seen */

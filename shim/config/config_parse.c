@@ -283,10 +283,13 @@ static int set_fleet(struct parser *p, const char *key, const char *value)
     return -1;
 }
 
+/* Only its name: the agent reads it, and check looks at its mode; the shim
+ * never touches it. */
 static int set_fleet_password_file(struct parser *p, const char *key,
                                    const char *value)
 {
     (void)key;
+    p->config->fleet_password_file_line = p->line;
     return set_string(p, value, &p->config->fleet_password_file);
 }
 
