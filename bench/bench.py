@@ -447,10 +447,16 @@ def contend(port, ctl, how, workers, cfg, section, variant):
 FUNC_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
 
 
+def client_args(mode, port, n, extra):
+    """bench_client's command line; port None: a mode without a peer."""
+    where = [] if port is None else ["127.0.0.1", str(port)]
+    return [CLIENT, mode, *where, str(n), *extra]
+
+
 def callgrind(tag, mode, port, cfg, n, extra=()):
     out = os.path.join(CG_DIR, f"{tag}.{n}.out")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-           CLIENT, mode, "127.0.0.1", str(port), str(n), *extra]
+           *client_args(mode, port, n, extra)]
     run(cmd, env_for(cfg), timeout=600)
     total = None
     with open(out) as f:
@@ -501,7 +507,7 @@ def strace_calls(tag, mode, port, cfg, n, extra=()):
     cmd = ["strace", "-f", "-c", "-o", out]
     if cfg:
         cmd += [f"-E{k}={v}" for k, v in shim_vars(cfg).items()]
-    cmd += [CLIENT, mode, "127.0.0.1", str(port), str(n), *extra]
+    cmd += client_args(mode, port, n, extra)
     run(cmd, BASE_ENV, timeout=600)
     calls, end = {}, None
     with open(out) as f:
@@ -840,15 +846,21 @@ def dead_downstream_section(tmp, base, seconds):
     """Returns (report lines, budget checks as (ok, text))."""
     hold = start_slow_server(tmp)
     dead = start_blackhole(tmp)
-    cfgs = {}
+    cfgs, namespaces = {}, {}
     for label, deadlines in (("limit", False), ("breaker", True)):
-        ns = new_namespace(base, f"dd{label}")
+        namespaces[label] = new_namespace(base, f"dd{label}")
         cfgs[label] = os.path.join(tmp, f"dead_{label}.ini")
-        write_dead_rules(cfgs[label], ns, dead, deadlines)
+        write_dead_rules(cfgs[label], namespaces[label], dead, deadlines)
         check_rules(cfgs[label])
     res = {"none": dead_downstream_run(hold, dead, None, seconds, tmp, "none")}
+    shim = {}
     for label in ("limit", "breaker"):
         res[label] = dead_downstream_run(hold, dead, cfgs[label], seconds, tmp, label)
+        # the shim's own counters for the dead compartment (the workers are
+        # gone: nothing changes them any more)
+        shim[label] = nsstat(namespaces[label]).get("dead", {})
+        for k in ("rejected", "breaker_refused", "connect_timeouts", "breaker_opened"):
+            record("dead_downstream", label, 0, f"shim_{k}", int(shim[label].get(k, 0)))
     names = {"none": "no shim", "limit": f"limit {LIMIT}, wait_ms 0",
              "breaker": f"limit {LIMIT} + connect_timeout_ms 1000 + breaker (3 failures, 2 s open)"}
     lines = [f"a dead downstream: {DEAD_WORKERS} worker processes, each alternating a "
@@ -859,6 +871,15 @@ def dead_downstream_section(tmp, base, seconds):
         r = res[label]
         lines.append(f"{names[label]:<68} {r['per_s']:>13.0f} {r['dead_refused']:>14} "
                      f"{r['dead_timed_out']:>10}")
+    lines.append("  the shim's own counters for the dead compartment (connect() calls, "
+                 "as the workers count them above):")
+    for label in ("limit", "breaker"):
+        c = {k: int(shim[label].get(k, 0)) for k in ("rejected", "breaker_refused",
+                                                     "connect_timeouts", "breaker_opened")}
+        lines.append(f"    {label:<8} refused {c['rejected']} with the compartment full and "
+                     f"{c['breaker_refused']} with the breaker open or probing; "
+                     f"{c['connect_timeouts']} connects timed out; the breaker opened "
+                     f"{c['breaker_opened']} times")
     a, b, c = (res[v]["per_s"] for v in ("none", "limit", "breaker"))
     checks = [(b > a, f"a dead downstream: a plain limit keeps the healthy server served: "
                       f"{b:.0f} req/s against {a:.0f} without the shim"),
@@ -1122,7 +1143,7 @@ def main():
             return
 
         # ---- 1. connect+close ------------------------------------------------
-        log(f"[1/8] connect+close to loopback, {R} rounds x {cfgp['cc_n']}")
+        log(f"[1/9] connect+close to loopback, {R} rounds x {cfgp['cc_n']}")
         before_m, before_u = acquired(ns_m), acquired(ns_u)
         cc = alternate("connect_close", [("bare", None), ("unmatched", cfg_u),
                                          ("matched", cfg_m)],
@@ -1136,7 +1157,7 @@ def main():
         cc_ma = table.compare("connect+close (us)", cc, "bare", "matched")
 
         # ---- 2. round trips ---------------------------------------------------
-        log(f"[2/8] 64-byte send/recv round trips, {R} rounds x {cfgp['pp_n']}")
+        log(f"[2/9] 64-byte send/recv round trips, {R} rounds x {cfgp['pp_n']}")
         pp = alternate("pingpong", [("bare", None), ("matched", cfg_m),
                                     ("unmatched", cfg_u)],
                        "pingpong", lambda _: echo, cfgp["pp_n"], R, "send")
@@ -1144,7 +1165,7 @@ def main():
         table.compare("send/recv round trip (us)", pp, "bare", "unmatched")
 
         # ---- 3. rule scale ---------------------------------------------------
-        log(f"[3/8] rule scale {RULE_SCALE}, {R} rounds x {cfgp['rs_n']}")
+        log(f"[3/9] rule scale {RULE_SCALE}, {R} rounds x {cfgp['rs_n']}")
         rs = alternate("rule_scale", [(f"{c} rules", scale_cfgs[c][0]) for c in RULE_SCALE],
                        "connect_close", lambda _: sink, cfgp["rs_n"], R)
         for c in RULE_SCALE:
@@ -1166,7 +1187,7 @@ def main():
                        f"bare {start['bare']:.2f} ms ({start[name] - start['bare']:+.2f} ms)")
 
         # ---- 4. contention ---------------------------------------------------
-        log(f"[4/8] contention: limit {LIMIT}, hold {HOLD_MS} ms, "
+        log(f"[4/9] contention: limit {LIMIT}, hold {HOLD_MS} ms, "
             f"{'/'.join(map(str, WORKERS))} processes and threads, {CONTEND_MS} ms each")
         ceiling = [contend(hold, ctl, "procs", LIMIT, None, "contention", f"bare x{LIMIT}")
                    for _ in range(2)]
@@ -1179,7 +1200,7 @@ def main():
         shim_c = nsstat(ns_c).get("svc", {})
 
         # ---- 5. haproxy --------------------------------------------------------
-        log("[5/7] haproxy vs shim")
+        log("[5/9] haproxy vs shim")
         hp_echo, hp_hold = free_port(), free_port()
         hp_cfg = os.path.join(tmp, "haproxy.cfg")
         with open(hp_cfg, "w") as f:
@@ -1226,18 +1247,20 @@ backend be_hold
 
         # ---- 6. hand-off when a holder ends -------------------------------------
         HN = cfgp["handoffs"]
-        log(f"[6/8] permit hand-off when a holder ends: {HN} trials each of "
+        log(f"[6/9] permit hand-off when a holder ends: {HN} trials each of "
             f"SIGKILL, exit(), _exit(), on a quiet machine and with every CPU busy")
         ho_lines, ho_checks = handoff_section(watch, ctl, cfg_w, HN, tmp)
 
         # ---- 7. a dead downstream -------------------------------------------------
-        log(f"[7/8] a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
+        log(f"[7/9] a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
         dd_lines, dd_checks = dead_downstream_section(tmp, base, dd_seconds)
-        log(f"[7/8] the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
+
+        # ---- 8. the fleet -----------------------------------------------------------
+        log(f"[8/9] the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
         fl_lines, fl_checks = fleet_section(hold, ctl, tmp, base, fl_seconds)
 
-        # ---- 8. deterministic cost ------------------------------------------------
-        log(f"[8/8] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
+        # ---- 9. deterministic cost ------------------------------------------------
+        log(f"[9/9] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
         det_cases = [
             # tag, mode, port, cfg, extra
             ("cc_bare", "connect_close", sink, None, ()),
@@ -1254,6 +1277,12 @@ backend be_hold
             ("pprw_matched", "pingpong", echo, cfg_m, ("rw",)),
             ("pprw_unmatched", "pingpong", echo, cfg_u, ("rw",)),
             ("cc_deadlines", "connect_close", sink, cfg_md, ()),
+            # I/O on an fd that carries no connection at all (no peer: the
+            # pair's two ends in one process), the shim loaded with rules
+            ("sprw_bare", "socketpair", None, None, ("rw",)),
+            ("sprw_shim", "socketpair", None, cfg_m, ("rw",)),
+            ("spsend_bare", "socketpair", None, None, ("send",)),
+            ("spsend_shim", "socketpair", None, cfg_m, ("send",)),
         ] + [(f"rs_{c}", "connect_close", sink, scale_cfgs[c][0], ()) for c in RULE_SCALE]
         ir, sc = {}, {}
 
@@ -1398,6 +1427,13 @@ backend be_hold
         det_row("send/recv, per call", "pp", 2)
         det_row("sendmsg/recvmsg, per call", "ppmsg", 2)
         det_row("write/read, per call", "pprw", 2)
+        for title, prefix in (("write/read, socketpair", "sprw"),
+                              ("send/recv, socketpair", "spsend")):
+            b, x = ir_op[f"{prefix}_bare"] / 2, ir_op[f"{prefix}_shim"] / 2
+            print(f"{title + ' instr':<34} {b:>10.1f} {x:>8.1f} ({x - b:+6.1f})   "
+                  f"per call, an fd with no connection")
+            b, x = sc_op[f"{prefix}_bare"] / 2, sc_op[f"{prefix}_shim"] / 2
+            print(f"{title + ' syscalls':<34} {b:>10.2f} {x:>8.2f} ({x - b:+6.2f})")
         print(f"{'connect+close, both deadlines':<34} {'':>10} {'':>16} "
               f"{ir_op['cc_deadlines']:>8.1f} ({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) "
               f"instr, {sc_op['cc_deadlines']:.2f} "
@@ -1474,18 +1510,22 @@ backend be_hold
         x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
         table.check(x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit +288)"
                     f"; port in no rule (port-map fast path)")
-        # An unmatched connection is no counted connection; a matched one is
-        # counted, here without deadlines.
-        io_limits = {"unmatched": 15, "matched": 40}
-        for api, prefix in (("send/recv", "pp"), ("write/read", "pprw"),
-                            ("sendmsg/recvmsg", "ppmsg")):
-            for v in ("matched", "unmatched"):
-                x = extra(sc_op, f"{prefix}_{v}", 2)
-                table.check(abs(x) <= 0.005, f"{api} on a {v} socket syscalls per call: "
-                            f"{x:+.3f} (limit +0)")
-                x = extra(ir_op, f"{prefix}_{v}", 2)
-                table.check(x <= io_limits[v], f"{api} on a {v} socket instructions per "
-                            f"call: {x:+.1f} (limit +{io_limits[v]})")
+        # An unmatched connection and a socketpair carry no counted
+        # connection; a matched one is counted, here without deadlines.
+        io_limits = {"unmatched": 15, "shim": 15, "matched": 40}
+        io_cases = [(api, prefix, v, f"{'an' if v == 'unmatched' else 'a'} {v} socket")
+                    for api, prefix in (("send/recv", "pp"), ("write/read", "pprw"),
+                                        ("sendmsg/recvmsg", "ppmsg"))
+                    for v in ("matched", "unmatched")]
+        io_cases += [(api, prefix, "shim", "a socketpair (no connection)")
+                     for api, prefix in (("write/read", "sprw"), ("send/recv", "spsend"))]
+        for api, prefix, v, what in io_cases:
+            x = extra(sc_op, f"{prefix}_{v}", 2)
+            table.check(abs(x) <= 0.005, f"{api} on {what} syscalls per call: "
+                        f"{x:+.3f} (limit +0)")
+            x = extra(ir_op, f"{prefix}_{v}", 2)
+            table.check(x <= io_limits[v], f"{api} on {what} instructions per "
+                        f"call: {x:+.1f} (limit +{io_limits[v]})")
         table.check(rs_big["r"] <= 1.2, f"10,000 rules: matched connect+close "
                     f"{rs_big['r']:.3f}x the 10-rule cost [{rs_big['rmin']:.3f}, "
                     f"{rs_big['rmax']:.3f}] (limit 1.2x); instructions "
