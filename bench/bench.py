@@ -1014,8 +1014,171 @@ def fleet_section(hold, ctl, tmp, base, seconds):
     return lines, checks
 
 
+# ---------------------------------------------------------------------------
+# deterministic cost of connect+close and of the I/O calls
+
+def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md):
+    """(tag, mode, port, cfg, extra) for callgrind and strace: connect+close
+    and every I/O call, bare, unmatched and matched; tags end in the variant,
+    and PREFIX_bare is each one's baseline."""
+    return [
+        ("cc_bare", "connect_close", sink, None, ()),
+        ("cc_unmatched", "connect_close", sink, cfg_u, ()),
+        ("cc_matched", "connect_close", sink, cfg_m, ()),
+        ("ccport_unmatched", "connect_close", sink, cfg_up, ()),
+        ("cc_deadlines", "connect_close", sink, cfg_md, ()),
+        ("pp_bare", "pingpong", echo, None, ("send",)),
+        ("pp_matched", "pingpong", echo, cfg_m, ("send",)),
+        ("pp_unmatched", "pingpong", echo, cfg_u, ("send",)),
+        ("ppmsg_bare", "pingpong", echo, None, ("msg",)),
+        ("ppmsg_matched", "pingpong", echo, cfg_m, ("msg",)),
+        ("ppmsg_unmatched", "pingpong", echo, cfg_u, ("msg",)),
+        ("pprw_bare", "pingpong", echo, None, ("rw",)),
+        ("pprw_matched", "pingpong", echo, cfg_m, ("rw",)),
+        ("pprw_unmatched", "pingpong", echo, cfg_u, ("rw",)),
+        # I/O on an fd that carries no connection at all (no peer: the
+        # pair's two ends in one process), the shim loaded with rules
+        ("sprw_bare", "socketpair", None, None, ("rw",)),
+        ("sprw_shim", "socketpair", None, cfg_m, ("rw",)),
+        ("spsend_bare", "socketpair", None, None, ("send",)),
+        ("spsend_shim", "socketpair", None, cfg_m, ("send",)),
+    ]
+
+
+def deterministic(cases, base, tmp):
+    """Every case under callgrind (all) and strace (all but rs_ and ccport)
+    at both run lengths, two at a time. Returns per-op instructions
+    {tag: Ir}, syscalls {tag: n} and syscalls by name {tag: {name: n}}."""
+    # Every run in a namespace of its own, made fresh: runs sharing one
+    # (two at a time here, after the timed runs' clients) would find
+    # each other's state (the peak, rows of exited clients to reap)
+    # and pay for it at start-up in one run length and not the other.
+    fresh_n = iter(range(1000))
+    def fresh(cfg, tool, n):
+        if cfg is None:
+            return None
+        with open(cfg) as f:
+            text = f.read()
+        ns = new_namespace(base, f"d{next(fresh_n)}{tool}{n}")
+        text, found = re.subn(r"(?m)^namespace = .*$", f"namespace = {ns}", text, count=1)
+        if not found:
+            raise BenchError(f"{cfg}: no namespace line")
+        path = os.path.join(tmp, f"{ns}.ini")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+    ir, sc = {}, {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    try:
+        jobs = {}
+        for tag, mode, port, cfg, extra in cases:
+            for n in CG_N:
+                jobs[pool.submit(callgrind, tag, mode, port, fresh(cfg, "i", n),
+                                 n, extra)] = ("ir", tag, n)
+                if not tag.startswith(("rs_", "ccport")):
+                    jobs[pool.submit(strace_calls, tag, mode, port, fresh(cfg, "s", n),
+                                     n, extra)] = ("sc", tag, n)
+        for fut in concurrent.futures.as_completed(jobs):
+            kind, tag, n = jobs[fut]
+            (ir if kind == "ir" else sc)[(tag, n)] = fut.result()
+    finally:
+        # on the way out early, run nothing more: cleanup kills the rest
+        pool.shutdown(wait=False, cancel_futures=True)
+    d = CG_N[1] - CG_N[0]
+    ir_op = {tag: (ir[(tag, CG_N[1])] - ir[(tag, CG_N[0])]) / d for tag, *_ in cases}
+    sc_op, sc_detail = {}, {}
+    for tag, *_ in cases:
+        if (tag, CG_N[0]) not in sc:
+            continue
+        a, b = sc[(tag, CG_N[0])], sc[(tag, CG_N[1])]
+        sc_op[tag] = (b.get("total", 0) - a.get("total", 0)) / d
+        sc_detail[tag] = {k: (b.get(k, 0) - a.get(k, 0)) / d
+                          for k in set(a) | set(b) if k != "total"}
+    for tag in ir_op:
+        record("deterministic", tag, 0, "instructions_per_op", f"{ir_op[tag]:.1f}")
+    for tag in sc_op:
+        record("deterministic", tag, 0, "syscalls_per_op", f"{sc_op[tag]:.3f}")
+    return ir_op, sc_op, sc_detail
+
+
+def cost_lines(ir_op, sc_op, sc_detail):
+    """The table of io_cost_cases, and where the extra syscalls go."""
+    lines = [f"deterministic cost per operation (marginal between N={CG_N[0]} and "
+             f"N={CG_N[1]}; user-space instructions from callgrind, syscalls from strace -c)",
+             f"{'operation':<34} {'bare':>10} {'unmatched':>16} {'matched':>16}"]
+    def row(title, prefix, per=1):
+        for what, m, fmt in (("instr", ir_op, ".1f"), ("syscalls", sc_op, ".2f")):
+            b, u, x = (m[f"{prefix}_{v}"] / per for v in ("bare", "unmatched", "matched"))
+            lines.append(f"{title + ' ' + what:<34} {b:>10{fmt}} {u:>8{fmt}} "
+                         f"({u - b:+6{fmt}}) {x:>8{fmt}} ({x - b:+6{fmt}})")
+    row("connect+close", "cc")
+    row("send/recv, per call", "pp", 2)
+    row("sendmsg/recvmsg, per call", "ppmsg", 2)
+    row("write/read, per call", "pprw", 2)
+    for title, prefix in (("write/read, socketpair", "sprw"),
+                          ("send/recv, socketpair", "spsend")):
+        for what, m, fmt, note in (("instr", ir_op, ".1f", "   per call; an fd with no "
+                                    "connection, the shim in the unmatched column"),
+                                   ("syscalls", sc_op, ".2f", "")):
+            b, x = m[f"{prefix}_bare"] / 2, m[f"{prefix}_shim"] / 2
+            lines.append(f"{title + ' ' + what:<34} {b:>10{fmt}} {x:>8{fmt}} "
+                         f"({x - b:+6{fmt}}){note}")
+    lines.append(f"{'connect+close, both deadlines':<34} {'':>10} {'':>16} "
+                 f"{ir_op['cc_deadlines']:>8.1f} "
+                 f"({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) instr, "
+                 f"{sc_op['cc_deadlines']:.2f} "
+                 f"({sc_op['cc_deadlines'] - sc_op['cc_bare']:+.2f}) syscalls")
+    u = ir_op["ccport_unmatched"]
+    lines.append(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
+                 f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
+    for tag in ("cc_matched", "cc_unmatched", "ppmsg_matched", "cc_deadlines"):
+        base_tag = "cc_bare" if tag.startswith("cc") else "ppmsg_bare"
+        extra_sc = {k: v - sc_detail[base_tag].get(k, 0) for k, v in sc_detail[tag].items()}
+        extra_sc = {k: v for k, v in extra_sc.items() if abs(v) >= 0.01}
+        lines.append(f"  extra syscalls per op, {tag}: " +
+                     (", ".join(f"{k} {v:+.2f}" for k, v in sorted(extra_sc.items()))
+                      or "none"))
+    return lines
+
+
+def cost_checks(ir_op, sc_op):
+    """The budget lines of io_cost_cases but the matched connect+close's
+    own (the full run checks those with the owner check)."""
+    extra = lambda m, tag, per=1: (m[tag] - m[tag.rsplit("_", 1)[0] + "_bare"]) / per
+    checks = []
+    x = sc_op["cc_deadlines"] - sc_op["cc_matched"]
+    checks.append((x <= 2.005, f"matched connect+close with connect_timeout_ms and "
+                   f"io_timeout_ms: {x:+.2f} syscalls over the matched path (limit +2: "
+                   f"TCP_USER_TIMEOUT before the connect and once established)"))
+    x = extra(sc_op, "cc_unmatched")
+    checks.append((x <= 0.005, f"unmatched connect+close syscalls: {x:+.2f} (limit +0)"))
+    x = extra(ir_op, "cc_unmatched")
+    checks.append((x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit "
+                   f"+288); port covered by rules for other addresses"))
+    x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
+    checks.append((x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit "
+                   f"+288); port in no rule (port-map fast path)"))
+    # An unmatched connection and a socketpair carry no counted
+    # connection; a matched one is counted, here without deadlines.
+    io_limits = {"unmatched": 15, "shim": 15, "matched": 40}
+    io_cases = [(api, prefix, v, f"{'an' if v == 'unmatched' else 'a'} {v} socket")
+                for api, prefix in (("send/recv", "pp"), ("write/read", "pprw"),
+                                    ("sendmsg/recvmsg", "ppmsg"))
+                for v in ("matched", "unmatched")]
+    io_cases += [(api, prefix, "shim", "a socketpair (no connection)")
+                 for api, prefix in (("write/read", "sprw"), ("send/recv", "spsend"))]
+    for api, prefix, v, what in io_cases:
+        x = extra(sc_op, f"{prefix}_{v}", 2)
+        checks.append((abs(x) <= 0.005, f"{api} on {what} syscalls per call: "
+                       f"{x:+.3f} (limit +0)"))
+        x = extra(ir_op, f"{prefix}_{v}", 2)
+        checks.append((x <= io_limits[v], f"{api} on {what} instructions per "
+                       f"call: {x:+.1f} (limit +{io_limits[v]})"))
+    return checks
+
+
 def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
-                 fl_seconds):
+                 fl_seconds, cost_cases):
     """`--only NAME`: that section alone. Returns (report lines, budget
     checks)."""
     if name == "fleet":
@@ -1024,6 +1187,11 @@ def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
     if name == "deadlines":
         log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
         return dead_downstream_section(tmp, base, dd_seconds)
+    if name == "cost":
+        log(f"callgrind and strace of connect+close and the I/O calls, N = {CG_N[0]} "
+            f"and {CG_N[1]}")
+        ir_op, sc_op, sc_detail = deterministic(cost_cases, base, tmp)
+        return cost_lines(ir_op, sc_op, sc_detail), cost_checks(ir_op, sc_op)
     HN = cfgp["handoffs"]
     log(f"permit hand-off when a holder ends: {HN} trials each of SIGKILL, "
         f"exit(), _exit(), on a quiet machine and with every CPU busy")
@@ -1037,7 +1205,7 @@ def main():
     ap.add_argument("--summary", help="also write the report to this file")
     ap.add_argument("--quick", action="store_true",
                     help="fewer rounds and iterations (a smoke test, not numbers)")
-    ap.add_argument("--only", choices=("handoff", "deadlines", "fleet"),
+    ap.add_argument("--only", choices=("handoff", "deadlines", "cost", "fleet"),
                     help="run one section alone (its table and budget lines)")
     args = ap.parse_args()
     cfgp = QUICK if args.quick else FULL
@@ -1124,12 +1292,14 @@ def main():
 
         R = cfgp["rounds"]
 
+        cost_cases = io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md)
         dd_seconds = DEAD_SECONDS["quick" if args.quick else "full"]
         fl_seconds = FLEET_SECONDS["quick" if args.quick else "full"]
         if args.only:
             lines, checks = only_section(args.only, cfgp, hold=hold, ctl=ctl, tmp=tmp,
                                          base=base, watch=watch, cfg_w=cfg_w,
-                                         dd_seconds=dd_seconds, fl_seconds=fl_seconds)
+                                         dd_seconds=dd_seconds, fl_seconds=fl_seconds,
+                                         cost_cases=cost_cases)
             print()
             for line in lines:
                 print(line)
@@ -1261,78 +1431,10 @@ backend be_hold
 
         # ---- 9. deterministic cost ------------------------------------------------
         log(f"[9/9] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
-        det_cases = [
-            # tag, mode, port, cfg, extra
-            ("cc_bare", "connect_close", sink, None, ()),
-            ("cc_unmatched", "connect_close", sink, cfg_u, ()),
-            ("cc_matched", "connect_close", sink, cfg_m, ()),
-            ("ccport_unmatched", "connect_close", sink, cfg_up, ()),
-            ("pp_bare", "pingpong", echo, None, ("send",)),
-            ("pp_matched", "pingpong", echo, cfg_m, ("send",)),
-            ("pp_unmatched", "pingpong", echo, cfg_u, ("send",)),
-            ("ppmsg_bare", "pingpong", echo, None, ("msg",)),
-            ("ppmsg_matched", "pingpong", echo, cfg_m, ("msg",)),
-            ("ppmsg_unmatched", "pingpong", echo, cfg_u, ("msg",)),
-            ("pprw_bare", "pingpong", echo, None, ("rw",)),
-            ("pprw_matched", "pingpong", echo, cfg_m, ("rw",)),
-            ("pprw_unmatched", "pingpong", echo, cfg_u, ("rw",)),
-            ("cc_deadlines", "connect_close", sink, cfg_md, ()),
-            # I/O on an fd that carries no connection at all (no peer: the
-            # pair's two ends in one process), the shim loaded with rules
-            ("sprw_bare", "socketpair", None, None, ("rw",)),
-            ("sprw_shim", "socketpair", None, cfg_m, ("rw",)),
-            ("spsend_bare", "socketpair", None, None, ("send",)),
-            ("spsend_shim", "socketpair", None, cfg_m, ("send",)),
-        ] + [(f"rs_{c}", "connect_close", sink, scale_cfgs[c][0], ()) for c in RULE_SCALE]
-        ir, sc = {}, {}
-
-        # Every run in a namespace of its own, made fresh: runs sharing one
-        # (two at a time here, after the timed runs' clients) would find
-        # each other's state (the peak, rows of exited clients to reap)
-        # and pay for it at start-up in one run length and not the other.
-        fresh_n = iter(range(1000))
-        def fresh(cfg, tool, n):
-            if cfg is None:
-                return None
-            with open(cfg) as f:
-                text = f.read()
-            ns = new_namespace(base, f"d{next(fresh_n)}{tool}{n}")
-            text, found = re.subn(r"(?m)^namespace = .*$", f"namespace = {ns}", text, count=1)
-            if not found:
-                raise BenchError(f"{cfg}: no namespace line")
-            path = os.path.join(tmp, f"{ns}.ini")
-            with open(path, "w") as f:
-                f.write(text)
-            return path
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-        try:
-            jobs = {}
-            for tag, mode, port, cfg, extra in det_cases:
-                for n in CG_N:
-                    jobs[pool.submit(callgrind, tag, mode, port, fresh(cfg, "i", n),
-                                     n, extra)] = ("ir", tag, n)
-                    if not tag.startswith(("rs_", "ccport")):
-                        jobs[pool.submit(strace_calls, tag, mode, port, fresh(cfg, "s", n),
-                                         n, extra)] = ("sc", tag, n)
-            for fut in concurrent.futures.as_completed(jobs):
-                kind, tag, n = jobs[fut]
-                (ir if kind == "ir" else sc)[(tag, n)] = fut.result()
-        finally:
-            # on the way out early, run nothing more: cleanup kills the rest
-            pool.shutdown(wait=False, cancel_futures=True)
+        det_cases = cost_cases + [(f"rs_{c}", "connect_close", sink, scale_cfgs[c][0], ())
+                                  for c in RULE_SCALE]
+        ir_op, sc_op, sc_detail = deterministic(det_cases, base, tmp)
         d = CG_N[1] - CG_N[0]
-        ir_op = {tag: (ir[(tag, CG_N[1])] - ir[(tag, CG_N[0])]) / d for tag, *_ in det_cases}
-        sc_op = {}
-        sc_detail = {}
-        for tag, *_ in det_cases:
-            if (tag, CG_N[0]) not in sc:
-                continue
-            a, b = sc[(tag, CG_N[0])], sc[(tag, CG_N[1])]
-            sc_op[tag] = (b.get("total", 0) - a.get("total", 0)) / d
-            sc_detail[tag] = {k: (b.get(k, 0) - a.get(k, 0)) / d
-                              for k in set(a) | set(b) if k != "total"}
-        for tag in ir_op:
-            record("deterministic", tag, 0, "instructions_per_op", f"{ir_op[tag]:.1f}")
         # The close path's owner check alone: its getpid() syscalls (strace),
         # its instructions (owned_here()'s lines in fd_table.c wherever they
         # were inlined, with the getpid wrapper they call) and the wall clock
@@ -1353,8 +1455,6 @@ backend be_hold
         for r, v in enumerate(gp):
             record("owner_check", "getpid", r, "ns_per_call", f"{v:.1f}")
         getpid_ns = median(gp)
-        for tag in sc_op:
-            record("deterministic", tag, 0, "syscalls_per_op", f"{sc_op[tag]:.3f}")
 
         # ---- the report --------------------------------------------------------
         print()
@@ -1409,46 +1509,10 @@ backend be_hold
                   f"{sum(x['errors'] for x in runs):.0f}")
         print()
 
-        print(f"deterministic cost per operation (marginal between N={CG_N[0]} and "
-              f"N={CG_N[1]}; user-space instructions from callgrind, syscalls from strace -c)")
-        print(f"{'operation':<34} {'bare':>10} {'unmatched':>16} {'matched':>16}")
-        def det_row(title, prefix, per=1):
-            b = ir_op[f"{prefix}_bare"] / per
-            u = ir_op[f"{prefix}_unmatched"] / per
-            m = ir_op[f"{prefix}_matched"] / per
-            print(f"{title + ' instr':<34} {b:>10.1f} {u:>8.1f} ({u - b:+6.1f}) "
-                  f"{m:>8.1f} ({m - b:+6.1f})")
-            b = sc_op[f"{prefix}_bare"] / per
-            u = sc_op[f"{prefix}_unmatched"] / per
-            m = sc_op[f"{prefix}_matched"] / per
-            print(f"{title + ' syscalls':<34} {b:>10.2f} {u:>8.2f} ({u - b:+6.2f}) "
-                  f"{m:>8.2f} ({m - b:+6.2f})")
-        det_row("connect+close", "cc")
-        det_row("send/recv, per call", "pp", 2)
-        det_row("sendmsg/recvmsg, per call", "ppmsg", 2)
-        det_row("write/read, per call", "pprw", 2)
-        for title, prefix in (("write/read, socketpair", "sprw"),
-                              ("send/recv, socketpair", "spsend")):
-            b, x = ir_op[f"{prefix}_bare"] / 2, ir_op[f"{prefix}_shim"] / 2
-            print(f"{title + ' instr':<34} {b:>10.1f} {x:>8.1f} ({x - b:+6.1f})   "
-                  f"per call, an fd with no connection")
-            b, x = sc_op[f"{prefix}_bare"] / 2, sc_op[f"{prefix}_shim"] / 2
-            print(f"{title + ' syscalls':<34} {b:>10.2f} {x:>8.2f} ({x - b:+6.2f})")
-        print(f"{'connect+close, both deadlines':<34} {'':>10} {'':>16} "
-              f"{ir_op['cc_deadlines']:>8.1f} ({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) "
-              f"instr, {sc_op['cc_deadlines']:.2f} "
-              f"({sc_op['cc_deadlines'] - sc_op['cc_bare']:+.2f}) syscalls")
-        u = ir_op["ccport_unmatched"]
-        print(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
-              f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
+        for line in cost_lines(ir_op, sc_op, sc_detail):
+            print(line)
         print(f"{'matched connect+close instr':<34} " + ", ".join(
             f"{c} rules {ir_op[f'rs_{c}']:.0f}" for c in RULE_SCALE))
-        for tag in ("cc_matched", "cc_unmatched", "ppmsg_matched", "cc_deadlines"):
-            extra_sc = {k: v - sc_detail["cc_bare" if tag.startswith("cc") else "ppmsg_bare"].get(k, 0)
-                        for k, v in sc_detail[tag].items()}
-            extra_sc = {k: v for k, v in extra_sc.items() if abs(v) >= 0.01}
-            print(f"  extra syscalls per op, {tag}: " +
-                  (", ".join(f"{k} {v:+.2f}" for k, v in sorted(extra_sc.items())) or "none"))
         print(f"  the close path's owner check (getpid: is this the fd table's owner, "
               f"not a vfork child?): getpid per matched connect+close "
               f"{oc_sc['cc_matched'] - oc_sc['cc_bare']:+.2f}, unmatched "
@@ -1498,34 +1562,8 @@ backend be_hold
         table.check(x < 1500, f"matched connect+close instructions: {x:+.0f} (limit < +1500)")
         table.check(cc_ma["r"] <= 1.10, f"matched connect+close wall clock: "
                     f"{cc_ma['r']:.3f}x bare [{cc_ma['rmin']:.3f}, {cc_ma['rmax']:.3f}] (limit 1.10x)")
-        x = sc_op["cc_deadlines"] - sc_op["cc_matched"]
-        table.check(x <= 2.005, f"matched connect+close with connect_timeout_ms and "
-                    f"io_timeout_ms: {x:+.2f} syscalls over the matched path (limit +2: "
-                    f"TCP_USER_TIMEOUT before the connect and once established)")
-        x = extra(sc_op, "cc_unmatched")
-        table.check(x <= 0.005, f"unmatched connect+close syscalls: {x:+.2f} (limit +0)")
-        x = extra(ir_op, "cc_unmatched")
-        table.check(x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit +288)"
-                    f"; port covered by rules for other addresses")
-        x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
-        table.check(x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit +288)"
-                    f"; port in no rule (port-map fast path)")
-        # An unmatched connection and a socketpair carry no counted
-        # connection; a matched one is counted, here without deadlines.
-        io_limits = {"unmatched": 15, "shim": 15, "matched": 40}
-        io_cases = [(api, prefix, v, f"{'an' if v == 'unmatched' else 'a'} {v} socket")
-                    for api, prefix in (("send/recv", "pp"), ("write/read", "pprw"),
-                                        ("sendmsg/recvmsg", "ppmsg"))
-                    for v in ("matched", "unmatched")]
-        io_cases += [(api, prefix, "shim", "a socketpair (no connection)")
-                     for api, prefix in (("write/read", "sprw"), ("send/recv", "spsend"))]
-        for api, prefix, v, what in io_cases:
-            x = extra(sc_op, f"{prefix}_{v}", 2)
-            table.check(abs(x) <= 0.005, f"{api} on {what} syscalls per call: "
-                        f"{x:+.3f} (limit +0)")
-            x = extra(ir_op, f"{prefix}_{v}", 2)
-            table.check(x <= io_limits[v], f"{api} on {what} instructions per "
-                        f"call: {x:+.1f} (limit +{io_limits[v]})")
+        for ok, text in cost_checks(ir_op, sc_op):
+            table.check(ok, text)
         table.check(rs_big["r"] <= 1.2, f"10,000 rules: matched connect+close "
                     f"{rs_big['r']:.3f}x the 10-rule cost [{rs_big['rmin']:.3f}, "
                     f"{rs_big['rmax']:.3f}] (limit 1.2x); instructions "
