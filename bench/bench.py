@@ -1036,6 +1036,8 @@ def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md):
         ("pprw_bare", "pingpong", echo, None, ("rw",)),
         ("pprw_matched", "pingpong", echo, cfg_m, ("rw",)),
         ("pprw_unmatched", "pingpong", echo, cfg_u, ("rw",)),
+        ("pp_deadlines", "pingpong", echo, cfg_md, ("send",)),
+        ("pprw_deadlines", "pingpong", echo, cfg_md, ("rw",)),
         # I/O on an fd that carries no connection at all (no peer: the
         # pair's two ends in one process), the shim loaded with rules
         ("sprw_bare", "socketpair", None, None, ("rw",)),
@@ -1128,6 +1130,12 @@ def cost_lines(ir_op, sc_op, sc_detail):
                  f"({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) instr, "
                  f"{sc_op['cc_deadlines']:.2f} "
                  f"({sc_op['cc_deadlines'] - sc_op['cc_bare']:+.2f}) syscalls")
+    for title, prefix in (("send/recv, both deadlines", "pp"),
+                          ("write/read, both deadlines", "pprw")):
+        b = ir_op[f"{prefix}_bare"] / 2
+        x, y = ir_op[f"{prefix}_deadlines"] / 2, sc_op[f"{prefix}_deadlines"] / 2
+        lines.append(f"{title:<34} {'':>10} {'':>16} {x:>8.1f} ({x - b:+6.1f}) instr, "
+                     f"{y:.2f} ({y - sc_op[f'{prefix}_bare'] / 2:+.2f}) syscalls per call")
     u = ir_op["ccport_unmatched"]
     lines.append(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
                  f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
@@ -1150,6 +1158,12 @@ def cost_checks(ir_op, sc_op):
     checks.append((x <= 2.005, f"matched connect+close with connect_timeout_ms and "
                    f"io_timeout_ms: {x:+.2f} syscalls over the matched path (limit +2: "
                    f"TCP_USER_TIMEOUT before the connect and once established)"))
+    x = max(abs(sc_op[f"{p}_deadlines"] - sc_op[f"{p}_bare"]) / 2 for p in ("pp", "pprw"))
+    checks.append((x <= 0.005, f"send/recv and write/read on a matched socket with both "
+                   f"deadlines: {x:+.3f} syscalls per call (limit +0: the receive "
+                   f"deadline is armed once per connection); instructions "
+                   f"{(ir_op['pp_deadlines'] - ir_op['pp_bare']) / 2:+.1f} and "
+                   f"{(ir_op['pprw_deadlines'] - ir_op['pprw_bare']) / 2:+.1f} (no limit)"))
     x = extra(sc_op, "cc_unmatched")
     checks.append((x <= 0.005, f"unmatched connect+close syscalls: {x:+.2f} (limit +0)"))
     x = extra(ir_op, "cc_unmatched")
@@ -1271,7 +1285,7 @@ def main():
         # Matched, with both deadlines: what they add to connect+close.
         ns_md = new_namespace(base, "md")
         cfg_md = os.path.join(tmp, "deadlines.ini")
-        write_rules(cfg_md, ns_md, [f"127.0.0.1:{sink}"])
+        write_rules(cfg_md, ns_md, [f"127.0.0.1:{sink}", f"127.0.0.1:{echo}"])
         with open(cfg_md, "a") as f:
             f.write("connect_timeout_ms = 2000\nio_timeout_ms = 5000\n")
         # Hand-offs: one permit on the server's watch port, waiting allowed.
