@@ -896,16 +896,8 @@ FLEET_REFRESH_MS = 200
 FLEET_SECONDS = dict(full=4, quick=2)
 
 
-def free_tcp_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def start_redis():
-    port = free_tcp_port()
+    port = free_port()
     p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                           "--save", "", "--appendonly", "no"], env=BASE_ENV,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
