@@ -447,10 +447,16 @@ def contend(port, ctl, how, workers, cfg, section, variant):
 FUNC_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
 
 
+def client_args(mode, port, n, extra):
+    """bench_client's command line; port None: a mode without a peer."""
+    where = [] if port is None else ["127.0.0.1", str(port)]
+    return [CLIENT, mode, *where, str(n), *extra]
+
+
 def callgrind(tag, mode, port, cfg, n, extra=()):
     out = os.path.join(CG_DIR, f"{tag}.{n}.out")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-           CLIENT, mode, "127.0.0.1", str(port), str(n), *extra]
+           *client_args(mode, port, n, extra)]
     run(cmd, env_for(cfg), timeout=600)
     total = None
     with open(out) as f:
@@ -501,7 +507,7 @@ def strace_calls(tag, mode, port, cfg, n, extra=()):
     cmd = ["strace", "-f", "-c", "-o", out]
     if cfg:
         cmd += [f"-E{k}={v}" for k, v in shim_vars(cfg).items()]
-    cmd += [CLIENT, mode, "127.0.0.1", str(port), str(n), *extra]
+    cmd += client_args(mode, port, n, extra)
     run(cmd, BASE_ENV, timeout=600)
     calls, end = {}, None
     with open(out) as f:
@@ -840,15 +846,21 @@ def dead_downstream_section(tmp, base, seconds):
     """Returns (report lines, budget checks as (ok, text))."""
     hold = start_slow_server(tmp)
     dead = start_blackhole(tmp)
-    cfgs = {}
+    cfgs, namespaces = {}, {}
     for label, deadlines in (("limit", False), ("breaker", True)):
-        ns = new_namespace(base, f"dd{label}")
+        namespaces[label] = new_namespace(base, f"dd{label}")
         cfgs[label] = os.path.join(tmp, f"dead_{label}.ini")
-        write_dead_rules(cfgs[label], ns, dead, deadlines)
+        write_dead_rules(cfgs[label], namespaces[label], dead, deadlines)
         check_rules(cfgs[label])
     res = {"none": dead_downstream_run(hold, dead, None, seconds, tmp, "none")}
+    shim = {}
     for label in ("limit", "breaker"):
         res[label] = dead_downstream_run(hold, dead, cfgs[label], seconds, tmp, label)
+        # the shim's own counters for the dead compartment (the workers are
+        # gone: nothing changes them any more)
+        shim[label] = nsstat(namespaces[label]).get("dead", {})
+        for k in ("rejected", "breaker_refused", "connect_timeouts", "breaker_opened"):
+            record("dead_downstream", label, 0, f"shim_{k}", int(shim[label].get(k, 0)))
     names = {"none": "no shim", "limit": f"limit {LIMIT}, wait_ms 0",
              "breaker": f"limit {LIMIT} + connect_timeout_ms 1000 + breaker (3 failures, 2 s open)"}
     lines = [f"a dead downstream: {DEAD_WORKERS} worker processes, each alternating a "
@@ -859,6 +871,15 @@ def dead_downstream_section(tmp, base, seconds):
         r = res[label]
         lines.append(f"{names[label]:<68} {r['per_s']:>13.0f} {r['dead_refused']:>14} "
                      f"{r['dead_timed_out']:>10}")
+    lines.append("  the shim's own counters for the dead compartment (connect() calls, "
+                 "as the workers count them above):")
+    for label in ("limit", "breaker"):
+        c = {k: int(shim[label].get(k, 0)) for k in ("rejected", "breaker_refused",
+                                                     "connect_timeouts", "breaker_opened")}
+        lines.append(f"    {label:<8} refused {c['rejected']} with the compartment full and "
+                     f"{c['breaker_refused']} with the breaker open or probing; "
+                     f"{c['connect_timeouts']} connects timed out; the breaker opened "
+                     f"{c['breaker_opened']} times")
     a, b, c = (res[v]["per_s"] for v in ("none", "limit", "breaker"))
     checks = [(b > a, f"a dead downstream: a plain limit keeps the healthy server served: "
                       f"{b:.0f} req/s against {a:.0f} without the shim"),
@@ -875,16 +896,8 @@ FLEET_REFRESH_MS = 200
 FLEET_SECONDS = dict(full=4, quick=2)
 
 
-def free_tcp_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def start_redis():
-    port = free_tcp_port()
+    port = free_port()
     p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                           "--save", "", "--appendonly", "no"], env=BASE_ENV,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -993,8 +1006,185 @@ def fleet_section(hold, ctl, tmp, base, seconds):
     return lines, checks
 
 
+# ---------------------------------------------------------------------------
+# deterministic cost of connect+close and of the I/O calls
+
+def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md):
+    """(tag, mode, port, cfg, extra) for callgrind and strace: connect+close
+    and every I/O call, bare, unmatched and matched; tags end in the variant,
+    and PREFIX_bare is each one's baseline."""
+    return [
+        ("cc_bare", "connect_close", sink, None, ()),
+        ("cc_unmatched", "connect_close", sink, cfg_u, ()),
+        ("cc_matched", "connect_close", sink, cfg_m, ()),
+        ("ccport_unmatched", "connect_close", sink, cfg_up, ()),
+        ("cc_deadlines", "connect_close", sink, cfg_md, ()),
+        ("pp_bare", "pingpong", echo, None, ("send",)),
+        ("pp_matched", "pingpong", echo, cfg_m, ("send",)),
+        ("pp_unmatched", "pingpong", echo, cfg_u, ("send",)),
+        ("ppmsg_bare", "pingpong", echo, None, ("msg",)),
+        ("ppmsg_matched", "pingpong", echo, cfg_m, ("msg",)),
+        ("ppmsg_unmatched", "pingpong", echo, cfg_u, ("msg",)),
+        ("pprw_bare", "pingpong", echo, None, ("rw",)),
+        ("pprw_matched", "pingpong", echo, cfg_m, ("rw",)),
+        ("pprw_unmatched", "pingpong", echo, cfg_u, ("rw",)),
+        ("pp_deadlines", "pingpong", echo, cfg_md, ("send",)),
+        ("pprw_deadlines", "pingpong", echo, cfg_md, ("rw",)),
+        # I/O on an fd that carries no connection at all (no peer: the
+        # pair's two ends in one process), the shim loaded with rules
+        ("sprw_bare", "socketpair", None, None, ("rw",)),
+        ("sprw_shim", "socketpair", None, cfg_m, ("rw",)),
+        ("spsend_bare", "socketpair", None, None, ("send",)),
+        ("spsend_shim", "socketpair", None, cfg_m, ("send",)),
+    ]
+
+
+def deterministic(cases, base, tmp):
+    """Every case under callgrind (all) and strace (all but rs_ and ccport)
+    at both run lengths, two at a time. Returns per-op instructions
+    {tag: Ir}, syscalls {tag: n} and syscalls by name {tag: {name: n}}."""
+    # Every run in a namespace of its own, made fresh: runs sharing one
+    # (two at a time here, after the timed runs' clients) would find
+    # each other's state (the peak, rows of exited clients to reap)
+    # and pay for it at start-up in one run length and not the other.
+    fresh_n = iter(range(1000))
+    def fresh(cfg, tool, n):
+        if cfg is None:
+            return None
+        with open(cfg) as f:
+            text = f.read()
+        ns = new_namespace(base, f"d{next(fresh_n)}{tool}{n}")
+        text, found = re.subn(r"(?m)^namespace = .*$", f"namespace = {ns}", text, count=1)
+        if not found:
+            raise BenchError(f"{cfg}: no namespace line")
+        path = os.path.join(tmp, f"{ns}.ini")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+    ir, sc = {}, {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    try:
+        jobs = {}
+        for tag, mode, port, cfg, extra in cases:
+            for n in CG_N:
+                jobs[pool.submit(callgrind, tag, mode, port, fresh(cfg, "i", n),
+                                 n, extra)] = ("ir", tag, n)
+                if not tag.startswith(("rs_", "ccport")):
+                    jobs[pool.submit(strace_calls, tag, mode, port, fresh(cfg, "s", n),
+                                     n, extra)] = ("sc", tag, n)
+        for fut in concurrent.futures.as_completed(jobs):
+            kind, tag, n = jobs[fut]
+            (ir if kind == "ir" else sc)[(tag, n)] = fut.result()
+    finally:
+        # on the way out early, run nothing more: cleanup kills the rest
+        pool.shutdown(wait=False, cancel_futures=True)
+    d = CG_N[1] - CG_N[0]
+    ir_op = {tag: (ir[(tag, CG_N[1])] - ir[(tag, CG_N[0])]) / d for tag, *_ in cases}
+    sc_op, sc_detail = {}, {}
+    for tag, *_ in cases:
+        if (tag, CG_N[0]) not in sc:
+            continue
+        a, b = sc[(tag, CG_N[0])], sc[(tag, CG_N[1])]
+        sc_op[tag] = (b.get("total", 0) - a.get("total", 0)) / d
+        sc_detail[tag] = {k: (b.get(k, 0) - a.get(k, 0)) / d
+                          for k in set(a) | set(b) if k != "total"}
+    for tag in ir_op:
+        record("deterministic", tag, 0, "instructions_per_op", f"{ir_op[tag]:.1f}")
+    for tag in sc_op:
+        record("deterministic", tag, 0, "syscalls_per_op", f"{sc_op[tag]:.3f}")
+    return ir_op, sc_op, sc_detail
+
+
+def cost_lines(ir_op, sc_op, sc_detail):
+    """The table of io_cost_cases, and where the extra syscalls go."""
+    lines = [f"deterministic cost per operation (marginal between N={CG_N[0]} and "
+             f"N={CG_N[1]}; user-space instructions from callgrind, syscalls from strace -c)",
+             f"{'operation':<34} {'bare':>10} {'unmatched':>16} {'matched':>16}"]
+    def row(title, prefix, per=1):
+        for what, m, fmt in (("instr", ir_op, ".1f"), ("syscalls", sc_op, ".2f")):
+            b, u, x = (m[f"{prefix}_{v}"] / per for v in ("bare", "unmatched", "matched"))
+            lines.append(f"{title + ' ' + what:<34} {b:>10{fmt}} {u:>8{fmt}} "
+                         f"({u - b:+6{fmt}}) {x:>8{fmt}} ({x - b:+6{fmt}})")
+    row("connect+close", "cc")
+    row("send/recv, per call", "pp", 2)
+    row("sendmsg/recvmsg, per call", "ppmsg", 2)
+    row("write/read, per call", "pprw", 2)
+    for title, prefix in (("write/read, socketpair", "sprw"),
+                          ("send/recv, socketpair", "spsend")):
+        for what, m, fmt, note in (("instr", ir_op, ".1f", "   per call; an fd with no "
+                                    "connection, the shim in the unmatched column"),
+                                   ("syscalls", sc_op, ".2f", "")):
+            b, x = m[f"{prefix}_bare"] / 2, m[f"{prefix}_shim"] / 2
+            lines.append(f"{title + ' ' + what:<34} {b:>10{fmt}} {x:>8{fmt}} "
+                         f"({x - b:+6{fmt}}){note}")
+    lines.append(f"{'connect+close, both deadlines':<34} {'':>10} {'':>16} "
+                 f"{ir_op['cc_deadlines']:>8.1f} "
+                 f"({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) instr, "
+                 f"{sc_op['cc_deadlines']:.2f} "
+                 f"({sc_op['cc_deadlines'] - sc_op['cc_bare']:+.2f}) syscalls")
+    for title, prefix in (("send/recv, both deadlines", "pp"),
+                          ("write/read, both deadlines", "pprw")):
+        b = ir_op[f"{prefix}_bare"] / 2
+        x, y = ir_op[f"{prefix}_deadlines"] / 2, sc_op[f"{prefix}_deadlines"] / 2
+        lines.append(f"{title:<34} {'':>10} {'':>16} {x:>8.1f} ({x - b:+6.1f}) instr, "
+                     f"{y:.2f} ({y - sc_op[f'{prefix}_bare'] / 2:+.2f}) syscalls per call")
+    u = ir_op["ccport_unmatched"]
+    lines.append(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
+                 f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
+    for tag in ("cc_matched", "cc_unmatched", "ppmsg_matched", "cc_deadlines"):
+        base_tag = "cc_bare" if tag.startswith("cc") else "ppmsg_bare"
+        extra_sc = {k: v - sc_detail[base_tag].get(k, 0) for k, v in sc_detail[tag].items()}
+        extra_sc = {k: v for k, v in extra_sc.items() if abs(v) >= 0.01}
+        lines.append(f"  extra syscalls per op, {tag}: " +
+                     (", ".join(f"{k} {v:+.2f}" for k, v in sorted(extra_sc.items()))
+                      or "none"))
+    return lines
+
+
+def cost_checks(ir_op, sc_op):
+    """The budget lines of io_cost_cases but the matched connect+close's
+    own (the full run checks those with the owner check)."""
+    extra = lambda m, tag, per=1: (m[tag] - m[tag.rsplit("_", 1)[0] + "_bare"]) / per
+    checks = []
+    x = sc_op["cc_deadlines"] - sc_op["cc_matched"]
+    checks.append((x <= 2.005, f"matched connect+close with connect_timeout_ms and "
+                   f"io_timeout_ms: {x:+.2f} syscalls over the matched path (limit +2: "
+                   f"TCP_USER_TIMEOUT before the connect and once established)"))
+    x = max(abs(sc_op[f"{p}_deadlines"] - sc_op[f"{p}_bare"]) / 2 for p in ("pp", "pprw"))
+    checks.append((x <= 0.005, f"send/recv and write/read on a matched socket with both "
+                   f"deadlines: {x:+.3f} syscalls per call (limit +0: the receive "
+                   f"deadline is armed once per connection); instructions "
+                   f"{(ir_op['pp_deadlines'] - ir_op['pp_bare']) / 2:+.1f} and "
+                   f"{(ir_op['pprw_deadlines'] - ir_op['pprw_bare']) / 2:+.1f} (no limit)"))
+    x = extra(sc_op, "cc_unmatched")
+    checks.append((x <= 0.005, f"unmatched connect+close syscalls: {x:+.2f} (limit +0)"))
+    x = extra(ir_op, "cc_unmatched")
+    checks.append((x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit "
+                   f"+288); port covered by rules for other addresses"))
+    x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
+    checks.append((x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit "
+                   f"+288); port in no rule (port-map fast path)"))
+    # An unmatched connection and a socketpair carry no counted
+    # connection; a matched one is counted, here without deadlines.
+    io_limits = {"unmatched": 15, "shim": 15, "matched": 40}
+    io_cases = [(api, prefix, v, f"{'an' if v == 'unmatched' else 'a'} {v} socket")
+                for api, prefix in (("send/recv", "pp"), ("write/read", "pprw"),
+                                    ("sendmsg/recvmsg", "ppmsg"))
+                for v in ("matched", "unmatched")]
+    io_cases += [(api, prefix, "shim", "a socketpair (no connection)")
+                 for api, prefix in (("write/read", "sprw"), ("send/recv", "spsend"))]
+    for api, prefix, v, what in io_cases:
+        x = extra(sc_op, f"{prefix}_{v}", 2)
+        checks.append((abs(x) <= 0.005, f"{api} on {what} syscalls per call: "
+                       f"{x:+.3f} (limit +0)"))
+        x = extra(ir_op, f"{prefix}_{v}", 2)
+        checks.append((x <= io_limits[v], f"{api} on {what} instructions per "
+                       f"call: {x:+.1f} (limit +{io_limits[v]})"))
+    return checks
+
+
 def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
-                 fl_seconds):
+                 fl_seconds, cost_cases):
     """`--only NAME`: that section alone. Returns (report lines, budget
     checks)."""
     if name == "fleet":
@@ -1003,6 +1193,11 @@ def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
     if name == "deadlines":
         log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
         return dead_downstream_section(tmp, base, dd_seconds)
+    if name == "cost":
+        log(f"callgrind and strace of connect+close and the I/O calls, N = {CG_N[0]} "
+            f"and {CG_N[1]}")
+        ir_op, sc_op, sc_detail = deterministic(cost_cases, base, tmp)
+        return cost_lines(ir_op, sc_op, sc_detail), cost_checks(ir_op, sc_op)
     HN = cfgp["handoffs"]
     log(f"permit hand-off when a holder ends: {HN} trials each of SIGKILL, "
         f"exit(), _exit(), on a quiet machine and with every CPU busy")
@@ -1016,7 +1211,7 @@ def main():
     ap.add_argument("--summary", help="also write the report to this file")
     ap.add_argument("--quick", action="store_true",
                     help="fewer rounds and iterations (a smoke test, not numbers)")
-    ap.add_argument("--only", choices=("handoff", "deadlines", "fleet"),
+    ap.add_argument("--only", choices=("handoff", "deadlines", "cost", "fleet"),
                     help="run one section alone (its table and budget lines)")
     args = ap.parse_args()
     cfgp = QUICK if args.quick else FULL
@@ -1082,7 +1277,7 @@ def main():
         # Matched, with both deadlines: what they add to connect+close.
         ns_md = new_namespace(base, "md")
         cfg_md = os.path.join(tmp, "deadlines.ini")
-        write_rules(cfg_md, ns_md, [f"127.0.0.1:{sink}"])
+        write_rules(cfg_md, ns_md, [f"127.0.0.1:{sink}", f"127.0.0.1:{echo}"])
         with open(cfg_md, "a") as f:
             f.write("connect_timeout_ms = 2000\nio_timeout_ms = 5000\n")
         # Hand-offs: one permit on the server's watch port, waiting allowed.
@@ -1103,12 +1298,14 @@ def main():
 
         R = cfgp["rounds"]
 
+        cost_cases = io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md)
         dd_seconds = DEAD_SECONDS["quick" if args.quick else "full"]
         fl_seconds = FLEET_SECONDS["quick" if args.quick else "full"]
         if args.only:
             lines, checks = only_section(args.only, cfgp, hold=hold, ctl=ctl, tmp=tmp,
                                          base=base, watch=watch, cfg_w=cfg_w,
-                                         dd_seconds=dd_seconds, fl_seconds=fl_seconds)
+                                         dd_seconds=dd_seconds, fl_seconds=fl_seconds,
+                                         cost_cases=cost_cases)
             print()
             for line in lines:
                 print(line)
@@ -1122,7 +1319,7 @@ def main():
             return
 
         # ---- 1. connect+close ------------------------------------------------
-        log(f"[1/8] connect+close to loopback, {R} rounds x {cfgp['cc_n']}")
+        log(f"[1/9] connect+close to loopback, {R} rounds x {cfgp['cc_n']}")
         before_m, before_u = acquired(ns_m), acquired(ns_u)
         cc = alternate("connect_close", [("bare", None), ("unmatched", cfg_u),
                                          ("matched", cfg_m)],
@@ -1136,7 +1333,7 @@ def main():
         cc_ma = table.compare("connect+close (us)", cc, "bare", "matched")
 
         # ---- 2. round trips ---------------------------------------------------
-        log(f"[2/8] 64-byte send/recv round trips, {R} rounds x {cfgp['pp_n']}")
+        log(f"[2/9] 64-byte send/recv round trips, {R} rounds x {cfgp['pp_n']}")
         pp = alternate("pingpong", [("bare", None), ("matched", cfg_m),
                                     ("unmatched", cfg_u)],
                        "pingpong", lambda _: echo, cfgp["pp_n"], R, "send")
@@ -1144,7 +1341,7 @@ def main():
         table.compare("send/recv round trip (us)", pp, "bare", "unmatched")
 
         # ---- 3. rule scale ---------------------------------------------------
-        log(f"[3/8] rule scale {RULE_SCALE}, {R} rounds x {cfgp['rs_n']}")
+        log(f"[3/9] rule scale {RULE_SCALE}, {R} rounds x {cfgp['rs_n']}")
         rs = alternate("rule_scale", [(f"{c} rules", scale_cfgs[c][0]) for c in RULE_SCALE],
                        "connect_close", lambda _: sink, cfgp["rs_n"], R)
         for c in RULE_SCALE:
@@ -1166,7 +1363,7 @@ def main():
                        f"bare {start['bare']:.2f} ms ({start[name] - start['bare']:+.2f} ms)")
 
         # ---- 4. contention ---------------------------------------------------
-        log(f"[4/8] contention: limit {LIMIT}, hold {HOLD_MS} ms, "
+        log(f"[4/9] contention: limit {LIMIT}, hold {HOLD_MS} ms, "
             f"{'/'.join(map(str, WORKERS))} processes and threads, {CONTEND_MS} ms each")
         ceiling = [contend(hold, ctl, "procs", LIMIT, None, "contention", f"bare x{LIMIT}")
                    for _ in range(2)]
@@ -1179,7 +1376,7 @@ def main():
         shim_c = nsstat(ns_c).get("svc", {})
 
         # ---- 5. haproxy --------------------------------------------------------
-        log("[5/7] haproxy vs shim")
+        log("[5/9] haproxy vs shim")
         hp_echo, hp_hold = free_port(), free_port()
         hp_cfg = os.path.join(tmp, "haproxy.cfg")
         with open(hp_cfg, "w") as f:
@@ -1226,84 +1423,24 @@ backend be_hold
 
         # ---- 6. hand-off when a holder ends -------------------------------------
         HN = cfgp["handoffs"]
-        log(f"[6/8] permit hand-off when a holder ends: {HN} trials each of "
+        log(f"[6/9] permit hand-off when a holder ends: {HN} trials each of "
             f"SIGKILL, exit(), _exit(), on a quiet machine and with every CPU busy")
         ho_lines, ho_checks = handoff_section(watch, ctl, cfg_w, HN, tmp)
 
         # ---- 7. a dead downstream -------------------------------------------------
-        log(f"[7/8] a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
+        log(f"[7/9] a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
         dd_lines, dd_checks = dead_downstream_section(tmp, base, dd_seconds)
-        log(f"[7/8] the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
+
+        # ---- 8. the fleet -----------------------------------------------------------
+        log(f"[8/9] the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
         fl_lines, fl_checks = fleet_section(hold, ctl, tmp, base, fl_seconds)
 
-        # ---- 8. deterministic cost ------------------------------------------------
-        log(f"[8/8] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
-        det_cases = [
-            # tag, mode, port, cfg, extra
-            ("cc_bare", "connect_close", sink, None, ()),
-            ("cc_unmatched", "connect_close", sink, cfg_u, ()),
-            ("cc_matched", "connect_close", sink, cfg_m, ()),
-            ("ccport_unmatched", "connect_close", sink, cfg_up, ()),
-            ("pp_bare", "pingpong", echo, None, ("send",)),
-            ("pp_matched", "pingpong", echo, cfg_m, ("send",)),
-            ("pp_unmatched", "pingpong", echo, cfg_u, ("send",)),
-            ("ppmsg_bare", "pingpong", echo, None, ("msg",)),
-            ("ppmsg_matched", "pingpong", echo, cfg_m, ("msg",)),
-            ("ppmsg_unmatched", "pingpong", echo, cfg_u, ("msg",)),
-            ("pprw_bare", "pingpong", echo, None, ("rw",)),
-            ("pprw_matched", "pingpong", echo, cfg_m, ("rw",)),
-            ("pprw_unmatched", "pingpong", echo, cfg_u, ("rw",)),
-            ("cc_deadlines", "connect_close", sink, cfg_md, ()),
-        ] + [(f"rs_{c}", "connect_close", sink, scale_cfgs[c][0], ()) for c in RULE_SCALE]
-        ir, sc = {}, {}
-
-        # Every run in a namespace of its own, made fresh: runs sharing one
-        # (two at a time here, after the timed runs' clients) would find
-        # each other's state (the peak, rows of exited clients to reap)
-        # and pay for it at start-up in one run length and not the other.
-        fresh_n = iter(range(1000))
-        def fresh(cfg, tool, n):
-            if cfg is None:
-                return None
-            with open(cfg) as f:
-                text = f.read()
-            ns = new_namespace(base, f"d{next(fresh_n)}{tool}{n}")
-            text, found = re.subn(r"(?m)^namespace = .*$", f"namespace = {ns}", text, count=1)
-            if not found:
-                raise BenchError(f"{cfg}: no namespace line")
-            path = os.path.join(tmp, f"{ns}.ini")
-            with open(path, "w") as f:
-                f.write(text)
-            return path
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-        try:
-            jobs = {}
-            for tag, mode, port, cfg, extra in det_cases:
-                for n in CG_N:
-                    jobs[pool.submit(callgrind, tag, mode, port, fresh(cfg, "i", n),
-                                     n, extra)] = ("ir", tag, n)
-                    if not tag.startswith(("rs_", "ccport")):
-                        jobs[pool.submit(strace_calls, tag, mode, port, fresh(cfg, "s", n),
-                                         n, extra)] = ("sc", tag, n)
-            for fut in concurrent.futures.as_completed(jobs):
-                kind, tag, n = jobs[fut]
-                (ir if kind == "ir" else sc)[(tag, n)] = fut.result()
-        finally:
-            # on the way out early, run nothing more: cleanup kills the rest
-            pool.shutdown(wait=False, cancel_futures=True)
+        # ---- 9. deterministic cost ------------------------------------------------
+        log(f"[9/9] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
+        det_cases = cost_cases + [(f"rs_{c}", "connect_close", sink, scale_cfgs[c][0], ())
+                                  for c in RULE_SCALE]
+        ir_op, sc_op, sc_detail = deterministic(det_cases, base, tmp)
         d = CG_N[1] - CG_N[0]
-        ir_op = {tag: (ir[(tag, CG_N[1])] - ir[(tag, CG_N[0])]) / d for tag, *_ in det_cases}
-        sc_op = {}
-        sc_detail = {}
-        for tag, *_ in det_cases:
-            if (tag, CG_N[0]) not in sc:
-                continue
-            a, b = sc[(tag, CG_N[0])], sc[(tag, CG_N[1])]
-            sc_op[tag] = (b.get("total", 0) - a.get("total", 0)) / d
-            sc_detail[tag] = {k: (b.get(k, 0) - a.get(k, 0)) / d
-                              for k in set(a) | set(b) if k != "total"}
-        for tag in ir_op:
-            record("deterministic", tag, 0, "instructions_per_op", f"{ir_op[tag]:.1f}")
         # The close path's owner check alone: its getpid() syscalls (strace),
         # its instructions (owned_here()'s lines in fd_table.c wherever they
         # were inlined, with the getpid wrapper they call) and the wall clock
@@ -1324,8 +1461,6 @@ backend be_hold
         for r, v in enumerate(gp):
             record("owner_check", "getpid", r, "ns_per_call", f"{v:.1f}")
         getpid_ns = median(gp)
-        for tag in sc_op:
-            record("deterministic", tag, 0, "syscalls_per_op", f"{sc_op[tag]:.3f}")
 
         # ---- the report --------------------------------------------------------
         print()
@@ -1380,39 +1515,10 @@ backend be_hold
                   f"{sum(x['errors'] for x in runs):.0f}")
         print()
 
-        print(f"deterministic cost per operation (marginal between N={CG_N[0]} and "
-              f"N={CG_N[1]}; user-space instructions from callgrind, syscalls from strace -c)")
-        print(f"{'operation':<34} {'bare':>10} {'unmatched':>16} {'matched':>16}")
-        def det_row(title, prefix, per=1):
-            b = ir_op[f"{prefix}_bare"] / per
-            u = ir_op[f"{prefix}_unmatched"] / per
-            m = ir_op[f"{prefix}_matched"] / per
-            print(f"{title + ' instr':<34} {b:>10.1f} {u:>8.1f} ({u - b:+6.1f}) "
-                  f"{m:>8.1f} ({m - b:+6.1f})")
-            b = sc_op[f"{prefix}_bare"] / per
-            u = sc_op[f"{prefix}_unmatched"] / per
-            m = sc_op[f"{prefix}_matched"] / per
-            print(f"{title + ' syscalls':<34} {b:>10.2f} {u:>8.2f} ({u - b:+6.2f}) "
-                  f"{m:>8.2f} ({m - b:+6.2f})")
-        det_row("connect+close", "cc")
-        det_row("send/recv, per call", "pp", 2)
-        det_row("sendmsg/recvmsg, per call", "ppmsg", 2)
-        det_row("write/read, per call", "pprw", 2)
-        print(f"{'connect+close, both deadlines':<34} {'':>10} {'':>16} "
-              f"{ir_op['cc_deadlines']:>8.1f} ({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) "
-              f"instr, {sc_op['cc_deadlines']:.2f} "
-              f"({sc_op['cc_deadlines'] - sc_op['cc_bare']:+.2f}) syscalls")
-        u = ir_op["ccport_unmatched"]
-        print(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
-              f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
+        for line in cost_lines(ir_op, sc_op, sc_detail):
+            print(line)
         print(f"{'matched connect+close instr':<34} " + ", ".join(
             f"{c} rules {ir_op[f'rs_{c}']:.0f}" for c in RULE_SCALE))
-        for tag in ("cc_matched", "cc_unmatched", "ppmsg_matched", "cc_deadlines"):
-            extra_sc = {k: v - sc_detail["cc_bare" if tag.startswith("cc") else "ppmsg_bare"].get(k, 0)
-                        for k, v in sc_detail[tag].items()}
-            extra_sc = {k: v for k, v in extra_sc.items() if abs(v) >= 0.01}
-            print(f"  extra syscalls per op, {tag}: " +
-                  (", ".join(f"{k} {v:+.2f}" for k, v in sorted(extra_sc.items())) or "none"))
         print(f"  the close path's owner check (getpid: is this the fd table's owner, "
               f"not a vfork child?): getpid per matched connect+close "
               f"{oc_sc['cc_matched'] - oc_sc['cc_bare']:+.2f}, unmatched "
@@ -1462,30 +1568,8 @@ backend be_hold
         table.check(x < 1500, f"matched connect+close instructions: {x:+.0f} (limit < +1500)")
         table.check(cc_ma["r"] <= 1.10, f"matched connect+close wall clock: "
                     f"{cc_ma['r']:.3f}x bare [{cc_ma['rmin']:.3f}, {cc_ma['rmax']:.3f}] (limit 1.10x)")
-        x = sc_op["cc_deadlines"] - sc_op["cc_matched"]
-        table.check(x <= 2.005, f"matched connect+close with connect_timeout_ms and "
-                    f"io_timeout_ms: {x:+.2f} syscalls over the matched path (limit +2: "
-                    f"TCP_USER_TIMEOUT before the connect and once established)")
-        x = extra(sc_op, "cc_unmatched")
-        table.check(x <= 0.005, f"unmatched connect+close syscalls: {x:+.2f} (limit +0)")
-        x = extra(ir_op, "cc_unmatched")
-        table.check(x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit +288)"
-                    f"; port covered by rules for other addresses")
-        x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
-        table.check(x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit +288)"
-                    f"; port in no rule (port-map fast path)")
-        # An unmatched connection is no counted connection; a matched one is
-        # counted, here without deadlines.
-        io_limits = {"unmatched": 15, "matched": 40}
-        for api, prefix in (("send/recv", "pp"), ("write/read", "pprw"),
-                            ("sendmsg/recvmsg", "ppmsg")):
-            for v in ("matched", "unmatched"):
-                x = extra(sc_op, f"{prefix}_{v}", 2)
-                table.check(abs(x) <= 0.005, f"{api} on a {v} socket syscalls per call: "
-                            f"{x:+.3f} (limit +0)")
-                x = extra(ir_op, f"{prefix}_{v}", 2)
-                table.check(x <= io_limits[v], f"{api} on a {v} socket instructions per "
-                            f"call: {x:+.1f} (limit +{io_limits[v]})")
+        for ok, text in cost_checks(ir_op, sc_op):
+            table.check(ok, text)
         table.check(rs_big["r"] <= 1.2, f"10,000 rules: matched connect+close "
                     f"{rs_big['r']:.3f}x the 10-rule cost [{rs_big['rmin']:.3f}, "
                     f"{rs_big['rmax']:.3f}] (limit 1.2x); instructions "

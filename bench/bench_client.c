@@ -6,6 +6,10 @@
  *                                    with send/recv, sendmsg/recvmsg or
  *                                    write/read
  *   request HOST PORT N              connect, 64 bytes out, 64 back, close
+ *   socketpair N [send|rw]           1-byte round trips inside one process over
+ *                                    an AF_UNIX socketpair (no connection the
+ *                                    shim counts, no peer): write then read,
+ *                                    or send then recv
  *   contend HOST PORT procs|threads W DURATION_MS
  *                                    W workers loop for DURATION_MS: connect,
  *                                    read the hold server's one byte, close
@@ -18,15 +22,17 @@
  *                                    line per trial from the server's view:
  *                                    trial=I lead_ns=L open=O
  *   alternate HOST PORT DEAD_PORT    forever, until killed: a request to
- *                                    PORT, the hold port (connect, its one
- *                                    byte, close), then a connect to
+ *                                    PORT, the hold port (connect, a 1-byte
+ *                                    request, its 1-byte answer, close),
+ *                                    then a connect to
  *                                    DEAD_PORT with no deadline of its own;
  *                                    after each of them one line:
  *                                    healthy=H dead_refused=R dead_timed_out=T
  *   getpid N                         N getpid() calls (the close path's
  *                                    owner check), timed: ns_per_op=F
  *   nsstat KEY                       a namespace's counters, from its shm;
- *                                    KEY as `bulkhead key -n NAME` prints it
+ *                                    KEY as `bulkhead key -n NAME` prints it:
+ *                                    one line per compartment, NAME k=v ...
  *
  * The single-connection modes run WARMUP iterations untimed, then N timed
  * with CLOCK_MONOTONIC around the loop alone, and print one line:
@@ -200,6 +206,48 @@ static int mode_pingpong(long n, const char *api)
     return 0;
 }
 
+/* ---- socketpair: I/O on an fd that carries no connection ------------------ */
+
+static void local_trip_rw(const int *pair, char *byte)
+{
+    if (write(pair[0], byte, 1) != 1)
+        fail("write");
+    if (read(pair[1], byte, 1) != 1)
+        fail("read");
+}
+
+static void local_trip_send(const int *pair, char *byte)
+{
+    if (send(pair[0], byte, 1, 0) != 1)
+        fail("send");
+    if (recv(pair[1], byte, 1, 0) != 1)
+        fail("recv");
+}
+
+static int mode_socketpair(long n, const char *api)
+{
+    void (*trip)(const int *, char *) = local_trip_rw;
+    if (strcmp(api, "send") == 0)
+        trip = local_trip_send;
+    else if (strcmp(api, "rw") != 0) {
+        fprintf(stderr, "bench_client: api is send or rw\n");
+        return 2;
+    }
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) < 0)
+        fail("socketpair");
+    char byte = 'l';
+    for (long i = 0; i < WARMUP; i++)
+        trip(pair, &byte);
+    int64_t t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        trip(pair, &byte);
+    report(now_ns() - t0, n);
+    close(pair[0]);
+    close(pair[1]);
+    return 0;
+}
+
 /* ---- request ------------------------------------------------------------ */
 
 static void request_loop(long n)
@@ -239,9 +287,9 @@ static _Noreturn void mode_alternate(const char *host, const char *dead_port)
     for (;;) {
         dest = healthy;
         dest_len = healthy_len;
-        char byte;
+        char byte = 'q';
         int fd = open_connection();
-        if (fd < 0 || recv(fd, &byte, 1, 0) != 1)
+        if (fd < 0 || send(fd, &byte, 1, 0) != 1 || recv(fd, &byte, 1, 0) != 1)
             fail("the healthy server");
         close(fd);
         served++;
@@ -588,13 +636,19 @@ static int mode_nsstat(const char *key)
     for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
         const struct bh_shared_compartment *c = &s->compartments[i];
         printf("%s acquired=%llu rejected=%llu timed_out=%llu waits=%llu "
-               "peak=%lld wait_max_us=%.1f\n", c->name,
+               "peak=%lld wait_max_us=%.1f connect_failures=%llu "
+               "connect_timeouts=%llu breaker_opened=%llu breaker_refused=%llu\n",
+               c->name,
                (unsigned long long)atomic_load(&c->acquired),
                (unsigned long long)atomic_load(&c->rejected),
                (unsigned long long)atomic_load(&c->timed_out),
                (unsigned long long)atomic_load(&c->waits),
                (long long)atomic_load(&c->peak_in_use),
-               atomic_load(&c->wait_ns_max) / 1e3);
+               atomic_load(&c->wait_ns_max) / 1e3,
+               (unsigned long long)atomic_load(&c->connect_failures),
+               (unsigned long long)atomic_load(&c->connect_timeouts),
+               (unsigned long long)atomic_load(&c->breaker.opened),
+               (unsigned long long)atomic_load(&c->breaker.refused));
     }
     shmdt(s);
     return 0;
@@ -607,6 +661,7 @@ static void usage(void)
             "       bench_client pingpong HOST PORT N [send|msg|rw]\n"
             "       bench_client alternate HOST PORT DEAD_PORT\n"
             "       bench_client request HOST PORT N\n"
+            "       bench_client socketpair N [send|rw]\n"
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
             "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
             "       bench_client getpid N\n"
@@ -625,6 +680,8 @@ int main(int argc, char **argv)
         return mode_nsstat(argv[2]);
     if (strcmp(mode, "getpid") == 0)
         return mode_getpid(atol(argv[2]));
+    if (strcmp(mode, "socketpair") == 0)
+        return mode_socketpair(atol(argv[2]), argc > 3 ? argv[3] : "rw");
     if (argc < 5)
         usage();
     parse_dest(argv[2], argv[3]);

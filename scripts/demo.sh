@@ -128,7 +128,7 @@ fi
 
 # ---- a dead downstream ---------------------------------------------------
 
-WORKERS=20
+WORKERS=12
 SECONDS_EACH=6
 
 stop_workers() {
@@ -192,14 +192,19 @@ echo "A dead downstream: $WORKERS workers, each alternating a request to a healt
 echo "server (127.0.0.1:$PORT, answers in 300 ms) and one to a blackholed server"
 echo "(127.0.0.1:$DEAD, never answers a SYN), with curl's defaults: no timeouts."
 echo "Healthy requests served in $SECONDS_EACH s:"
+row() {  # row LABEL: one line of the table, from $served
+    printf '  %-62s %6d %7s\n' "$1" "$served" \
+        "$(awk -v n="$served" -v s="$SECONDS_EACH" 'BEGIN { printf "%.1f", n / s }')"
+}
+printf '  %-62s %6s %7s\n' "" served "per s"
 start_server 300
 round none
-printf '  %-58s %6d\n' "without bulkhead (every worker ends up stuck)" "$served"
+row "without bulkhead (every worker ends up stuck)"
 round limit LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/limit.ini"
-printf '  %-58s %6d\n' "limit 4 on the dead one (4 workers stuck, the rest serve)" "$served"
+row "limit 4 on the dead one (4 workers stuck, the rest serve)"
 "$BULKHEAD" reset --force -n "$NAMESPACE-dead" >/dev/null 2>&1 || true
 round breaker LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/breaker.ini"
-printf '  %-58s %6d\n' "limit 4 + connect_timeout_ms 1000 + breaker (none stuck)" "$served"
+row "limit 4 + connect_timeout_ms 1000 + breaker (stuck 1 s at most)"
 stop_server
 echo
 echo "A dead downstream costs milliseconds, not workers."
