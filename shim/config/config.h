@@ -9,11 +9,34 @@
 #define BH_CONFIG_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 enum {
-    BH_MAX_COMPARTMENTS = 64,  /* per namespace; sized into the shared state */
+    BH_MAX_COMPARTMENTS = 1024, /* per namespace; sized into the shared state */
     BH_NAME_MAX = 48,          /* compartment and namespace names, with NUL */
     BH_FLEET_HOST_MAX = 64,    /* fleet_host, with NUL */
+    BH_MAX_RESERVES = 4,       /* reserve = lines per compartment */
+    BH_MAX_BYPASSES = 8,       /* bypass = lines per compartment */
+    BH_WHO_MAX = 64,           /* a WHO as written, with NUL */
+};
+
+/* Whom a reserve or a bypass is for (issue 11). */
+enum bh_who_kind {
+    BH_WHO_PROGRAM,  /* program=GLOB: the program's short name (argv[0]'s base) */
+    BH_WHO_USER,     /* user=NAME or user=UID: the effective user */
+    BH_WHO_ENV,      /* env=VAR=VALUE: the variable set to exactly VALUE */
+};
+struct bh_who {
+    enum bh_who_kind kind;
+    char text[BH_WHO_MAX]; /* as written, "program=billing-*": names it in
+                              stat, set and explain, and in the namespace */
+    uid_t uid;             /* user=: resolved when the file is read */
+};
+
+struct bh_reserve {
+    struct bh_who who;
+    int permits;           /* >= 1 */
+    int line;
 };
 
 enum bh_log_level { BH_LOG_ERROR, BH_LOG_WARN, BH_LOG_INFO, BH_LOG_DEBUG };
@@ -34,7 +57,8 @@ struct bh_rule {
     uint16_t port_lo, port_hi; /* "*" is 0-65535 */
     int compartment;       /* index into bh_config.compartments */
     int line;              /* line of the match = in the file */
-    char *text;            /* the value as written, for explain/check */
+    int weight;            /* permits a connection through it takes (1) */
+    char *text;            /* the destination as written, for explain/check */
 };
 
 struct bh_compartment {
@@ -55,6 +79,12 @@ struct bh_compartment {
                                 `limit` is this host's ceiling, by default
                                 fleet_limit, and the shim starts it at 0
                                 until the agent grants a share */
+    /* Policy inside the compartment (issue 11). */
+    int per_process;       /* permits one process may hold; 0 = no cap */
+    struct bh_reserve reserves[BH_MAX_RESERVES]; /* in file order */
+    int reserve_count;
+    struct bh_who bypasses[BH_MAX_BYPASSES];
+    int bypass_count;
     int line;              /* line of the [section] header */
 };
 
@@ -63,7 +93,7 @@ struct bh_config {
     enum bh_log_level log_level;
     char *log_file;        /* NULL means stderr */
     char namespace_name[BH_NAME_MAX];
-    struct bh_compartment compartments[BH_MAX_COMPARTMENTS];
+    struct bh_compartment *compartments; /* compartment_count of them */
     int compartment_count;
     struct bh_rule *rules; /* in file order: the first match wins */
     int rule_count;

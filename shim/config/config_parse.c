@@ -94,6 +94,7 @@ struct parser {
     struct section section;
     struct bh_compartment scratch;
     int rule_capacity;
+    int compartment_capacity;
     int *error_lines;            /* lines already reported, to tell whether */
     int error_line_count;        /* inih's own error line is news */
     int error_line_capacity;
@@ -662,7 +663,8 @@ static int keep_rule(struct parser *p, struct bh_rule *rule, const char *value,
 
 static int add_match(struct parser *p, const char *key, const char *value)
 {
-    struct bh_rule rule = { .compartment = p->section.index, .line = p->line };
+    struct bh_rule rule = { .compartment = p->section.index, .line = p->line,
+                           .weight = 1 };
     char hostname[HOSTNAME_BUFFER_SIZE];
     const char *problem = parse_match(value, &rule, hostname);
 
@@ -843,6 +845,23 @@ static void begin_global(struct parser *p)
     begin_section(p, SECTION_GLOBAL, "global", strlen("global"));
 }
 
+/* Room for one more compartment; -1 when out of memory. */
+static int grow_compartments(struct parser *p)
+{
+    struct bh_config *config = p->config;
+    int capacity = p->compartment_capacity ? 2 * p->compartment_capacity : 8;
+    struct bh_compartment *grown;
+
+    if (config->compartment_count < p->compartment_capacity)
+        return 0;
+    grown = realloc(config->compartments, capacity * sizeof *grown);
+    if (!grown)
+        return -1;
+    config->compartments = grown;
+    p->compartment_capacity = capacity;
+    return 0;
+}
+
 /* name is valid here, so shorter than BH_NAME_MAX. */
 static void begin_named_section(struct parser *p, const char *name,
                                 size_t length)
@@ -864,6 +883,9 @@ static void begin_named_section(struct parser *p, const char *name,
     } else if (config->compartment_count == BH_MAX_COMPARTMENTS) {
         report(p, p->line, "[%s]: too many compartments (at most %d)", whole,
                BH_MAX_COMPARTMENTS);
+        begin_compartment(p, name, length, -1);
+    } else if (grow_compartments(p) != 0) {
+        report_out_of_memory(p);
         begin_compartment(p, name, length, -1);
     } else {
         begin_compartment(p, name, length, config->compartment_count++);
@@ -1147,6 +1169,7 @@ void bh_config_free(struct bh_config *config)
         free(config->rules[i].text);
     }
     free(config->rules);
+    free(config->compartments);
     free(config->log_file);
     free(config->fleet_url);
     free(config->fleet_password_file);
