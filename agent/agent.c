@@ -80,7 +80,7 @@ static int join(struct agent *agent)
         const struct bh_compartment *rules = &agent->config.compartments[i];
         if (rules->fleet_limit == 0)
             continue;
-        int live = 0, index = bh_compartment_register(&agent->ns, rules->name, 0, &live);
+        int live = 0, index = bh_compartment_register(&agent->ns, rules, 0, &live);
         if (index < 0) {
             agent_log("[%s]: cannot register: %s", rules->name, strerror(errno));
             return -1;

@@ -105,8 +105,25 @@ int cli_target_open(const struct cli_target *target, struct bh_namespace *ns,
  * interpreter): says why in text (no newline) and returns 1; else 0. */
 int cli_interpose_warning(const char *command, char *text, size_t textlen);
 
-/* "1234(2),1240(1)": pids with the permits each holds; "-" for none. */
-void cli_format_holders(const pid_t *pids, const uint32_t *permits, int count,
-                        char *text, size_t textlen);
+/* Every process holding permits in a namespace, by compartment then pid;
+ * as many as there are. */
+struct cli_holder {
+    int index;
+    pid_t pid;
+    uint32_t permits;
+};
+struct cli_holders {
+    struct cli_holder *list;
+    int count, capacity;
+};
+/* 0, or -1 out of memory (reported). */
+int cli_holders_collect(struct bh_namespace *ns, struct cli_holders *holders);
+/* The first of compartment index's holders; how many in *count. */
+const struct cli_holder *cli_holders_of(const struct cli_holders *holders, int index,
+                                        int *count);
+void cli_holders_free(struct cli_holders *holders);
+/* "1234(2),1240(1)": pids with the permits each holds; "-" for none.
+ * malloc'd (NULL: out of memory). */
+char *cli_format_holders(const struct cli_holder *holders, int count);
 
 #endif

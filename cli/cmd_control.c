@@ -259,7 +259,7 @@ static int apply_compartment(struct bh_namespace *ns,
     int existed = bh_compartment_find(ns, compartment->name) >= 0;
     if (compartment->fleet_limit > 0) {  /* its live limit is the agent's grant */
         int live = 0;
-        if (bh_compartment_register(ns, compartment->name, 0, &live) < 0) {
+        if (bh_compartment_register(ns, compartment, 0, &live) < 0) {
             cli_error("apply: %s: %s", compartment->name, strerror(errno));
             return CLI_FAILED;
         }
@@ -268,7 +268,7 @@ static int apply_compartment(struct bh_namespace *ns,
         return CLI_OK;
     }
     int live, limit = compartment->limit;
-    int index = bh_compartment_register(ns, compartment->name, limit, &live);
+    int index = bh_compartment_register(ns, compartment, limit, &live);
     if (index < 0 ||
         (live != limit && bh_compartment_set_limit(ns, index, limit) < 0)) {
         cli_error("apply: %s: limit %d: %s", compartment->name, limit,
@@ -377,15 +377,17 @@ static void describe_use(struct bh_namespace *ns, int index,
                          const struct bh_compartment_view *view,
                          char *text, size_t textlen)
 {
-    static pid_t pids[BH_MAX_PROCESSES];
-    static uint32_t permits[BH_MAX_PROCESSES];
-    char holders[BH_MAX_PROCESSES * 20];
-    int count = bh_compartment_holders(ns, index, pids, permits, BH_MAX_PROCESSES);
-    cli_format_holders(pids, permits, count, holders, sizeof holders);
+    struct cli_holders all;
+    int count = 0;
+    char *holders = NULL;
+    if (cli_holders_collect(ns, &all) == 0)
+        holders = cli_format_holders(cli_holders_of(&all, index, &count), count);
     size_t used = strlen(text);
     snprintf(text + used, textlen - used, "%s%s: %d permit%s held by %s, %d waiting",
              used ? "; " : "", view->name, view->in_use,
-             view->in_use == 1 ? "" : "s", holders, view->waiting);
+             view->in_use == 1 ? "" : "s", holders ? holders : "?", view->waiting);
+    free(holders);
+    cli_holders_free(&all);
 }
 
 /* Describes who holds or waits for permits; empty when nobody does. */
@@ -469,7 +471,7 @@ static int remove_namespace(const struct cli_target *target, int force)
                   ? "; reset --force removes it" : "");
         return CLI_FAILED;
     }
-    static char users[BH_MAX_COMPARTMENTS * BH_MAX_PROCESSES * 8];
+    static char users[65536];
     if (!force) {
         /* Removed only when unused, with no window for a new holder. */
         int unused = bh_namespace_remove_unused(&ns);

@@ -16,8 +16,7 @@
 struct compartment_row {
     struct bh_stat_row stat;
     int holder_count;
-    pid_t holder_pids[BH_MAX_PROCESSES];
-    uint32_t holder_permits[BH_MAX_PROCESSES];
+    const struct cli_holder *holders;  /* in snapshot.holders */
 };
 
 struct snapshot {
@@ -25,18 +24,85 @@ struct snapshot {
     int present;          /* 0: the namespace has no shared state yet */
     int count;
     struct compartment_row rows[BH_MAX_COMPARTMENTS];
+    struct cli_holders holders;
 };
 
 enum output_format { FORMAT_TABLE, FORMAT_JSON, FORMAT_PROMETHEUS };
 
-void cli_format_holders(const pid_t *pids, const uint32_t *permits, int count,
-                        char *text, size_t textlen)
+static void add_holder(pid_t pid, int index, uint32_t permits, void *ctx)
 {
+    struct cli_holders *holders = ctx;
+    if (holders->count == holders->capacity) {
+        int capacity = holders->capacity ? 2 * holders->capacity : 64;
+        struct cli_holder *grown = realloc(holders->list, capacity * sizeof *grown);
+        if (!grown)
+            return;  /* counted as missing below */
+        holders->list = grown;
+        holders->capacity = capacity;
+    }
+    holders->list[holders->count++] = (struct cli_holder){ index, pid, permits };
+}
+
+static int by_index_then_pid(const void *a, const void *b)
+{
+    const struct cli_holder *x = a, *y = b;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+int cli_holders_collect(struct bh_namespace *ns, struct cli_holders *holders)
+{
+    *holders = (struct cli_holders){ NULL, 0, 0 };
+    bh_holders_visit(ns, add_holder, holders);
+    if (holders->count == holders->capacity && holders->capacity) {
+        /* a full list may have dropped one: grow and read again */
+        struct cli_holders again = { NULL, 0, 0 };
+        again.list = malloc(2 * (size_t)holders->capacity * sizeof *again.list);
+        again.capacity = again.list ? 2 * holders->capacity : 0;
+        if (again.list)
+            bh_holders_visit(ns, add_holder, &again);
+        cli_holders_free(holders);
+        *holders = again;
+    }
+    if (holders->count && !holders->list) {
+        cli_error("stat: out of memory");
+        return -1;
+    }
+    qsort(holders->list, holders->count, sizeof *holders->list, by_index_then_pid);
+    return 0;
+}
+
+const struct cli_holder *cli_holders_of(const struct cli_holders *holders, int index,
+                                        int *count)
+{
+    int first = 0;
+    while (first < holders->count && holders->list[first].index < index)
+        first++;
+    int last = first;
+    while (last < holders->count && holders->list[last].index == index)
+        last++;
+    *count = last - first;
+    return holders->list ? holders->list + first : NULL;
+}
+
+void cli_holders_free(struct cli_holders *holders)
+{
+    free(holders->list);
+    *holders = (struct cli_holders){ NULL, 0, 0 };
+}
+
+char *cli_format_holders(const struct cli_holder *holders, int count)
+{
+    char *text = malloc((size_t)count * 24 + 2);
+    if (!text)
+        return NULL;
     size_t used = 0;
-    snprintf(text, textlen, "-");
-    for (int i = 0; i < count && used < textlen; i++)
-        used += (size_t)snprintf(text + used, textlen - used, "%s%d(%" PRIu32 ")",
-                                 i ? "," : "", (int)pids[i], permits[i]);
+    strcpy(text, "-");
+    for (int i = 0; i < count; i++)
+        used += (size_t)sprintf(text + used, "%s%d(%" PRIu32 ")", i ? "," : "",
+                                (int)holders[i].pid, holders[i].permits);
+    return text;
 }
 
 static double wait_mean_ms(const struct bh_compartment_view *view)
@@ -55,6 +121,7 @@ static double wait_max_ms(const struct bh_compartment_view *view)
 static int take_snapshot(const struct cli_target *target, struct snapshot *snapshot)
 {
     struct bh_namespace ns;
+    cli_holders_free(&snapshot->holders);  /* the last round's (--watch) */
     snapshot->present = snapshot->count = 0;
     int opened = cli_target_open(target, &ns, snapshot->namespace_name);
     if (opened != 0)
@@ -71,11 +138,15 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
             snapshot->count = 0;
             return gone ? 0 : -1;
         }
-        row->holder_count = bh_compartment_holders(&ns, (int)i, row->holder_pids,
-                                                   row->holder_permits,
-                                                   BH_MAX_PROCESSES);
         snapshot->count++;
     }
+    if (cli_holders_collect(&ns, &snapshot->holders) < 0) {
+        bh_namespace_close(&ns);
+        return -1;
+    }
+    for (int i = 0; i < snapshot->count; i++)
+        snapshot->rows[i].holders = cli_holders_of(&snapshot->holders, i,
+                                                   &snapshot->rows[i].holder_count);
     snapshot->present = 1;
     bh_namespace_close(&ns);
     return 0;
@@ -258,6 +329,65 @@ static void print_fleet(const struct snapshot *snapshot)
     }
 }
 
+static const char *const policy_headings[] = {
+    "COMPARTMENT", "POOL", "PERMITS", "IN_USE", "WAITING",
+};
+enum { POLICY_COLUMNS = sizeof policy_headings / sizeof policy_headings[0] };
+
+static void fill_pool_cells(const char *name, const char *pool, int permits, int in_use,
+                            int waiting, char (*cells)[BH_NAME_MAX])
+{
+    snprintf(cells[0], BH_NAME_MAX, "%s", name);
+    snprintf(cells[1], BH_NAME_MAX, "%s", pool);
+    snprintf(cells[2], BH_NAME_MAX, "%d", permits);
+    snprintf(cells[3], BH_NAME_MAX, "%d", in_use);
+    snprintf(cells[4], BH_NAME_MAX, "%d", waiting);
+}
+
+/* Compartments with reserves: each reserve ("reserve WHO") and the common
+ * pool, what it holds and who waits on it; then the policy's refusals and
+ * bypasses, for compartments that had any. */
+static void print_policy(const struct snapshot *snapshot)
+{
+    static char cells[(BH_MAX_RESERVES + 2) * BH_MAX_COMPARTMENTS * POLICY_COLUMNS]
+                     [BH_NAME_MAX];
+    int rows = 1, counted = 0;
+    for (int column = 0; column < POLICY_COLUMNS; column++)
+        snprintf(cells[column], BH_NAME_MAX, "%s", policy_headings[column]);
+    for (int i = 0; i < snapshot->count; i++) {
+        const struct bh_stat_row *row = &snapshot->rows[i].stat;
+        int in_reserves = 0, waiting = row->view.waiting;
+        counted |= row->view.per_process_refused || row->view.bypassed;
+        for (int r = 0; r < row->view.reserve_count; r++) {
+            const struct bh_reserve_view *reserve = &row->reserves[r];
+            char pool[BH_NAME_MAX];
+            snprintf(pool, sizeof pool, "reserve %.*s", BH_NAME_MAX - 9, reserve->who);
+            fill_pool_cells(row->view.name, pool, reserve->permits, reserve->in_use,
+                            reserve->waiting, &cells[rows++ * POLICY_COLUMNS]);
+            in_reserves += reserve->in_use;
+            waiting -= reserve->waiting;
+        }
+        if (row->view.reserve_count)
+            fill_pool_cells(row->view.name, "common", row->view.limit - row->view.reserved,
+                            row->view.in_use - in_reserves, waiting,
+                            &cells[rows++ * POLICY_COLUMNS]);
+    }
+    if (rows > 1) {
+        printf("\n");
+        print_aligned(rows, POLICY_COLUMNS, 2, cells);
+    }
+    if (!counted)
+        return;
+    printf("\n%-*s  %19s  %8s\n", BH_NAME_MAX / 3, "COMPARTMENT", "PER_PROCESS_REFUSED",
+           "BYPASSED");
+    for (int i = 0; i < snapshot->count; i++) {
+        const struct bh_compartment_view *view = &snapshot->rows[i].stat.view;
+        if (view->per_process_refused || view->bypassed)
+            printf("%-*s  %19" PRIu64 "  %8" PRIu64 "\n", BH_NAME_MAX / 3, view->name,
+                   view->per_process_refused, view->bypassed);
+    }
+}
+
 static const char *const table_headings[] = {
     "COMPARTMENT", "LIMIT", "IN_USE", "WAITING", "PEAK", "ACQUIRED",
     "REJECTED", "TIMED_OUT", "WAIT_MEAN_MS", "WAIT_MAX_MS",
@@ -309,11 +439,11 @@ static void print_table(const struct snapshot *snapshot)
     print_table_line(cells[0], widths, "HOLDERS");
     for (int row = 0; row < snapshot->count; row++) {
         const struct compartment_row *data = &snapshot->rows[row];
-        char holders[BH_MAX_PROCESSES * 20];
-        cli_format_holders(data->holder_pids, data->holder_permits,
-                           data->holder_count, holders, sizeof holders);
-        print_table_line(cells[row + 1], widths, holders);
+        char *holders = cli_format_holders(data->holders, data->holder_count);
+        print_table_line(cells[row + 1], widths, holders ? holders : "?");
+        free(holders);
     }
+    print_policy(snapshot);
     print_outcomes(snapshot);
     print_histograms(snapshot);
     print_fleet(snapshot);
@@ -389,7 +519,16 @@ static void print_json_compartment(const struct compartment_row *row)
            wait_max_ms(view));
     for (int i = 0; i < row->holder_count; i++)
         printf("%s{\"pid\": %d, \"permits\": %" PRIu32 "}", i ? ", " : "",
-               (int)row->holder_pids[i], row->holder_permits[i]);
+               (int)row->holders[i].pid, row->holders[i].permits);
+    printf("], \"per_process_refused\": %" PRIu64 ", \"bypassed\": %" PRIu64
+           ", \"reserves\": [", view->per_process_refused, view->bypassed);
+    for (int r = 0; r < view->reserve_count; r++) {
+        const struct bh_reserve_view *reserve = &row->stat.reserves[r];
+        printf("%s{\"who\": ", r ? ", " : "");
+        print_json_string(reserve->who);
+        printf(", \"permits\": %d, \"in_use\": %d, \"waiting\": %d}",
+               reserve->permits, reserve->in_use, reserve->waiting);
+    }
     printf("], ");
     print_json_outcomes(&row->stat);
     printf("}");
@@ -512,13 +651,14 @@ static int stat_command(int argc, char **argv)
     int user_status = cli_target_user(&cli_stat_command, &target, 0);
     if (user_status != CLI_OK)
         return user_status;
-    struct snapshot *snapshot = malloc(sizeof *snapshot);
+    struct snapshot *snapshot = calloc(1, sizeof *snapshot);
     if (!snapshot) {
         cli_error("stat: out of memory");
         return CLI_FAILED;
     }
     int status = watch_seconds > 0 ? watch_table(&target, watch_seconds, snapshot)
                                    : show_once(&target, format, snapshot);
+    cli_holders_free(&snapshot->holders);
     free(snapshot);
     return status;
 }

@@ -43,6 +43,8 @@ VIEW_READER(breaker_refused, b->refused)
 VIEW_READER(connect_failures, v->connect_failures)
 VIEW_READER(connect_timeouts, v->connect_timeouts)
 VIEW_READER(io_timeouts, v->io_timeouts)
+VIEW_READER(per_process_refused, v->per_process_refused)
+VIEW_READER(bypassed, v->bypassed)
 VIEW_READER(fleet_limit, v->fleet.limit)
 VIEW_READER(fleet_grant, v->fleet.grant)
 VIEW_READER(fleet_in_use, v->fleet.in_use)
@@ -96,6 +98,11 @@ static const struct metric metrics[] = {
       read_connect_timeouts, 0, 0 },
     { "bulkhead_io_timeouts_total", "", "counter",
       "io_timeout_ms expiries on counted connections.", read_io_timeouts, 0, 0 },
+    { "bulkhead_per_process_refused_total", "", "counter",
+      "connect() calls refused because the process held per_process permits.",
+      read_per_process_refused, 0, 0 },
+    { "bulkhead_bypassed_total", "", "counter",
+      "connect() calls let through unlimited by a bypass = rule.", read_bypassed, 0, 0 },
     { "bulkhead_fleet_limit", "", "gauge", "The fleet-wide limit in force.",
       read_fleet_limit, 0, 1 },
     { "bulkhead_fleet_grant", "", "gauge", "This host's share of the fleet limit.",
@@ -181,6 +188,33 @@ static void print_histogram(FILE *out, const char *family, const char *help,
     }
 }
 
+/* bulkhead_reserve_permits and _in_use, labelled with the reserve's WHO;
+ * only when some compartment has reserves. */
+static void print_reserves(FILE *out, const char *namespace_name,
+                           const struct bh_stat_row *rows, int count)
+{
+    static const char *const families[2][2] = {
+        { "bulkhead_reserve_permits", "Live size of a reserve: permits only its members take." },
+        { "bulkhead_reserve_in_use", "Permits held from a reserve now." },
+    };
+    int any = 0;
+    for (int i = 0; i < count; i++)
+        any |= rows[i].view.reserve_count > 0;
+    for (int f = 0; any && f < 2; f++) {
+        fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", families[f][0], families[f][1],
+                families[f][0]);
+        for (int i = 0; i < count; i++)
+            for (int r = 0; r < rows[i].view.reserve_count; r++) {
+                const struct bh_reserve_view *reserve = &rows[i].reserves[r];
+                fprintf(out, "%s{", families[f][0]);
+                print_labels(out, namespace_name, rows[i].view.name);
+                fputs(",who=\"", out);
+                print_label_value(out, reserve->who);
+                fprintf(out, "\"} %d\n", f ? reserve->in_use : reserve->permits);
+            }
+    }
+}
+
 static int any_fleet(const struct bh_stat_row *rows, int count)
 {
     for (int i = 0; i < count; i++)
@@ -204,6 +238,7 @@ void bh_stat_prometheus(FILE *out, const char *namespace_name,
             if (!metric->fleet_only || rows[i].view.fleet.limit > 0)
                 print_sample(out, metric, namespace_name, &rows[i]);
     }
+    print_reserves(out, namespace_name, rows, count);
     print_histogram(out, "bulkhead_connect_seconds",
                     "Counted connects, from the connect to established, as the "
                     "program learned it.", connect_time, namespace_name, rows, count);
@@ -217,6 +252,9 @@ int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row
     if (bh_compartment_read(ns, index, &row->view) < 0)
         return -1;
     bh_breaker_read(ns, index, &row->breaker);
+    for (int r = 0; r < row->view.reserve_count; r++)
+        if (bh_reserve_read(ns, index, r, &row->reserves[r]) < 0)
+            return -1;
     return 0;
 }
 

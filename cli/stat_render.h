@@ -12,6 +12,7 @@
 struct bh_stat_row {
     struct bh_compartment_view view;
     struct bh_breaker_view breaker;
+    struct bh_reserve_view reserves[BH_MAX_RESERVES];  /* view.reserve_count */
 };
 
 /* Reads compartment `index`: 0, or -1 with errno. */

@@ -153,40 +153,43 @@ static enum bh_breaker_admission ask_breaker(int shared, char *why, size_t whyle
     return admission;
 }
 
-/* A permit, now or after a wait; BH_ACQUIRED or why not. */
+/* Permits, now or after a wait; BH_ACQUIRED or why not. */
 static enum bh_acquire_result take_permit(int fd, const struct bh_compartment *compartment,
-                                          int shared, char *why, size_t whylen)
+                                          const struct bh_permit_ask *ask,
+                                          char *why, size_t whylen)
 {
-    enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, shared);
+    enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, ask);
     if (result != BH_REJECTED)
         return result;
-    int wait_ms = wait_allowed_ms(fd, compartment, shared, why, whylen);
+    int wait_ms = wait_allowed_ms(fd, compartment, ask->index, why, whylen);
     if (wait_ms == 0) {
-        bh_permit_count_rejected(&bh_shim.ns, shared);
+        bh_permit_count_rejected(&bh_shim.ns, ask->index);
         return BH_REJECTED;
     }
-    result = bh_permit_wait(&bh_shim.ns, shared, wait_ms, compartment->max_waiters);
+    result = bh_permit_wait(&bh_shim.ns, ask, wait_ms, compartment->max_waiters);
     if (result == BH_REJECTED)
         snprintf(why, whylen, "at once: full; max_waiters = %d already waiting",
                  compartment->max_waiters);
     return result;
 }
 
-/* Admitted: the fd holds the permit from now, watched as outcome.c says. */
-static int attach(int fd, const struct bh_compartment *compartment, int shared,
-                  int probe)
+/* Admitted: the fd holds the permits from now, watched as outcome.c says. */
+static int attach(int fd, const struct bh_compartment *compartment,
+                  const struct bh_permit_ask *ask, int probe)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    if (bh_fd_attach(fd, shared, bh_outcome_watch(compartment, probe), since_ns) < 0) {
+    if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe),
+                     since_ns) < 0) {
         if (probe)
-            bh_breaker_abandon(&bh_shim.ns, shared);
-        bh_permit_release(&bh_shim.ns, shared); /* another thread counted it */
+            bh_breaker_abandon(&bh_shim.ns, ask->index);
+        /* another thread counted it */
+        bh_permit_release(&bh_shim.ns, ask->index, ask->weight);
         return BH_GATE_PASS;
     }
     bh_deadline_before_connect(fd, compartment);
-    return shared;
+    return ask->index;
 }
 
 /* A fleet compartment's share lapses when the agent stops renewing it
@@ -210,8 +213,21 @@ static void check_fleet_lease(const struct bh_compartment *compartment, int shar
                compartment->name);
 }
 
-static int admit(int fd, int local, const struct sockaddr *to)
+/* The per_process cap: refused at once, since waiting for its own
+ * connections could deadlock a single-threaded program. */
+static int refuse_per_process(int local, const struct bh_permit_ask *ask,
+                              const struct sockaddr *to)
 {
+    char why[96];
+    snprintf(why, sizeof why, "at once: this process would hold more than "
+             "per_process = %d", bh_shim.config.compartments[local].per_process);
+    bh_permit_count_per_process(&bh_shim.ns, ask->index);
+    return refuse(local, ask->index, to, why);
+}
+
+static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
+{
+    int local = rule->compartment;
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     int shared = bh_shim.shared_index[local];
     if (shared == BH_SHARED_FOREIGN)
@@ -219,15 +235,25 @@ static int admit(int fd, int local, const struct sockaddr *to)
                       "namespace's key (see the start-up line)");
     if (shared < 0)
         return BH_GATE_PASS;
+    if (bh_shim.membership[local].bypass) {
+        bh_permit_count_bypassed(&bh_shim.ns, shared);
+        return BH_GATE_PASS;
+    }
+    struct bh_permit_ask ask = { shared, bh_shim.membership[local].reserve, rule->weight };
+    if (bh_permit_claim(&ask, compartment->per_process) < 0)
+        return refuse_per_process(local, &ask, to);
     check_fleet_lease(compartment, shared);
     char why[96];
     enum bh_breaker_admission breaker = ask_breaker(shared, why, sizeof why);
-    if (breaker != BH_BREAKER_PASS && breaker != BH_BREAKER_PROBE)
-        return refuse(local, shared, to, why);
+    enum bh_acquire_result result = BH_REJECTED;
+    if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE)
+        result = take_permit(fd, compartment, &ask, why, sizeof why);
     int probe = breaker == BH_BREAKER_PROBE;
-    enum bh_acquire_result result = take_permit(fd, compartment, shared, why, sizeof why);
-    if (result != BH_ACQUIRED && probe)
-        bh_breaker_abandon(&bh_shim.ns, shared);
+    if (result != BH_ACQUIRED) {
+        bh_permit_unclaim(&ask);
+        if (probe)
+            bh_breaker_abandon(&bh_shim.ns, shared);
+    }
     if (result == BH_BYPASS) {
         note_bypass_once();
         return BH_GATE_PASS;
@@ -238,7 +264,7 @@ static int admit(int fd, int local, const struct sockaddr *to)
     }
     if (result != BH_ACQUIRED)
         return refuse(local, shared, to, why);
-    return attach(fd, compartment, shared, probe);
+    return attach(fd, compartment, &ask, probe);
 }
 
 /* connect(AF_UNSPEC) dissolves a connection: if it was counted, its
@@ -265,7 +291,7 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
         return bh_fd_watched(fd) & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
     if (!is_inet_stream(fd, state.kind))
         return BH_GATE_PASS;
-    return admit(fd, bh_shim.config.rules[rule].compartment, to);
+    return admit(fd, &bh_shim.config.rules[rule], to);
 }
 
 /* A connect() again on a socket still connecting: EALREADY and

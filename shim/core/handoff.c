@@ -3,11 +3,11 @@
  * SEM_UNDO records belong to the process and survive exec, so the permits
  * stay held; only our fd table is lost with the old image. The exec hooks
  * add BULKHEAD_HANDOFF to the new environment, naming:
- *   - each connection whose every fd is close-on-exec ("r<compartment>"):
- *     the kernel closes them during exec, so the new image gives those
- *     permits back first thing;
- *   - each fd that survives exec ("<fd>:<connection>:<compartment>"): the
- *     new image tracks it again, fds of one connection sharing one count.
+ *   - each connection whose every fd is close-on-exec
+ *     ("r<compartment>:<weight>"): the kernel closes them during exec, so
+ *     the new image gives those permits back first thing;
+ *   - each fd that survives exec ("<fd>:<connection>:<compartment>:<weight>"):
+ *     the new image tracks it again, fds of one connection sharing one count.
  * Nothing is released before exec: if exec fails, nothing has changed.
  * If the new image does not load the shim, the permits go back when the
  * process exits (SEM_UNDO) - late, but never lost and never twice.
@@ -39,12 +39,13 @@
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 
-enum { ITEM_TEXT_MAX = 36 };  /* ",<fd>:<connection>:<compartment>" */
+enum { ITEM_TEXT_MAX = 48 };  /* ",<fd>:<connection>:<compartment>:<weight>" */
 
 struct tracked_fd {
     int fd;
     uint32_t connection;
     int compartment;
+    int weight;
     int survives_exec;
 };
 
@@ -74,7 +75,7 @@ static void collect(int fd, uint32_t connection, int compartment, void *ctx)
     if (flags < 0 || connection > collection->max_connection)
         return;  /* closed behind our back, or new since we counted */
     collection->items[collection->count++] = (struct tracked_fd){
-        fd, connection, compartment, !(flags & FD_CLOEXEC) };
+        fd, connection, compartment, bh_fd_lookup(fd).weight, !(flags & FD_CLOEXEC) };
 }
 
 static int test_and_set(unsigned char *bits, uint32_t n)
@@ -97,10 +98,10 @@ static char *encode_items(char *text, const struct collection *collection,
     for (int i = 0; i < collection->count; i++) {
         const struct tracked_fd *item = &collection->items[i];
         if (item->survives_exec)
-            text += sprintf(text, "%s%d:%u:%d", comma, item->fd, item->connection,
-                            item->compartment);
+            text += sprintf(text, "%s%d:%u:%d:%d", comma, item->fd, item->connection,
+                            item->compartment, item->weight);
         else if (!test_and_set(marked, item->connection))
-            text += sprintf(text, "%sr%d", comma, item->compartment);
+            text += sprintf(text, "%sr%d:%d", comma, item->compartment, item->weight);
         else
             continue;
         comma = ",";
@@ -177,7 +178,7 @@ struct adoption {
 };
 
 static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
-                     int compartment)
+                     int compartment, int weight)
 {
     if (libc_fcntl(fd, F_GETFD, NULL) < 0)
         return;
@@ -187,9 +188,10 @@ static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
             return;
         }
     }
-    if (adoption->count < adoption->capacity && adoption->budget[compartment] > 0 &&
-        bh_fd_attach(fd, compartment, 0, 0) == 0) {
-        adoption->budget[compartment]--;
+    if (adoption->count < adoption->capacity &&
+        adoption->budget[compartment] >= (uint32_t)weight &&
+        bh_fd_attach(fd, compartment, weight, 0, 0) == 0) {
+        adoption->budget[compartment] -= (uint32_t)weight;
         adoption->adopted[adoption->count++] = (struct adopted){ old_connection, fd };
     }
 }
@@ -205,16 +207,17 @@ static void adopt_items(char *items, struct adoption *adoption)
     char *saveptr = NULL;
     for (char *item = strtok_r(items, ",", &saveptr); item;
          item = strtok_r(NULL, ",", &saveptr)) {
-        int fd, compartment;
+        int fd, compartment, weight;
         unsigned connection;
-        if (sscanf(item, "r%d", &compartment) == 1 && valid_compartment(compartment)) {
-            if (adoption->budget[compartment] > 0) {
-                adoption->budget[compartment]--;
-                bh_permit_release(&bh_shim.ns, compartment);
+        if (sscanf(item, "r%d:%d", &compartment, &weight) == 2 &&
+            valid_compartment(compartment) && weight > 0) {
+            if (adoption->budget[compartment] >= (uint32_t)weight) {
+                adoption->budget[compartment] -= (uint32_t)weight;
+                bh_permit_release(&bh_shim.ns, compartment, weight);
             }
-        } else if (sscanf(item, "%d:%u:%d", &fd, &connection, &compartment) == 3 &&
-                   valid_compartment(compartment)) {
-            adopt_fd(adoption, fd, connection, compartment);
+        } else if (sscanf(item, "%d:%u:%d:%d", &fd, &connection, &compartment, &weight) == 4 &&
+                   valid_compartment(compartment) && weight > 0) {
+            adopt_fd(adoption, fd, connection, compartment, weight);
         }
     }
 }

@@ -243,5 +243,5 @@ void bh_connection_ended(struct bh_fd_ended ended)
                             monotonic_ns() - ended.since_ns);
     if (ended.watch & BH_WATCH_PROBE)
         bh_breaker_abandon(&bh_shim.ns, ended.compartment);
-    bh_permit_release(&bh_shim.ns, ended.compartment);
+    bh_permit_release(&bh_shim.ns, ended.compartment, ended.weight);
 }

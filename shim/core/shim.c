@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
+#include "policy/who.h"
 
 enum { EXIT_CONFIG = 78 };  /* EX_CONFIG from sysexits.h */
 
@@ -110,15 +111,34 @@ static int starting_limit(const struct bh_compartment *compartment)
     return compartment->fleet_limit > 0 ? 0 : compartment->limit;
 }
 
-static void register_compartment(int i)
+/* Which of compartment i's reserves this program is a member of (the
+ * first that names it, as registered in the namespace), and whether it
+ * bypasses the compartment. */
+static struct bh_membership membership_of(int i, int shared,
+                                          const struct bh_identity *self)
+{
+    const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
+    struct bh_membership membership = { -1, 0 };
+    for (int b = 0; b < compartment->bypass_count; b++)
+        membership.bypass |= bh_who_matches(&compartment->bypasses[b], self);
+    for (int r = 0; r < compartment->reserve_count && membership.reserve < 0; r++)
+        if (bh_who_matches(&compartment->reserves[r].who, self))
+            membership.reserve = (short)bh_reserve_find(&bh_shim.ns, shared,
+                                                        compartment->reserves[r].who.text);
+    return membership;
+}
+
+static void register_compartment(int i, const struct bh_identity *self)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
     int start = starting_limit(compartment), live_limit = start;
-    int shared = bh_compartment_register(&bh_shim.ns, compartment->name, start,
+    int shared = bh_compartment_register(&bh_shim.ns, compartment, start,
                                          &live_limit);
     bh_shim.shared_index[i] = shared;
-    if (shared >= 0)
+    if (shared >= 0) {
         bh_shim.local_index[shared] = i;
+        bh_shim.membership[i] = membership_of(i, shared, self);
+    }
     if (shared < 0)
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
                                "not limited", compartment->name, bh_shim.config.namespace_name,
@@ -153,8 +173,10 @@ static int join_namespace(void)
         bh_log_startup_problem("%s; running without limits", err);
         return -1;
     }
+    struct bh_identity self;
+    bh_identity_self(&self);
     for (int i = 0; i < bh_shim.config.compartment_count; i++)
-        register_compartment(i);
+        register_compartment(i, &self);
     return 0;
 }
 

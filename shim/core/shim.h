@@ -25,6 +25,13 @@ struct bh_shim {
     int shared_index[BH_MAX_COMPARTMENTS];
     /* namespace index -> config compartment i, -1 when not in our rules */
     int local_index[BH_MAX_COMPARTMENTS];
+    /* config compartment i: what this program image is in it, fixed for
+     * the image's life (issue 11) */
+    struct bh_membership {
+        short reserve;  /* the namespace's index of the reserve it is a
+                           member of, -1: none */
+        short bypass;   /* 1: never limited by it */
+    } membership[BH_MAX_COMPARTMENTS];
 };
 
 extern struct bh_shim bh_shim;

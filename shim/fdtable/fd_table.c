@@ -137,7 +137,7 @@ static struct bh_fd_connection *connection_for(uint32_t id, int create)
 
 static uint32_t entry_connection(uint32_t entry) { return entry >> KIND_BITS; }
 
-static const struct bh_fd_ended nothing_ended = { BH_FD_NOTHING_ENDED, 0, 0 };
+static const struct bh_fd_ended nothing_ended = { BH_FD_NOTHING_ENDED, 0, 0, 0 };
 
 /* Returns the connection this ended, if it did. */
 static struct bh_fd_ended drop_reference(uint32_t entry)
@@ -151,6 +151,7 @@ static struct bh_fd_ended drop_reference(uint32_t entry)
      * same connection before our decrement is seen cleared. */
     struct bh_fd_ended ended = {
         .compartment = atomic_load(&connection->compartment),
+        .weight = atomic_load(&connection->weight),
         .since_ns = atomic_load(&connection->since_ns),
         .watch = atomic_load(&connection->watch),
     };
@@ -181,10 +182,11 @@ struct bh_fd_state bh_fd_lookup(int fd)
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t value = entry ? atomic_load(entry) : 0;
     uint32_t id_plus_one = entry_connection(value);
-    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0 };
+    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0, 0 };
     if (id_plus_one) {
         struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
         state.compartment = atomic_load(&connection->compartment);
+        state.weight = atomic_load(&connection->weight);
         state.since_ns = atomic_load(&connection->since_ns);
     }
     return state;
@@ -265,8 +267,8 @@ struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd)
 }
 
 /* A free connection slot: the fd's own number first, then a scan. */
-static uint32_t allocate_connection(int fd, int compartment, uint32_t watch,
-                                    int64_t since_ns)
+static uint32_t allocate_connection(int fd, int compartment, int weight,
+                                    uint32_t watch, int64_t since_ns)
 {
     for (uint32_t tries = 0; tries < MAX_CONNECTIONS; tries++) {
         uint32_t id = ((uint32_t)fd + tries) % MAX_CONNECTIONS;
@@ -275,6 +277,7 @@ static uint32_t allocate_connection(int fd, int compartment, uint32_t watch,
         if (connection && atomic_compare_exchange_strong(&connection->refs,
                                                          &expected, 1)) {
             atomic_store(&connection->compartment, compartment);
+            atomic_store(&connection->weight, weight);
             atomic_store(&connection->watch, watch);
             atomic_store(&connection->since_ns, since_ns);
             return id + 1;
@@ -283,12 +286,12 @@ static uint32_t allocate_connection(int fd, int compartment, uint32_t watch,
     return 0;
 }
 
-int bh_fd_attach(int fd, int compartment, uint32_t watch, int64_t since_ns)
+int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns)
 {
     _Atomic uint32_t *entry = entry_for(fd, 1);
     if (!entry)
         return -1;
-    uint32_t id_plus_one = allocate_connection(fd, compartment, watch, since_ns);
+    uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns);
     if (!id_plus_one)
         return -1;
     uint32_t current = atomic_load(entry);

@@ -20,6 +20,7 @@ enum { BH_FD_NOTHING_ENDED = -1 };
  * The table stores watch bits and time for its callers and reads neither. */
 struct bh_fd_ended {
     int compartment;
+    int weight;         /* permits the connection holds */
     uint32_t watch;
     int64_t since_ns;
 };
@@ -35,6 +36,7 @@ enum bh_fd_kind {
 struct bh_fd_state {
     enum bh_fd_kind kind;
     int compartment;
+    int weight;
     int64_t since_ns;   /* the connection's attach time, as the caller gave it */
 };
 struct bh_fd_state bh_fd_lookup(int fd);
@@ -67,10 +69,10 @@ void bh_fd_closing_range(unsigned first, unsigned last,
  * returns what newfd's old connection ended, if anything. */
 struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd);
 
-/* Records a new connection on fd, with the caller's watch bits and time.
- * Returns 0, or -1 when the fd already has one (another thread won: the
- * caller gives its permit back). */
-int bh_fd_attach(int fd, int compartment, uint32_t watch, int64_t since_ns);
+/* Records a new connection on fd holding `weight` permits of compartment,
+ * with the caller's watch bits and time. Returns 0, or -1 when the fd
+ * already has one (another thread won: the caller gives its permits back). */
+int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns);
 
 /* Clears `bits` on fd's connection; returns those of them that were set,
  * so of racing callers exactly one sees each bit. No owner check (it
@@ -94,6 +96,7 @@ struct bh_fd_connection {
     _Atomic uint32_t refs;
     _Atomic int32_t compartment;
     _Atomic uint32_t watch;     /* the caller's bits (outcome.h) */
+    _Atomic int32_t weight;
     _Atomic int64_t since_ns;   /* the caller's clock, at attach */
 };
 extern _Atomic uint32_t bh_fd_first[];

@@ -52,7 +52,7 @@
  *   - Undo records are not inherited by fork: a child owns no permits.
  *   - IPC_RMID (bulkhead reset) wakes waiters with EIDRM: let them through.
  *   - Mode bits are not umasked: create with 0600 explicitly. */
-#include "permits/permits.h"
+#include "permits/permits_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,10 +67,7 @@
 
 #include "libc/libc.h"
 
-enum { LOCK_TIMEOUT_MS = 2000, SEM_VALUE_MAX = 32767 };
-
-/* This process's row in the holders table; reset in a forked child. */
-static _Atomic(struct bh_process_slot *) my_slot;
+enum { LOCK_TIMEOUT_MS = 2000 };
 
 key_t bh_namespace_key(uid_t uid, const char *namespace_name)
 {
@@ -83,31 +80,17 @@ key_t bh_namespace_key(uid_t uid, const char *namespace_name)
     return (key_t)(hash ? hash : 1);              /* 0 is IPC_PRIVATE */
 }
 
-static int sem_op(int semid, unsigned short num, short delta, short flags)
+int bh_sem_op(int semid, unsigned short num, short delta, short flags)
 {
     struct sembuf op = { .sem_num = num, .sem_op = delta, .sem_flg = flags };
     return semop(semid, &op, 1);
 }
 
-static int64_t ms_to_ns(int ms) { return (int64_t)ms * 1000000; }
-
-static int64_t monotonic_ns(void)
+int64_t bh_monotonic_ns(void)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-/* A permit of compartment `index`, but only while no debt is owed: a
- * permit a dead holder's SEM_UNDO put back while `set` had lowered the
- * limit must pay the debt, not go to the next caller. Both conditions are
- * checked by the kernel in one atomic semop. */
-static void take_permit_ops(struct sembuf ops[2], int index, short flags)
-{
-    ops[0] = (struct sembuf){ .sem_num = BH_SEM_FREE(index), .sem_op = -1,
-                              .sem_flg = (short)(SEM_UNDO | flags) };
-    ops[1] = (struct sembuf){ .sem_num = BH_SEM_DEBT(index), .sem_op = 0,
-                              .sem_flg = flags };
 }
 
 /* The lock is free at 0: taking it waits for zero and adds one, with
@@ -115,15 +98,15 @@ static void take_permit_ops(struct sembuf ops[2], int index, short flags)
  * and a holder that dies gives the lock back through the kernel: no
  * creator can wedge the namespace by dying between semget and its first
  * semop. */
-static int lock_namespace(struct bh_namespace *ns)
+int bh_lock_namespace(struct bh_namespace *ns)
 {
     struct sembuf take[2] = {
         { .sem_num = BH_SEM_LOCK, .sem_op = 0, .sem_flg = 0 },
         { .sem_num = BH_SEM_LOCK, .sem_op = +1, .sem_flg = SEM_UNDO },
     };
-    int64_t deadline = monotonic_ns() + ms_to_ns(LOCK_TIMEOUT_MS);
+    int64_t deadline = bh_monotonic_ns() + bh_ms_to_ns(LOCK_TIMEOUT_MS);
     for (;;) {
-        int64_t left = deadline - monotonic_ns();
+        int64_t left = deadline - bh_monotonic_ns();
         if (left <= 0) {
             errno = EAGAIN;
             return -1;
@@ -136,15 +119,15 @@ static int lock_namespace(struct bh_namespace *ns)
     }
 }
 
-static void unlock_namespace(struct bh_namespace *ns)
+void bh_unlock_namespace(struct bh_namespace *ns)
 {
-    sem_op(ns->semid, BH_SEM_LOCK, -1, SEM_UNDO);
+    bh_sem_op(ns->semid, BH_SEM_LOCK, -1, SEM_UNDO);
 }
 
 /* Ours: created by and owned by this effective uid, mode 0600. Another
  * user can create an object under our key before we do (the key is no
  * secret), but cannot make its creator uid ours. */
-static int owned_by(const struct ipc_perm *perm, uid_t uid)
+int bh_owned_by(const struct ipc_perm *perm, uid_t uid)
 {
     return perm->uid == uid && perm->cuid == uid && (perm->mode & 0777) == 0600;
 }
@@ -182,7 +165,7 @@ static int open_semaphores(struct bh_namespace *ns, int create)
     }
     if (semctl(ns->semid, 0, IPC_STAT, &info) < 0)
         return -1;
-    return owned_by(&info.sem_perm, ns->uid) ? 0 : foreign(ns, &info.sem_perm, "semaphores");
+    return bh_owned_by(&info.sem_perm, ns->uid) ? 0 : foreign(ns, &info.sem_perm, "semaphores");
 }
 
 static int attach_memory(struct bh_namespace *ns, int create)
@@ -198,7 +181,7 @@ static int attach_memory(struct bh_namespace *ns, int create)
     }
     if (shmctl(ns->shmid, IPC_STAT, &info) < 0)
         return -1;
-    if (!owned_by(&info.shm_perm, ns->uid) || info.shm_segsz != sizeof *ns->state)
+    if (!bh_owned_by(&info.shm_perm, ns->uid) || info.shm_segsz != sizeof *ns->state)
         return foreign(ns, &info.shm_perm, "shared memory");
     void *address = shmat(ns->shmid, NULL, 0);
     if (address == (void *)-1)
@@ -236,7 +219,11 @@ static int initialise_if_needed(struct bh_namespace *ns, const char *name)
         errno = EIDRM;
         return -1;
     }
-    memset(state, 0, sizeof *state);
+    /* A fresh segment is zero already, and clearing it would make every
+     * page of it resident; only a table left by a creator that died half
+     * way (magic unset, semid of another set) needs clearing. */
+    if (state->magic != 0 || state->semid != 0 || state->compartment_count != 0)
+        memset(state, 0, sizeof *state);
     state->layout_version = BH_LAYOUT_VERSION;
     state->owner_uid = ns->uid;
     state->semid = ns->semid;
@@ -289,12 +276,12 @@ static int open_once(uid_t uid, const char *name, int create,
     if (open_semaphores(ns, create) < 0)
         return errno == EPERM || errno == EEXIST ? fail_foreign(ns, err, errlen, name)
                                                  : fail(err, errlen, "semaphores", name);
-    if (lock_namespace(ns) < 0)
+    if (bh_lock_namespace(ns) < 0)
         return fail(err, errlen, "waiting for the namespace lock", name);
     int rc = attach_memory(ns, create);
     if (rc == 0 && initialise_if_needed(ns, name) < 0) {
         if (errno == EEXIST) {
-            unlock_namespace(ns);
+            bh_unlock_namespace(ns);
             bh_namespace_close(ns);
             errno = EEXIST;
             return fail(err, errlen, "key taken by another namespace", name);
@@ -306,7 +293,7 @@ static int open_once(uid_t uid, const char *name, int create,
         return fail(err, errlen, "state was half removed; try again", name);
     }
     int saved = errno;
-    unlock_namespace(ns);
+    bh_unlock_namespace(ns);
     if (rc == 0)
         return 0;
     bh_namespace_close(ns);
@@ -351,6 +338,11 @@ int bh_namespace_remove_key(uid_t uid, const char *name)
 
 void bh_namespace_close(struct bh_namespace *ns)
 {
+    for (int number = 0; number < BH_MAX_HOLDER_PAGES; number++) {
+        struct bh_holder_page *page = atomic_exchange(&ns->pages[number], NULL);
+        if (page)
+            shmdt(page);
+    }
     if (ns->state)
         shmdt(ns->state);
     ns->state = NULL;
@@ -366,22 +358,54 @@ int bh_compartment_find(const struct bh_namespace *ns, const char *name)
     return -1;
 }
 
-static int add_compartment(struct bh_namespace *ns, const char *name, int limit)
+/* The compartment's reserves, carved out of `limit` in file order, as
+ * far as it and the namespace's reserve slots go. Under the lock; SETVAL
+ * is safe for the same reason as in add_compartment. */
+static int add_reserves(struct bh_namespace *ns, struct bh_shared_compartment *shared,
+                        const struct bh_compartment *rules, int limit)
+{
+    int reserved = 0, count = 0;
+    for (int r = 0; r < rules->reserve_count; r++) {
+        int permits = rules->reserves[r].permits;
+        uint32_t slot = atomic_load(&ns->state->reserve_slots_used);
+        if (reserved + permits > limit || slot >= BH_MAX_RESERVE_SLOTS)
+            break;
+        struct bh_reserve_shared *reserve = &shared->reserves[count];
+        memcpy(reserve->who, rules->reserves[r].who.text, BH_WHO_MAX);
+        if (semctl(ns->semid, BH_SEM_RFREE(slot), SETVAL, permits) < 0 ||
+            semctl(ns->semid, BH_SEM_RDEBT(slot), SETVAL, 0) < 0 ||
+            semctl(ns->semid, BH_SEM_ROWED(slot), SETVAL, 0) < 0)
+            return -1;
+        atomic_store(&reserve->permits, permits);
+        atomic_store(&reserve->slot, (int32_t)slot);
+        atomic_store(&ns->state->reserve_slots_used, slot + 1);
+        reserved += permits;
+        count++;
+    }
+    atomic_store(&shared->reserve_count, count);
+    atomic_store(&shared->reserved, reserved);
+    return reserved;
+}
+
+static int add_compartment(struct bh_namespace *ns, const struct bh_compartment *rules,
+                           int limit)
 {
     uint32_t index = atomic_load(&ns->state->compartment_count);
-    if (index >= BH_MAX_COMPARTMENTS || limit > SEM_VALUE_MAX) {
+    if (index >= BH_MAX_COMPARTMENTS || limit > BH_SEM_VALUE_MAX) {
         errno = index >= BH_MAX_COMPARTMENTS ? ENOSPC : ERANGE;
         return -1;
     }
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
     memset(shared, 0, sizeof *shared);
-    snprintf(shared->name, BH_NAME_MAX, "%s", name);
+    snprintf(shared->name, BH_NAME_MAX, "%s", rules->name);
     atomic_store(&shared->limit, limit);
     /* SETVAL clears every process's undo entry for that semaphore, so it
      * is safe only here: nobody can have taken from a compartment before
      * compartment_count names it. It is idempotent, so a registrant killed
      * half way leaves nothing the next one cannot redo. */
-    if (semctl(ns->semid, BH_SEM_FREE(index), SETVAL, limit) < 0 ||
+    int reserved = add_reserves(ns, shared, rules, limit);
+    if (reserved < 0 ||
+        semctl(ns->semid, BH_SEM_FREE(index), SETVAL, limit - reserved) < 0 ||
         semctl(ns->semid, BH_SEM_DEBT(index), SETVAL, 0) < 0 ||
         semctl(ns->semid, BH_SEM_PROBE(index), SETVAL, 1) < 0)
         return -1;
@@ -390,338 +414,30 @@ static int add_compartment(struct bh_namespace *ns, const char *name, int limit)
     return (int)index;
 }
 
-int bh_compartment_register(struct bh_namespace *ns, const char *name,
+int bh_compartment_register(struct bh_namespace *ns,
+                            const struct bh_compartment *compartment,
                             int limit, int *live_limit)
 {
-    if (lock_namespace(ns) < 0)
+    if (bh_lock_namespace(ns) < 0)
         return -1;
-    int index = bh_compartment_find(ns, name);
+    int index = bh_compartment_find(ns, compartment->name);
     if (index < 0)
-        index = add_compartment(ns, name, limit);
+        index = add_compartment(ns, compartment, limit);
     int saved = errno;
     if (index >= 0)
         *live_limit = atomic_load(&ns->state->compartments[index].limit);
-    unlock_namespace(ns);
+    bh_unlock_namespace(ns);
     errno = saved;
     return index;
 }
 
-/* /proc/self/stat field 22: tells a live pid from a reused one. */
-static uint64_t process_start_time(pid_t pid)
-{
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = libc_open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    ssize_t length = libc_read(fd, text, sizeof text - 1);
-    libc_close(fd);
-    if (length <= 0)
-        return 0;
-    text[length] = '\0';
-    const char *field = strrchr(text, ')'); /* the name may hold spaces */
-    unsigned long long start = 0;
-    if (field)
-        sscanf(field + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
-                          "%*d %*d %*d %*d %*d %*d %llu", &start);
-    return start;
-}
-
-/* A start time of 0 is unknown (the holder could not open /proc, at its
- * fd limit): then only the pid's absence says it is gone. */
-static int slot_is_dead(const struct bh_process_slot *slot, pid_t pid)
-{
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return 1;
-    uint64_t start = process_start_time(pid);
-    return slot->start_time != 0 && start != 0 && start != slot->start_time;
-}
-
-/* A dead process's permits came back through SEM_UNDO; take its share out
- * of the holders hint and free the row. */
-static void reap_slot(struct bh_shared_state *state, struct bh_process_slot *slot,
-                      int32_t pid)
-{
-    if (!atomic_compare_exchange_strong(&slot->pid, &pid, -1))
-        return; /* someone else reaps it */
-    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++) {
-        uint32_t held = atomic_exchange(&slot->held[i], 0);
-        if (held)
-            atomic_fetch_sub(&state->compartments[i].holders_hint, held);
-    }
-    atomic_store(&slot->pid, 0);
-}
-
-static void reap_dead_slots(struct bh_shared_state *state)
-{
-    for (int i = 0; i < BH_MAX_PROCESSES; i++) {
-        struct bh_process_slot *slot = &state->processes[i];
-        int32_t pid = atomic_load(&slot->pid);
-        if (pid > 0 && slot_is_dead(slot, pid))
-            reap_slot(state, slot, pid);
-    }
-}
-
-static struct bh_process_slot *claim_free_slot(struct bh_shared_state *state,
-                                               int32_t pid)
-{
-    for (int i = 0; i < BH_MAX_PROCESSES; i++) {
-        struct bh_process_slot *slot = &state->processes[i];
-        int32_t expected = 0;
-        if (atomic_compare_exchange_strong(&slot->pid, &expected, -1)) {
-            slot->start_time = process_start_time(pid);
-            atomic_store(&slot->pid, pid);
-            return slot;
-        }
-    }
-    return NULL;
-}
-
-/* This pid's row from before an exec (its permits survive exec), else a
- * free row, else one freed by reaping the dead. */
-static struct bh_process_slot *find_my_slot(struct bh_shared_state *state)
-{
-    int32_t pid = getpid();
-    for (int i = 0; i < BH_MAX_PROCESSES; i++)
-        if (atomic_load(&state->processes[i].pid) == pid)
-            return &state->processes[i];
-    struct bh_process_slot *slot = claim_free_slot(state, pid);
-    if (!slot) {
-        reap_dead_slots(state);
-        slot = claim_free_slot(state, pid);
-    }
-    return slot; /* NULL: stat will not name this holder; permits still work */
-}
-
-/* Two threads may look at once: one row wins, the other is given back. */
-static struct bh_process_slot *my_process_slot(struct bh_namespace *ns)
-{
-    struct bh_process_slot *slot = atomic_load(&my_slot);
-    if (slot)
-        return slot;
-    struct bh_process_slot *found = find_my_slot(ns->state);
-    if (found && !atomic_compare_exchange_strong(&my_slot, &slot, found)) {
-        if (found != slot)
-            atomic_store(&found->pid, 0);
-        return slot;
-    }
-    return found;
-}
-
-static void raise_to(_Atomic int64_t *maximum, int64_t value)
-{
-    int64_t seen = atomic_load_explicit(maximum, memory_order_relaxed);
-    while (value > seen &&
-           !atomic_compare_exchange_weak_explicit(maximum, &seen, value,
-                                                  memory_order_relaxed,
-                                                  memory_order_relaxed))
-        ;
-}
-
-/* In use right now, from the semaphores themselves: exact. */
-static int in_use_now(struct bh_namespace *ns, int index)
+int bh_reserve_find(const struct bh_namespace *ns, int index, const char *who)
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
-    int free_now = semctl(ns->semid, BH_SEM_FREE(index), GETVAL);
-    int debt = atomic_load(&shared->debt_hint)
-                   ? semctl(ns->semid, BH_SEM_DEBT(index), GETVAL) : 0;
-    if (free_now < 0 || debt < 0)
-        return -1;
-    return atomic_load(&shared->limit) + debt - free_now;
-}
-
-/* The hint says this grant may be a new peak. The hint runs high while a
- * killed holder's row is not reaped yet, so a peak is only ever recorded
- * as the semaphores count it; a hint found high is mended by reaping. This
- * costs a semctl only when the hint passes the peak, which a correct hint
- * does only when a real new peak is reached. */
-static void raise_peak(struct bh_namespace *ns, int index, int64_t hint)
-{
-    int exact = in_use_now(ns, index);
-    if (exact < 0)
-        return;
-    raise_to(&ns->state->compartments[index].peak_in_use, exact);
-    if (exact < hint)
-        reap_dead_slots(ns->state);
-}
-
-static void count_granted(struct bh_namespace *ns, int index, int64_t waited_ns)
-{
-    struct bh_shared_compartment *shared = &ns->state->compartments[index];
-    atomic_fetch_add_explicit(&shared->acquired, 1, memory_order_relaxed);
-    int64_t holders = atomic_fetch_add(&shared->holders_hint, 1) + 1;
-    if (holders > atomic_load_explicit(&shared->peak_in_use, memory_order_relaxed))
-        raise_peak(ns, index, holders);
-    if (waited_ns >= 0) {
-        atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns,
-                                  memory_order_relaxed);
-        raise_to(&shared->wait_ns_max, waited_ns);
-    }
-    struct bh_process_slot *slot = my_process_slot(ns);
-    if (slot)
-        atomic_fetch_add_explicit(&slot->held[index], 1, memory_order_relaxed);
-}
-
-/* Free permits that appeared while a debt is owed (a holder died after
- * `set` lowered the limit) pay the debt before anyone may take them. */
-static void pay_debt_from_free(struct bh_namespace *ns, int index)
-{
-    struct sembuf pay[2] = {
-        { .sem_num = BH_SEM_FREE(index), .sem_op = -1, .sem_flg = IPC_NOWAIT },
-        { .sem_num = BH_SEM_DEBT(index), .sem_op = -1, .sem_flg = IPC_NOWAIT },
-    };
-    struct bh_shared_compartment *shared = &ns->state->compartments[index];
-    while (atomic_load(&shared->debt_hint) > 0 && semop(ns->semid, pay, 2) == 0)
-        atomic_fetch_sub(&shared->debt_hint, 1);
-}
-
-void bh_permit_count_rejected(struct bh_namespace *ns, int index)
-{
-    atomic_fetch_add_explicit(&ns->state->compartments[index].rejected, 1,
-                              memory_order_relaxed);
-}
-
-enum bh_acquire_result bh_permit_try(struct bh_namespace *ns, int index)
-{
-    int saved_errno = errno;
-    enum bh_acquire_result result = BH_ACQUIRED;
-    /* Without a debt (the hint is raised before one is owed) the debt
-     * semaphore is 0 and need not be checked: one simple semop. */
-    int in_debt = atomic_load_explicit(&ns->state->compartments[index].debt_hint,
-                                       memory_order_relaxed) != 0;
-    if (in_debt)
-        pay_debt_from_free(ns, index);
-    struct sembuf take[2];
-    take_permit_ops(take, index, IPC_NOWAIT);
-    if (semop(ns->semid, take, in_debt ? 2 : 1) == 0)
-        count_granted(ns, index, -1);
-    else
-        result = errno == EAGAIN ? BH_REJECTED
-                                 : BH_BYPASS; /* removed, or no undo space */
-    errno = saved_errno;
-    return result;
-}
-
-/* Waits for a permit until `deadline`: 0, or -1 with errno (EAGAIN when
- * it passed, EINTR for a signal). While a debt is owed, a dead holder's
- * permit sits in the free semaphore and the take waits on the debt, so
- * the wait goes in slices, paying the debt from free permits between
- * them (arrival order is given up only then). */
-static int take_within(struct bh_namespace *ns, int index, int64_t deadline)
-{
-    enum { DEBT_SLICE_NS = 50 * 1000000 };
-    struct sembuf take[2];
-    take_permit_ops(take, index, 0);
-    _Atomic uint32_t *debt_hint = &ns->state->compartments[index].debt_hint;
-    for (;;) {
-        int64_t left = deadline - monotonic_ns();
-        if (left <= 0) {
-            errno = EAGAIN;
-            return -1;
-        }
-        int in_debt = atomic_load(debt_hint) != 0;
-        if (in_debt) {
-            pay_debt_from_free(ns, index);
-            if (left > DEBT_SLICE_NS)
-                left = DEBT_SLICE_NS;
-        }
-        struct timespec wait = { left / 1000000000, left % 1000000000 };
-        if (semtimedop(ns->semid, take, 2, &wait) == 0)
-            return 0;
-        if (errno != EAGAIN || !in_debt)
-            return -1;
-    }
-}
-
-enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns, int index,
-                                      int wait_ms, int max_waiters)
-{
-    int saved_errno = errno;
-    enum bh_acquire_result result = BH_REJECTED;
-    struct bh_shared_compartment *shared = &ns->state->compartments[index];
-    int64_t started = monotonic_ns();
-    /* GETNCNT is the kernel's own count of waiters: exact, though two
-     * callers checking at once may both get in. */
-    if (semctl(ns->semid, BH_SEM_FREE(index), GETNCNT) >= max_waiters)
-        bh_permit_count_rejected(ns, index);
-    else if (take_within(ns, index, started + ms_to_ns(wait_ms)) == 0) {
-        result = BH_ACQUIRED;
-        count_granted(ns, index, monotonic_ns() - started);
-    } else if (errno == EAGAIN) {
-        result = BH_TIMED_OUT;
-        atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
-    } else {
-        /* EINTR: a signal ends the wait, as it ends a blocking connect();
-         * EIDRM/EINVAL: the namespace was removed (reset). */
-        result = errno == EINTR ? BH_INTERRUPTED : BH_BYPASS;
-    }
-    errno = saved_errno;
-    return result;
-}
-
-/* Gives the permit back, or retires it when `set` lowered the limit while it
- * was in use: +1 with SEM_UNDO clears this process's undo record, -1
- * without takes the permit out of circulation, and the debt shrinks, all in
- * one atomic semop. */
-static int retire_permit(struct bh_namespace *ns, int index)
-{
-    struct sembuf retire[3] = {
-        { .sem_num = BH_SEM_FREE(index), .sem_op = +1, .sem_flg = SEM_UNDO },
-        { .sem_num = BH_SEM_FREE(index), .sem_op = -1, .sem_flg = 0 },
-        { .sem_num = BH_SEM_DEBT(index), .sem_op = -1, .sem_flg = IPC_NOWAIT },
-    };
-    if (semop(ns->semid, retire, 3) < 0)
-        return -1;
-    atomic_fetch_sub(&ns->state->compartments[index].debt_hint, 1);
-    return 0;
-}
-
-void bh_permit_release(struct bh_namespace *ns, int index)
-{
-    int saved_errno = errno;
-    struct bh_shared_compartment *shared = &ns->state->compartments[index];
-    /* Before the semop: the waiter it wakes counts itself in at once. */
-    atomic_fetch_sub_explicit(&shared->holders_hint, 1, memory_order_relaxed);
-    if (atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) == 0 ||
-        retire_permit(ns, index) < 0)
-        sem_op(ns->semid, BH_SEM_FREE(index), +1, SEM_UNDO);
-    struct bh_process_slot *slot = atomic_load(&my_slot);
-    if (slot) {
-        /* Never below 0: a permit taken before this row was ours (slots
-         * were full then) is not in it. */
-        uint32_t held = atomic_load_explicit(&slot->held[index], memory_order_relaxed);
-        while (held && !atomic_compare_exchange_weak(&slot->held[index], &held, held - 1))
-            ;
-    }
-    errno = saved_errno;
-}
-
-void bh_permits_leave(void)
-{
-    struct bh_process_slot *slot = atomic_exchange(&my_slot, NULL);
-    if (!slot)
-        return;
-    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
-        if (atomic_load(&slot->held[i]) != 0)
-            return;  /* still holding: stat must keep naming us */
-    atomic_store(&slot->pid, 0);
-}
-
-void bh_permits_forget_after_fork(void)
-{
-    atomic_store(&my_slot, NULL);
-}
-
-int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
-                                 uint32_t held[BH_MAX_COMPARTMENTS])
-{
-    struct bh_process_slot *slot = my_process_slot(ns);
-    if (!slot)
-        return -1;
-    for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
-        held[i] = atomic_load(&slot->held[i]);
-    return 0;
+    for (int r = 0; r < atomic_load(&shared->reserve_count); r++)
+        if (strncmp(shared->reserves[r].who, who, BH_WHO_MAX) == 0)
+            return r;
+    return -1;
 }
 
 void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
@@ -749,7 +465,7 @@ int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
 int bh_probe_take(struct bh_namespace *ns, int index)
 {
     int saved_errno = errno;
-    int rc = sem_op(ns->semid, BH_SEM_PROBE(index), -1, SEM_UNDO | IPC_NOWAIT);
+    int rc = bh_sem_op(ns->semid, BH_SEM_PROBE(index), -1, SEM_UNDO | IPC_NOWAIT);
     errno = saved_errno;
     return rc;
 }
@@ -757,7 +473,7 @@ int bh_probe_take(struct bh_namespace *ns, int index)
 void bh_probe_give(struct bh_namespace *ns, int index)
 {
     int saved_errno = errno;
-    sem_op(ns->semid, BH_SEM_PROBE(index), +1, SEM_UNDO);
+    bh_sem_op(ns->semid, BH_SEM_PROBE(index), +1, SEM_UNDO);
     errno = saved_errno;
 }
 
@@ -792,16 +508,24 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
                         struct bh_compartment_view *view)
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
-    int free_now = semctl(ns->semid, BH_SEM_FREE(index), GETVAL);
-    int debt = semctl(ns->semid, BH_SEM_DEBT(index), GETVAL);
+    int in_use = bh_in_use_now(ns, index);
     int waiting = semctl(ns->semid, BH_SEM_FREE(index), GETNCNT);
-    if (free_now < 0 || debt < 0 || waiting < 0)
+    if (in_use < 0 || waiting < 0)
         return -1;
     memset(view, 0, sizeof *view);
     snprintf(view->name, BH_NAME_MAX, "%s", shared->name);
     view->limit = atomic_load(&shared->limit);
-    view->in_use = view->limit + debt - free_now;
+    view->in_use = in_use;
+    view->reserve_count = atomic_load(&shared->reserve_count);
+    view->reserved = atomic_load(&shared->reserved);
+    for (int r = 0; r < view->reserve_count; r++) {
+        int more = semctl(ns->semid, BH_SEM_RFREE(atomic_load(&shared->reserves[r].slot)),
+                          GETNCNT);
+        waiting += more > 0 ? more : 0;
+    }
     view->waiting = waiting;
+    view->per_process_refused = atomic_load(&shared->per_process_refused);
+    view->bypassed = atomic_load(&shared->bypassed);
     view->peak = atomic_load(&shared->peak_in_use);
     view->acquired = atomic_load(&shared->acquired);
     view->rejected = atomic_load(&shared->rejected);
@@ -826,90 +550,6 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     return 0;
 }
 
-int bh_compartment_holders(struct bh_namespace *ns, int index,
-                           pid_t *pids, uint32_t *counts, int max)
-{
-    reap_dead_slots(ns->state);
-    int found = 0;
-    for (int i = 0; i < BH_MAX_PROCESSES && found < max; i++) {
-        struct bh_process_slot *slot = &ns->state->processes[i];
-        int32_t pid = atomic_load(&slot->pid);
-        uint32_t held = atomic_load(&slot->held[index]);
-        if (pid > 0 && held > 0) {
-            pids[found] = pid;
-            counts[found++] = held;
-        }
-    }
-    return found;
-}
-
-/* Moves `amount` between the free and debt semaphores without blocking:
- * the values can change under us, so read, try with IPC_NOWAIT, repeat. */
-static int take_up_to(struct bh_namespace *ns, unsigned short num, int amount)
-{
-    for (;;) {
-        int available = semctl(ns->semid, num, GETVAL);
-        if (available < 0)
-            return -1;
-        int take = available < amount ? available : amount;
-        if (take == 0 || sem_op(ns->semid, num, (short)-take, IPC_NOWAIT) == 0)
-            return take;
-        if (errno != EAGAIN)
-            return -1;
-    }
-}
-
-static int lower_limit(struct bh_namespace *ns, int index, int amount)
-{
-    int retired_now = take_up_to(ns, BH_SEM_FREE(index), amount);
-    if (retired_now < 0)
-        return -1;
-    int owed = amount - retired_now;
-    if (owed > 0) {
-        /* The hint first: a taker that sees no hint must see no debt. */
-        _Atomic uint32_t *hint = &ns->state->compartments[index].debt_hint;
-        atomic_fetch_add(hint, owed);
-        if (sem_op(ns->semid, BH_SEM_DEBT(index), (short)owed, 0) < 0) {
-            atomic_fetch_sub(hint, owed);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int raise_limit(struct bh_namespace *ns, int index, int amount)
-{
-    int forgiven = take_up_to(ns, BH_SEM_DEBT(index), amount);
-    if (forgiven < 0)
-        return -1;
-    atomic_fetch_sub(&ns->state->compartments[index].debt_hint, forgiven);
-    int added = amount - forgiven;
-    return added > 0 ? sem_op(ns->semid, BH_SEM_FREE(index), (short)added, 0) : 0;
-}
-
-int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
-{
-    if (limit < 0 || limit > SEM_VALUE_MAX) {
-        errno = ERANGE;
-        return -1;
-    }
-    if (lock_namespace(ns) < 0)
-        return -1;
-    struct bh_shared_compartment *shared = &ns->state->compartments[index];
-    int old_limit = atomic_load(&shared->limit);
-    int rc = 0;
-    if (limit < old_limit)
-        rc = lower_limit(ns, index, old_limit - limit);
-    else if (limit > old_limit)
-        rc = raise_limit(ns, index, limit - old_limit);
-    if (rc == 0)
-        atomic_store(&shared->limit, limit);
-    int saved = errno;
-    unlock_namespace(ns);
-    errno = saved;
-    return rc;
-}
-
 void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_use)
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
@@ -923,6 +563,8 @@ void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_us
     atomic_store(&shared->connect_failures, 0);
     atomic_store(&shared->connect_timeouts, 0);
     atomic_store(&shared->io_timeouts, 0);
+    atomic_store(&shared->per_process_refused, 0);
+    atomic_store(&shared->bypassed, 0);
     memset((void *)&shared->connect_time, 0, sizeof shared->connect_time);
     memset((void *)&shared->hold_time, 0, sizeof shared->hold_time);
 }
@@ -936,60 +578,99 @@ int bh_namespace_remove(struct bh_namespace *ns)
     return rc;
 }
 
-/* Takes every free permit out (with SEM_UNDO, so a reset killed here gives
- * them back), in one semop over all compartments. Fills taken[]. */
-static int drain_free(struct bh_namespace *ns, int count, short taken[])
+/* The semaphores that hold free permits: each compartment's common pool
+ * and each reserve. Returns how many were written to nums. */
+static int pool_semaphores(struct bh_namespace *ns, unsigned short nums[BH_SEM_COUNT])
 {
-    unsigned short values[BH_SEM_COUNT];
-    struct sembuf ops[BH_MAX_COMPARTMENTS];
-    for (int attempt = 0; attempt < 100; attempt++) {
-        if (semctl(ns->semid, 0, GETALL, values) < 0)
-            return -1;
-        int n = 0;
-        for (int i = 0; i < count; i++) {
-            taken[i] = (short)values[BH_SEM_FREE(i)];
-            if (taken[i] > 0)
-                ops[n++] = (struct sembuf){ BH_SEM_FREE(i), (short)-taken[i],
-                                            IPC_NOWAIT | SEM_UNDO };
-        }
-        if (n == 0 || semop(ns->semid, ops, n) == 0)
-            return 0;
-        if (errno != EAGAIN)
-            return -1;
-    }
-    errno = EBUSY;
-    return -1;
+    int n = 0;
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    uint32_t slots = atomic_load(&ns->state->reserve_slots_used);
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++)
+        nums[n++] = BH_SEM_FREE(i);
+    for (uint32_t s = 0; s < slots && s < BH_MAX_RESERVE_SLOTS; s++)
+        nums[n++] = BH_SEM_RFREE(s);
+    return n;
 }
 
-static void undrain(struct bh_namespace *ns, int count, const short taken[])
+/* Takes every free permit out (with SEM_UNDO, so a reset killed here gives
+ * them back), in semops of at most SEMOPM (500) operations: under the
+ * lock, a permit taken meanwhile from a pool not drained yet only shows
+ * up as in use. Fills taken[] by semaphore number. */
+static int drain_free(struct bh_namespace *ns, short taken[BH_SEM_COUNT])
 {
-    for (int i = 0; i < count; i++)
-        if (taken[i] > 0)
-            sem_op(ns->semid, BH_SEM_FREE(i), taken[i], SEM_UNDO);
+    enum { BATCH = 250 };
+    static unsigned short values[BH_SEM_COUNT], nums[BH_SEM_COUNT];
+    int count = pool_semaphores(ns, nums);
+    for (int first = 0; first < count; first += BATCH) {
+        int attempt = 0;
+        for (;; attempt++) {
+            if (attempt == 100) {
+                errno = EBUSY;
+                return -1;
+            }
+            if (semctl(ns->semid, 0, GETALL, values) < 0)
+                return -1;
+            struct sembuf ops[BATCH];
+            int n = 0;
+            for (int i = first; i < count && i < first + BATCH; i++)
+                if (values[nums[i]] > 0)
+                    ops[n++] = (struct sembuf){ nums[i], (short)-values[nums[i]],
+                                                IPC_NOWAIT | SEM_UNDO };
+            if (n == 0 || semop(ns->semid, ops, n) == 0) {
+                for (int k = 0; k < n; k++)  /* only what really was taken */
+                    taken[ops[k].sem_num] = (short)-ops[k].sem_op;
+                break;
+            }
+            if (errno != EAGAIN)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void undrain(struct bh_namespace *ns, const short taken[BH_SEM_COUNT])
+{
+    for (int num = 0; num < BH_SEM_COUNT; num++)
+        if (taken[num] > 0)
+            bh_sem_op(ns->semid, (unsigned short)num, taken[num], SEM_UNDO);
+}
+
+/* With every free permit drained by us: does anyone else hold or wait? */
+static int anyone_in(struct bh_namespace *ns, const short taken[BH_SEM_COUNT])
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
+        struct bh_shared_compartment *shared = &ns->state->compartments[i];
+        int ours = taken[BH_SEM_FREE(i)];
+        int waiting = semctl(ns->semid, BH_SEM_FREE(i), GETNCNT);
+        for (int r = 0; r < atomic_load(&shared->reserve_count); r++) {
+            int slot = atomic_load(&shared->reserves[r].slot);
+            ours += taken[BH_SEM_RFREE(slot)];
+            waiting += semctl(ns->semid, BH_SEM_RFREE(slot), GETNCNT);
+        }
+        if (bh_in_use_now(ns, (int)i) != ours || waiting != 0)
+            return 1;
+    }
+    return 0;
 }
 
 int bh_namespace_remove_unused(struct bh_namespace *ns)
 {
-    if (lock_namespace(ns) < 0)
+    static short taken[BH_SEM_COUNT];
+    if (bh_lock_namespace(ns) < 0)
         return -1;
-    int count = (int)atomic_load(&ns->state->compartment_count);
-    short taken[BH_MAX_COMPARTMENTS];
-    if (drain_free(ns, count, taken) < 0) {
+    memset(taken, 0, sizeof taken);
+    if (drain_free(ns, taken) < 0) {
         int saved = errno;
-        unlock_namespace(ns);
+        undrain(ns, taken);
+        bh_unlock_namespace(ns);
         errno = saved;
         return -1;
     }
     /* Nobody can take a permit now: whoever holds or waits is visible. */
-    int in_use = 0;
-    for (int i = 0; i < count && !in_use; i++) {
-        int left = in_use_now(ns, i);
-        in_use = left != taken[i] ||  /* limit + debt - free, with ours out */
-                 semctl(ns->semid, BH_SEM_FREE(i), GETNCNT) > 0;
-    }
-    if (in_use) {
-        undrain(ns, count, taken);
-        unlock_namespace(ns);
+    if (anyone_in(ns, taken)) {
+        undrain(ns, taken);
+        bh_unlock_namespace(ns);
         return 1;
     }
     return bh_namespace_remove(ns);  /* the lock goes with the set */

@@ -16,16 +16,24 @@
 #include "config/config.h"
 
 enum {
-    BH_LAYOUT_VERSION = 3,
-    BH_MAX_PROCESSES = 512,  /* processes holding permits at once, for `stat` */
-    BH_SEM_LOCK = 0,         /* registration lock, taken with SEM_UNDO */
+    BH_LAYOUT_VERSION = 4,
+    BH_SEM_LOCK = 0,            /* registration lock, taken with SEM_UNDO */
+    BH_MAX_RESERVE_SLOTS = 256, /* reserves per namespace, all compartments */
+    BH_HOLDERS_FIRST = 4096,    /* holder records in the main segment */
+    BH_HOLDERS_PER_PAGE = 4096, /* in each page added when those run out */
+    BH_MAX_HOLDER_PAGES = 1024,
 };
 
-/* Semaphore numbers of compartment i in the set. */
+/* Semaphore numbers of compartment i in the set: its common pool. */
 #define BH_SEM_FREE(i)  (1 + 3 * (i))  /* permits free now */
 #define BH_SEM_DEBT(i)  (2 + 3 * (i))  /* permits to retire when given back */
 #define BH_SEM_PROBE(i) (3 + 3 * (i))  /* 1: the half-open breaker's probe slot is free */
-#define BH_SEM_COUNT    (1 + 3 * BH_MAX_COMPARTMENTS)
+/* ... and of reserve slot s (bh_reserve_shared.slot), after them. */
+#define BH_SEM_RESERVES   (1 + 3 * BH_MAX_COMPARTMENTS)
+#define BH_SEM_RFREE(s)   (BH_SEM_RESERVES + 3 * (s))      /* reserved permits free now */
+#define BH_SEM_RDEBT(s)   (BH_SEM_RESERVES + 1 + 3 * (s))  /* owed to the common pool */
+#define BH_SEM_ROWED(s)   (BH_SEM_RESERVES + 2 + 3 * (s))  /* owed by the common pool */
+#define BH_SEM_COUNT      (BH_SEM_RESERVES + 3 * BH_MAX_RESERVE_SLOTS)
 
 /* Latency histograms: fixed upper bounds, 0.5 ms to 60 s, and one bucket
  * past the last. */
@@ -70,6 +78,19 @@ struct bh_breaker_shared {
     _Atomic uint64_t refused;       /* connects it refused */
 };
 
+/* A reserve: permits of the compartment only its members may take. The
+ * live size is authoritative over rules.ini, like the limit. What the
+ * semaphores and hints mean is in reserve.c, the only code that moves
+ * permits between pools. */
+struct bh_reserve_shared {
+    char who[BH_WHO_MAX];          /* as written in rules.ini: its name */
+    _Atomic int32_t permits;       /* live size */
+    _Atomic int32_t slot;          /* its semaphores: BH_SEM_RFREE(slot)... */
+    _Atomic int32_t waiting_hint;  /* members waiting, or about to */
+    _Atomic uint32_t debt_hint;    /* nonzero while BH_SEM_RDEBT may be > 0 */
+    _Atomic uint32_t owed_hint;    /* nonzero while BH_SEM_ROWED may be > 0 */
+};
+
 /* One compartment's live state and counters. Every field is written with
  * atomics by many processes; no lock guards them. */
 struct bh_shared_compartment {
@@ -94,13 +115,36 @@ struct bh_shared_compartment {
     struct bh_histogram hold_time;     /* permit taken to permit given back */
     struct bh_breaker_shared breaker;
     struct bh_fleet_shared fleet;
+    _Atomic uint64_t per_process_refused; /* refused: the process was at per_process */
+    _Atomic uint64_t bypassed;            /* connects let through by bypass */
+    _Atomic int32_t reserve_count;        /* set at registration */
+    _Atomic int32_t reserved;             /* sum of the reserves' live sizes */
+    _Atomic uint32_t owed_hint;           /* some reserve's ROWED may be > 0 */
+    struct bh_reserve_shared reserves[BH_MAX_RESERVES];
 };
 
-/* A process that has held permits: lets `stat` name the holders. */
-struct bh_process_slot {
-    _Atomic int32_t pid;          /* 0 = free */
+/* What one process holds of one compartment: lets `stat` name holders and
+ * a new program image (exec) learn what the old one held. Written by that
+ * process; freed by it, or by whoever finds it dead (holders.c). */
+struct bh_holder {
+    _Atomic int32_t pid;          /* 0 = free, -1 = being claimed or freed */
+    _Atomic int32_t compartment;
+    _Atomic uint32_t common;      /* permits from the common pool */
+    _Atomic uint32_t reserved;    /* from the reserve `slot` */
+    _Atomic int32_t slot;         /* index in the compartment's reserves */
+    uint32_t unused;
     uint64_t start_time;          /* /proc/<pid>/stat field 22, against pid reuse */
-    _Atomic uint32_t held[BH_MAX_COMPARTMENTS];
+};
+
+/* More holder records, when the main segment's are taken: a private
+ * segment, marked for removal as soon as it is made, so it lives exactly
+ * as long as some process has it attached (see holders.c). */
+struct bh_holder_page {
+    uint32_t magic;               /* BH_PAGE_MAGIC */
+    int32_t semid;                /* the namespace it belongs to */
+    int32_t shmid;                /* its own id, against a reused slot */
+    uint32_t unused;
+    struct bh_holder holders[BH_HOLDERS_PER_PAGE];
 };
 
 struct bh_shared_state {
@@ -110,11 +154,14 @@ struct bh_shared_state {
     int32_t semid;                /* the set this table belongs to */
     char namespace_name[BH_NAME_MAX];
     _Atomic uint32_t compartment_count;
+    _Atomic uint32_t reserve_slots_used;
     struct bh_shared_compartment compartments[BH_MAX_COMPARTMENTS];
-    struct bh_process_slot processes[BH_MAX_PROCESSES];
+    struct bh_holder holders[BH_HOLDERS_FIRST];
+    _Atomic int32_t page_shmids[BH_MAX_HOLDER_PAGES];  /* shmid + 1; 0: none */
 };
 
 #define BH_STATE_MAGIC 0x42484b31u /* "BHK1" */
+#define BH_PAGE_MAGIC 0x42484b50u  /* "BHKP" */
 
 struct bh_namespace {
     uid_t uid;                    /* whose namespace: the key and the owner */
@@ -122,6 +169,9 @@ struct bh_namespace {
     int semid;
     int shmid;
     struct bh_shared_state *state;
+    /* Holder pages this process has attached, by their index in
+     * page_shmids; NULL: not yet (holders.c). */
+    _Atomic(struct bh_holder_page *) pages[BH_MAX_HOLDER_PAGES];
     /* After an EPERM from bh_namespace_open: what is under our key and
      * whose it is ((uid_t)-1: unknown). */
     uid_t squatter_uid;
@@ -147,6 +197,10 @@ struct bh_compartment_view {
     uint64_t acquired, rejected, timed_out, waits;
     int64_t wait_ns_total, wait_ns_max;
     uint64_t connect_failures, connect_timeouts, io_timeouts;
+    uint64_t per_process_refused, bypassed;
+    int reserve_count;
+    int reserved;    /* the reserves' sizes together; the common pool is
+                        limit - reserved */
     struct bh_fleet_view {
         int limit, grant, in_use, hosts;
         enum bh_fleet_state state;
@@ -179,43 +233,71 @@ void bh_namespace_close(struct bh_namespace *ns);
 int bh_namespace_remove_key(uid_t uid, const char *name);
 
 /* Finds or adds a compartment by name. A new one starts with `limit`
- * permits; an existing one keeps its live limit, returned in live_limit.
- * Returns the compartment's index or -1 (table full, lock timeout). */
-int bh_compartment_register(struct bh_namespace *ns, const char *name,
+ * permits and the compartment's reserves (carved out of them); an existing
+ * one keeps its live limit and reserves, returned in live_limit. Returns
+ * the compartment's index or -1 (table full, lock timeout). */
+int bh_compartment_register(struct bh_namespace *ns,
+                            const struct bh_compartment *compartment,
                             int limit, int *live_limit);
 /* Index of a registered compartment, or -1. */
 int bh_compartment_find(const struct bh_namespace *ns, const char *name);
+/* Index of the compartment's reserve named `who` (as written), or -1. */
+int bh_reserve_find(const struct bh_namespace *ns, int index, const char *who);
 
-/* Takes one permit for this process if one is free now (SEM_UNDO: the
- * kernel gives it back if the process dies). BH_REJECTED here means only
- * "full": the caller decides between waiting and refusing. errno is kept. */
-enum bh_acquire_result bh_permit_try(struct bh_namespace *ns, int index);
+/* What one connect asks of a compartment. */
+struct bh_permit_ask {
+    int index;     /* the compartment, in the namespace */
+    int reserve;   /* the caller's reserve in it (a member), or -1 */
+    int weight;    /* permits the connection takes, >= 1 */
+};
+
+/* Counts `ask` against this process's per_process cap (0: none) before it
+ * takes anything: 0, or -1 when the process would hold more than the cap.
+ * bh_permit_unclaim undoes it when no permit was taken. */
+int bh_permit_claim(const struct bh_permit_ask *ask, int per_process);
+void bh_permit_unclaim(const struct bh_permit_ask *ask);
+/* Takes ask->weight permits for this process if they are free now
+ * (SEM_UNDO: the kernel gives them back if the process dies): a member
+ * from its reserve first, then from the common pool. BH_REJECTED here
+ * means only "full": the caller decides between waiting and refusing.
+ * errno is kept. */
+enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
+                                     const struct bh_permit_ask *ask);
 /* Waits up to wait_ms, in arrival order, unless max_waiters already wait.
  * Counts the outcome (rejected or timed_out). errno is kept. */
-enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns, int index,
+enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
+                                      const struct bh_permit_ask *ask,
                                       int wait_ms, int max_waiters);
 /* A refusal without waiting (fail fast, or a non-blocking socket). */
 void bh_permit_count_rejected(struct bh_namespace *ns, int index);
-/* Gives one permit back. Async-signal-safe: atomics and one semop. */
-void bh_permit_release(struct bh_namespace *ns, int index);
+/* A refusal because the process was at its per_process cap. */
+void bh_permit_count_per_process(struct bh_namespace *ns, int index);
+/* A connect let through by bypass. */
+void bh_permit_count_bypassed(struct bh_namespace *ns, int index);
+/* Gives `weight` permits of compartment `index` back, to the pools this
+ * process took them from; unclaims them too. Async-signal-safe: atomics
+ * and semops. */
+void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 
-/* The process is exiting: its holders row is freed if it holds nothing, so
- * rows of exited processes do not wait for a reaper. */
-void bh_permits_leave(void);
+/* The process is exiting: its holder records are freed if it holds
+ * nothing, so records of exited processes do not wait for a reaper. */
+void bh_permits_leave(struct bh_namespace *ns);
 /* The calling process was just forked: it holds no permits of its own. */
 void bh_permits_forget_after_fork(void);
-/* A new program image of the same process: find the holders row it had
- * before exec, so its releases are booked against it, and copy what the
- * row says this process holds per compartment. -1: no row. */
+/* A new program image of the same process: find the holder records it
+ * had before exec, so its releases go to the right pools, and copy how
+ * many permits it holds per compartment. -1: none. */
 int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
                                  uint32_t held[BH_MAX_COMPARTMENTS]);
 
 int bh_compartment_read(struct bh_namespace *ns, int index,
                         struct bh_compartment_view *view);
-/* Pids holding permits of compartment `index`; returns how many were
- * written (at most max). Dead processes' slots are reaped on the way. */
-int bh_compartment_holders(struct bh_namespace *ns, int index,
-                           pid_t *pids, uint32_t *counts, int max);
+/* Calls visit() for every live process holding permits, once per
+ * compartment it holds; dead processes' records are freed on the way.
+ * No limit on how many: the records live in pages added as needed. */
+void bh_holders_visit(struct bh_namespace *ns,
+                      void (*visit)(pid_t pid, int index, uint32_t permits, void *ctx),
+                      void *ctx);
 /* The half-open breaker's probe slot: taken with SEM_UNDO (so the kernel
  * gives it back if the prober dies) and IPC_NOWAIT. 0 taken, -1 not. */
 int bh_probe_take(struct bh_namespace *ns, int index);
@@ -234,8 +316,24 @@ int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns);
 void bh_histogram_record(struct bh_histogram *histogram, int64_t ns);
 
 /* Changes the live limit. Raising frees permits at once; lowering retires
- * free permits now and the rest as they are given back. Never blocks. */
+ * free permits now and the rest as they are given back. Never blocks.
+ * The limit never goes below the reserves (ERANGE). */
 int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit);
+/* Changes a reserve's live size, moving permits between it and the common
+ * pool: free ones at once, the rest as they are given back; no connection
+ * is cut and the limit holds throughout. ERANGE: the reserves would add up
+ * to more than the limit. */
+int bh_reserve_set(struct bh_namespace *ns, int index, int reserve, int permits);
+
+/* A reserve's figures, from the semaphores. */
+struct bh_reserve_view {
+    char who[BH_WHO_MAX];
+    int permits;   /* live size */
+    int in_use;    /* held from it now */
+    int waiting;   /* members waiting on it */
+};
+int bh_reserve_read(struct bh_namespace *ns, int index, int reserve,
+                    struct bh_reserve_view *view);
 /* Zeroes a compartment's counters; permits, waiters and the limit are not
  * touched. The peak restarts from `in_use`, what is in use now. */
 void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_use);

@@ -30,7 +30,8 @@ static int set_up(void **state)
         return -1;
     }
     int live;
-    index_ = bh_compartment_register(&ns, "db", 10, &live);
+    static const struct bh_compartment db = { .name = "db", .limit = 10 };
+    index_ = bh_compartment_register(&ns, &db, 10, &live);
     return index_ < 0 ? -1 : 0;
 }
 

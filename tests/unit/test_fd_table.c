@@ -35,7 +35,7 @@ static int run_step(const struct step *step)
 {
     switch (step->op) {
     case ATTACH:
-        return bh_fd_attach(step->fd, step->other, 0, 0) == 0 ? NONE : -100;
+        return bh_fd_attach(step->fd, step->other, 1, 0, 0) == 0 ? NONE : -100;
     case DUP:
         return bh_fd_duplicated(step->other, step->fd).compartment;
     case NEW:
@@ -91,10 +91,10 @@ static void test_closing_range(void **state)
 {
     (void)state;
     bh_fd_table_reset();
-    assert_int_equal(bh_fd_attach(3, 0, 0, 0), 0);
+    assert_int_equal(bh_fd_attach(3, 0, 1, 0, 0), 0);
     assert_int_equal(bh_fd_duplicated(3, 4).compartment, NONE);
-    assert_int_equal(bh_fd_attach(5, 1, 0, 0), 0);
-    assert_int_equal(bh_fd_attach(9000, 1, 0, 0), 0);   /* another chunk */
+    assert_int_equal(bh_fd_attach(5, 1, 1, 0, 0), 0);
+    assert_int_equal(bh_fd_attach(9000, 1, 1, 0, 0), 0);   /* another chunk */
     int ended[2] = { 0, 0 };
     bh_fd_closing_range(4, 8999, record, ended);
     assert_int_equal(ended[0], 0);   /* fd 3 still holds connection 0 */
@@ -112,7 +112,7 @@ static void test_lookup(void **state)
     struct bh_fd_state seen = bh_fd_lookup(7);
     assert_int_equal(seen.kind, BH_FD_INET_STREAM);
     assert_int_equal(seen.compartment, -1);
-    assert_int_equal(bh_fd_attach(7, 6, 0, 0), 0);
+    assert_int_equal(bh_fd_attach(7, 6, 1, 0, 0), 0);
     seen = bh_fd_lookup(7);
     assert_int_equal(seen.kind, BH_FD_INET_STREAM);
     assert_int_equal(seen.compartment, 6);
@@ -125,8 +125,8 @@ static void test_vfork_child_changes_nothing(void **state)
 {
     (void)state;
     bh_fd_table_reset();
-    assert_int_equal(bh_fd_attach(10, 2, 0, 0), 0);
-    assert_int_equal(bh_fd_attach(11, 2, 0, 0), 0);
+    assert_int_equal(bh_fd_attach(10, 2, 1, 0, 0), 0);
+    assert_int_equal(bh_fd_attach(11, 2, 1, 0, 0), 0);
     pid_t pid = vfork();
     if (pid == 0) {
         int ended = bh_fd_release(bh_fd_detach(10)).compartment;
@@ -189,7 +189,7 @@ static void test_dup_races_last_close(void **state)
     pthread_create(&threads[0], NULL, closer, NULL);
     pthread_create(&threads[1], NULL, duplicator, NULL);
     for (int round = 0; round < ROUNDS; round++) {
-        assert_int_equal(bh_fd_attach(10, 1, 0, 0), 0);
+        assert_int_equal(bh_fd_attach(10, 1, 1, 0, 0), 0);
         pthread_barrier_wait(&start_line);   /* go */
         pthread_barrier_wait(&start_line);   /* both done */
         if (atomic_load(&ended_count) != round + 1)
@@ -209,7 +209,7 @@ static void test_watch_bits(void **state)
     (void)state;
     bh_fd_table_reset();
     assert_int_equal(bh_fd_watched(20), 0);
-    assert_int_equal(bh_fd_attach(20, 4, 0x5, 1234), 0);
+    assert_int_equal(bh_fd_attach(20, 4, 1, 0x5, 1234), 0);
     assert_int_equal(bh_fd_lookup(20).since_ns, 1234);
     assert_int_equal(bh_fd_duplicated(20, 21).compartment, NONE);
     assert_int_equal(bh_fd_watched(21), 0x5);

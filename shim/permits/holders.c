@@ -1,0 +1,381 @@
+/* What each process holds, per compartment and pool.
+ *
+ * Two copies, each with one writer:
+ *   - this process's own counts (`mine`, process-local atomics): what
+ *     bh_permit_release gives back and to which pool, and what the
+ *     per_process cap is checked against. Threads of the process update
+ *     them with atomics; a signal handler's close may too.
+ *   - a holder record in the namespace per (process, compartment), so that
+ *     `stat` can name holders and a new program image (exec keeps SEM_UNDO
+ *     records, and so the permits) learns what the old one held. Written
+ *     by its process; freed by it at exit when empty, or by whoever finds
+ *     the process dead (CAS of pid to -1, so one reaper wins).
+ *
+ * Records live in the main segment first (BH_HOLDERS_FIRST of them), then
+ * in pages: private segments made under the namespace lock when those run
+ * out, named in page_shmids, and marked for removal at once. A page thus
+ * lives exactly as long as some process has it attached: a holder keeps
+ * the pages of its records attached until it exits, so a page that died
+ * held only dead processes' records and its slot can take a new page. Nothing
+ * here caps the number of holders but the kernel's own shm limits.
+ *
+ * A process that dies mid-operation: its permits come back through
+ * SEM_UNDO whatever its record says; the record is freed by the next
+ * reaper (pid gone, or reused: the start time differs). A record half
+ * claimed (pid -1 forever) is lost, one record out of thousands. */
+#include "permits/permits_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/shm.h>
+#include <unistd.h>
+
+#include "libc/libc.h"
+
+struct my_holding {
+    _Atomic uint32_t claimed;   /* held + being taken: the per_process count */
+    _Atomic uint32_t common;
+    _Atomic uint32_t reserved;
+    _Atomic int32_t reserve;    /* meaningful while reserved > 0 */
+    _Atomic(struct bh_holder *) record;
+};
+static struct my_holding mine[BH_MAX_COMPARTMENTS];
+static _Atomic int mine_used;  /* compartments below it may be nonzero */
+
+static void note_used(int index)
+{
+    int used = atomic_load_explicit(&mine_used, memory_order_relaxed);
+    while (index >= used && !atomic_compare_exchange_weak(&mine_used, &used, index + 1))
+        ;
+}
+
+int bh_permit_claim(const struct bh_permit_ask *ask, int per_process)
+{
+    _Atomic uint32_t *claimed = &mine[ask->index].claimed;
+    note_used(ask->index);
+    uint32_t before = atomic_fetch_add(claimed, (uint32_t)ask->weight);
+    if (per_process > 0 && before + (uint32_t)ask->weight > (uint32_t)per_process) {
+        atomic_fetch_sub(claimed, (uint32_t)ask->weight);
+        return -1;
+    }
+    return 0;
+}
+
+void bh_permit_unclaim(const struct bh_permit_ask *ask)
+{
+    atomic_fetch_sub(&mine[ask->index].claimed, (uint32_t)ask->weight);
+}
+
+int bh_holding_reserve(int index)
+{
+    return atomic_load(&mine[index].reserved) ? atomic_load(&mine[index].reserve) : -1;
+}
+
+/* /proc/<pid>/stat field 22: tells a live pid from a reused one. */
+static uint64_t process_start_time(pid_t pid)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = libc_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    ssize_t length = libc_read(fd, text, sizeof text - 1);
+    libc_close(fd);
+    if (length <= 0)
+        return 0;
+    text[length] = '\0';
+    const char *field = strrchr(text, ')'); /* the name may hold spaces */
+    unsigned long long start = 0;
+    if (field)
+        sscanf(field + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+                          "%*d %*d %*d %*d %*d %*d %llu", &start);
+    return start;
+}
+
+/* A start time of 0 is unknown (the holder could not open /proc, at its
+ * fd limit): then only the pid's absence says it is gone. */
+static int holder_is_dead(const struct bh_holder *holder, pid_t pid)
+{
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    uint64_t start = process_start_time(pid);
+    return holder->start_time != 0 && start != 0 && start != holder->start_time;
+}
+
+/* ---- pages ---- */
+
+static int page_is_ours(struct bh_namespace *ns, int shmid, const struct bh_holder_page *page)
+{
+    struct shmid_ds info;
+    return shmctl(shmid, IPC_STAT, &info) == 0 && bh_owned_by(&info.shm_perm, ns->uid) &&
+           info.shm_segsz == sizeof *page && page->magic == BH_PAGE_MAGIC &&
+           page->semid == ns->semid;
+}
+
+/* Page `number` attached here, or NULL (none, or it died with its last
+ * user). A mapping of a page since replaced is dropped first. */
+static struct bh_holder_page *page_at(struct bh_namespace *ns, int number)
+{
+    int shmid = atomic_load(&ns->state->page_shmids[number]) - 1;
+    struct bh_holder_page *page = atomic_load(&ns->pages[number]);
+    if (shmid < 0)
+        return NULL;
+    if (page && page->shmid == shmid)
+        return page;
+    struct bh_holder_page *attached = shmat(shmid, NULL, 0);
+    if (attached == (void *)-1)
+        return NULL;
+    if (!page_is_ours(ns, shmid, attached) || attached->shmid != shmid) {
+        shmdt(attached);
+        return NULL;
+    }
+    if (!atomic_compare_exchange_strong(&ns->pages[number], &page, attached)) {
+        shmdt(attached);  /* another thread attached it first */
+        return page;
+    }
+    if (page)
+        shmdt(page);      /* the old page's mapping: it held only dead records */
+    return attached;
+}
+
+/* Under the lock: a new page in the first free (or dead) slot. */
+static int add_page(struct bh_namespace *ns)
+{
+    for (int number = 0; number < BH_MAX_HOLDER_PAGES; number++) {
+        if (page_at(ns, number))
+            continue;
+        int shmid = shmget(IPC_PRIVATE, sizeof(struct bh_holder_page), IPC_CREAT | 0600);
+        if (shmid < 0)
+            return -1;
+        struct bh_holder_page *page = shmat(shmid, NULL, 0);
+        shmctl(shmid, IPC_RMID, NULL);  /* lives while attached, no longer */
+        if (page == (void *)-1)
+            return -1;
+        page->magic = BH_PAGE_MAGIC;
+        page->semid = ns->semid;
+        page->shmid = shmid;
+        struct bh_holder_page *old = atomic_exchange(&ns->pages[number], page);
+        if (old)
+            shmdt(old);
+        atomic_store(&ns->state->page_shmids[number], shmid + 1);
+        return 0;
+    }
+    errno = ENOSPC;
+    return -1;
+}
+
+/* The records of the main segment (number -1) or of a page. */
+static struct bh_holder *records(struct bh_namespace *ns, int number, int *count)
+{
+    if (number < 0) {
+        *count = BH_HOLDERS_FIRST;
+        return ns->state->holders;
+    }
+    struct bh_holder_page *page = page_at(ns, number);
+    *count = page ? BH_HOLDERS_PER_PAGE : 0;
+    return page ? page->holders : NULL;
+}
+
+/* ---- records ---- */
+
+static struct bh_holder *claim_in(struct bh_holder *holders, int count, pid_t pid,
+                                  int index)
+{
+    int start = (int)(((unsigned)pid * 2654435761u) % (unsigned)count);
+    for (int i = 0; i < count; i++) {
+        struct bh_holder *holder = &holders[(start + i) % count];
+        int32_t expected = 0;
+        if (atomic_load_explicit(&holder->pid, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong(&holder->pid, &expected, -1)) {
+            atomic_store(&holder->compartment, index);
+            atomic_store(&holder->common, 0);
+            atomic_store(&holder->reserved, 0);
+            atomic_store(&holder->slot, -1);
+            holder->start_time = process_start_time(pid);
+            atomic_store(&holder->pid, pid);
+            return holder;
+        }
+    }
+    return NULL;
+}
+
+static struct bh_holder *claim_anywhere(struct bh_namespace *ns, pid_t pid, int index)
+{
+    for (int number = -1; number < BH_MAX_HOLDER_PAGES; number++) {
+        int count;
+        struct bh_holder *holders = records(ns, number, &count);
+        struct bh_holder *holder = holders ? claim_in(holders, count, pid, index) : NULL;
+        if (holder)
+            return holder;
+    }
+    return NULL;
+}
+
+/* A free record, after reaping the dead, after adding a page. */
+static struct bh_holder *claim_record(struct bh_namespace *ns, int index)
+{
+    pid_t pid = getpid();
+    struct bh_holder *holder = claim_anywhere(ns, pid, index);
+    if (holder)
+        return holder;
+    bh_holders_reap(ns);
+    holder = claim_anywhere(ns, pid, index);
+    if (holder || bh_lock_namespace(ns) < 0)
+        return holder;
+    holder = claim_anywhere(ns, pid, index);
+    if (!holder && add_page(ns) == 0)
+        holder = claim_anywhere(ns, pid, index);
+    bh_unlock_namespace(ns);
+    return holder;
+}
+
+/* This process's record for compartment index; two threads may look at
+ * once: one record wins, the other is freed. */
+static struct bh_holder *my_record(struct bh_namespace *ns, int index)
+{
+    struct bh_holder *record = atomic_load(&mine[index].record);
+    if (record)
+        return record;
+    struct bh_holder *found = claim_record(ns, index);
+    if (found && !atomic_compare_exchange_strong(&mine[index].record, &record, found)) {
+        atomic_store(&found->pid, 0);
+        return record;
+    }
+    return found;  /* NULL: stat will not name us; permits still work */
+}
+
+void bh_holding_add(struct bh_namespace *ns, int index, struct bh_taken taken)
+{
+    struct my_holding *holding = &mine[index];
+    if (taken.reserved)
+        atomic_store(&holding->reserve, taken.reserve);
+    atomic_fetch_add(&holding->common, taken.common);
+    atomic_fetch_add(&holding->reserved, taken.reserved);
+    struct bh_holder *record = my_record(ns, index);
+    if (!record)
+        return;
+    if (taken.reserved)
+        atomic_store(&record->slot, taken.reserve);
+    atomic_fetch_add(&record->common, taken.common);
+    atomic_fetch_add(&record->reserved, taken.reserved);
+}
+
+/* Up to `wanted` out of a count, never below 0; how many. */
+static uint32_t take_from(_Atomic uint32_t *count, uint32_t wanted)
+{
+    uint32_t have = atomic_load(count);
+    for (;;) {
+        uint32_t taken = have < wanted ? have : wanted;
+        if (taken == 0 || atomic_compare_exchange_weak(count, &have, have - taken))
+            return taken;
+    }
+}
+
+struct bh_taken bh_holding_remove(int index, int weight)
+{
+    struct my_holding *holding = &mine[index];
+    struct bh_taken taken = { .reserve = atomic_load(&holding->reserve) };
+    taken.common = take_from(&holding->common, (uint32_t)weight);
+    taken.reserved = take_from(&holding->reserved, (uint32_t)weight - taken.common);
+    take_from(&holding->claimed, (uint32_t)weight);
+    struct bh_holder *record = atomic_load(&holding->record);
+    if (record) {
+        take_from(&record->common, taken.common);
+        take_from(&record->reserved, taken.reserved);
+    }
+    return taken;
+}
+
+/* ---- reaping, reading, exit, fork and exec ---- */
+
+static void reap_record(struct bh_namespace *ns, struct bh_holder *holder, int32_t pid)
+{
+    if (!atomic_compare_exchange_strong(&holder->pid, &pid, -1))
+        return;  /* someone else reaps it */
+    uint32_t permits = atomic_exchange(&holder->common, 0) +
+                       atomic_exchange(&holder->reserved, 0);
+    int index = atomic_load(&holder->compartment);
+    if (permits && index >= 0 && index < BH_MAX_COMPARTMENTS)
+        bh_pools_forget_holders(ns, index, permits);
+    atomic_store(&holder->pid, 0);
+}
+
+void bh_holders_reap(struct bh_namespace *ns)
+{
+    for (int number = -1; number < BH_MAX_HOLDER_PAGES; number++) {
+        int count;
+        struct bh_holder *holders = records(ns, number, &count);
+        for (int i = 0; i < count; i++) {
+            int32_t pid = atomic_load(&holders[i].pid);
+            if (pid > 0 && holder_is_dead(&holders[i], pid))
+                reap_record(ns, &holders[i], pid);
+        }
+    }
+}
+
+void bh_holders_visit(struct bh_namespace *ns,
+                      void (*visit)(pid_t pid, int index, uint32_t permits, void *ctx),
+                      void *ctx)
+{
+    bh_holders_reap(ns);
+    for (int number = -1; number < BH_MAX_HOLDER_PAGES; number++) {
+        int count;
+        struct bh_holder *holders = records(ns, number, &count);
+        for (int i = 0; i < count; i++) {
+            int32_t pid = atomic_load(&holders[i].pid);
+            uint32_t permits = atomic_load(&holders[i].common) +
+                               atomic_load(&holders[i].reserved);
+            int index = atomic_load(&holders[i].compartment);
+            if (pid > 0 && permits > 0 && index >= 0 && index < BH_MAX_COMPARTMENTS)
+                visit(pid, index, permits, ctx);
+        }
+    }
+}
+
+void bh_permits_leave(struct bh_namespace *ns)
+{
+    uint32_t count = ns->state ? atomic_load(&ns->state->compartment_count) : 0;
+    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
+        struct bh_holder *record = atomic_exchange(&mine[i].record, NULL);
+        if (record && atomic_load(&record->common) + atomic_load(&record->reserved) == 0)
+            atomic_store(&record->pid, 0);  /* still holding: stat must keep naming us */
+    }
+}
+
+void bh_permits_forget_after_fork(void)
+{
+    /* The child holds nothing of its own; only the entries ever used are
+     * cleared, so a fork touches few pages. */
+    memset(mine, 0, atomic_load(&mine_used) * sizeof *mine);
+}
+
+int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
+                                 uint32_t held[BH_MAX_COMPARTMENTS])
+{
+    pid_t pid = getpid();
+    int found = 0;
+    memset(held, 0, BH_MAX_COMPARTMENTS * sizeof *held);
+    for (int number = -1; number < BH_MAX_HOLDER_PAGES; number++) {
+        int count;
+        struct bh_holder *holders = records(ns, number, &count);
+        for (int i = 0; i < count; i++) {
+            int index = atomic_load(&holders[i].compartment);
+            if (atomic_load(&holders[i].pid) != pid || index < 0 ||
+                index >= BH_MAX_COMPARTMENTS || mine[index].record)
+                continue;
+            struct my_holding *holding = &mine[index];
+            note_used(index);
+            atomic_store(&holding->record, &holders[i]);
+            atomic_store(&holding->common, atomic_load(&holders[i].common));
+            atomic_store(&holding->reserved, atomic_load(&holders[i].reserved));
+            atomic_store(&holding->reserve, atomic_load(&holders[i].slot));
+            held[index] = holding->common + holding->reserved;
+            atomic_store(&holding->claimed, held[index]);
+            found = 1;
+        }
+    }
+    return found ? 0 : -1;
+}

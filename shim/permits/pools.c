@@ -1,0 +1,688 @@
+/* Taking and giving back permits: the common pool, the reserves, and the
+ * debts between them.
+ *
+ * A compartment's `limit` permits are split into pools: each reserve's
+ * (BH_SEM_RFREE, only its members take from it) and the common pool
+ * (BH_SEM_FREE: limit minus the reserves). A member takes from its reserve
+ * first, then from the common pool; everyone else from the common pool
+ * alone. Each permit goes back to the pool it came from (holders.c knows
+ * which, per process: the common pool's first).
+ *
+ * Debts keep the limit exact while pools change under held permits. Every
+ * move between pools is one atomic semop, so a process killed mid-way
+ * leaves either the old state or the new one:
+ *   - DEBT: permits the common pool retires as they come back (`set`
+ *     lowered the limit);
+ *   - ROWED(s): permits the common pool owes reserve s (its reserve was
+ *     raised while the common pool's permits were in use): given back,
+ *     they go to the reserve;
+ *   - RDEBT(s): permits reserve s owes the common pool: it was lowered
+ *     while its permits were in use, or it was lent a common permit.
+ * Counting permits that exist, held or free: the common pool's minus DEBT
+ * and ROWED plus RDEBT is its size, each reserve's minus RDEBT plus ROWED
+ * is its size; so all of them minus DEBT is the limit, whatever the moves.
+ *
+ * Waiting stays FIFO within what a waiter may use: others wait on the
+ * common pool's semaphore, members on their reserve's. A member waiting
+ * could use a common permit too: whoever gives one back while members
+ * wait (waiting_hint) and nobody waits on the common pool lends it to
+ * their reserve, with RDEBT recording that it is the common pool's. A
+ * member raises the hint before its last look at the common pool, so a
+ * permit given back in between is either seen by that look or lent.
+ * Lent permits nobody took are taken back by whoever finds the common
+ * pool empty.
+ *
+ * Hints (debt_hint, owed_hint, waiting_hint: shared atomics) only save
+ * syscalls: each is raised before its semaphore and lowered after, so a
+ * zero hint means a zero semaphore. A process killed between leaves a
+ * hint high, which costs a few zero-checks per take, never a permit.
+ *
+ * Releasing is async-signal-safe: atomics and semops, no lock. */
+#include "permits/permits_internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/sem.h>
+#include <time.h>
+
+enum { DEBT_SLICE_NS = 50 * 1000000 };
+
+static struct bh_shared_compartment *shared_of(struct bh_namespace *ns, int index)
+{
+    return &ns->state->compartments[index];
+}
+
+static unsigned short slot_of(struct bh_shared_compartment *shared, int reserve)
+{
+    return (unsigned short)atomic_load_explicit(&shared->reserves[reserve].slot,
+                                                memory_order_relaxed);
+}
+
+/* ---- taking ---- */
+
+/* The zero-checks that keep a free common permit from a taker while the
+ * common pool owes it (to retirement, or to a reserve). Returns how many
+ * were appended. */
+static int owed_checks(struct bh_shared_compartment *shared, int index,
+                       struct sembuf *ops, short flags)
+{
+    int n = 0;
+    if (atomic_load_explicit(&shared->debt_hint, memory_order_relaxed))
+        ops[n++] = (struct sembuf){ BH_SEM_DEBT(index), 0, flags };
+    if (atomic_load_explicit(&shared->owed_hint, memory_order_relaxed))
+        for (int r = 0; r < atomic_load(&shared->reserve_count); r++)
+            ops[n++] = (struct sembuf){ BH_SEM_ROWED(slot_of(shared, r)), 0, flags };
+    return n;
+}
+
+/* `common` from the common pool and `reserved` from reserve r's, in one
+ * semop; timeout NULL: IPC_NOWAIT. */
+static int take_ops(struct bh_namespace *ns, int index, int reserve, int common,
+                    int reserved, const struct timespec *timeout)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    short flags = timeout ? 0 : IPC_NOWAIT;
+    struct sembuf ops[2 + 1 + BH_MAX_RESERVES];
+    int n = 0;
+    if (reserved)
+        ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot_of(shared, reserve)),
+                                    (short)-reserved, (short)(SEM_UNDO | flags) };
+    if (common) {
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-common,
+                                    (short)(SEM_UNDO | flags) };
+        n += owed_checks(shared, index, ops + n, flags);
+    }
+    return timeout ? semtimedop(ns->semid, ops, n, timeout) : semop(ns->semid, ops, n);
+}
+
+/* The reserve this caller takes from: its own, unless it still holds
+ * permits of another (a program exec'd by a member of another reserve). */
+static int reserve_of(const struct bh_permit_ask *ask)
+{
+    int holding = bh_holding_reserve(ask->index);
+    return holding < 0 || holding == ask->reserve ? ask->reserve : -1;
+}
+
+/* Without waiting: a member's reserve, then its reserve and the common
+ * pool together, then the common pool. 0, or -1 (EAGAIN: full). */
+static int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+                    struct bh_taken *got)
+{
+    int reserve = reserve_of(ask), weight = ask->weight;
+    *got = (struct bh_taken){ .common = (uint32_t)weight, .reserve = reserve };
+    if (reserve >= 0) {
+        if (take_ops(ns, ask->index, reserve, 0, weight, NULL) == 0) {
+            *got = (struct bh_taken){ 0, (uint32_t)weight, reserve };
+            return 0;
+        }
+        int free_now = errno == EAGAIN && weight > 1
+            ? semctl(ns->semid, BH_SEM_RFREE(slot_of(shared_of(ns, ask->index), reserve)),
+                     GETVAL) : 0;
+        if (free_now > 0 && free_now < weight &&
+            take_ops(ns, ask->index, reserve, weight - free_now, free_now, NULL) == 0) {
+            *got = (struct bh_taken){ (uint32_t)(weight - free_now), (uint32_t)free_now,
+                                      reserve };
+            return 0;
+        }
+    }
+    return take_ops(ns, ask->index, -1, weight, 0, NULL);
+}
+
+/* Lent permits no member took (it timed out, or took another) go back to
+ * the common pool; only while no member waits for them. Returns how many. */
+static int reclaim_lent(struct bh_namespace *ns, int index)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    int reclaimed = 0;
+    for (int r = 0; r < atomic_load(&shared->reserve_count); r++) {
+        struct bh_reserve_shared *reserve = &shared->reserves[r];
+        unsigned short slot = slot_of(shared, r);
+        struct sembuf pay[3] = {
+            { BH_SEM_RFREE(slot), -1, IPC_NOWAIT },
+            { BH_SEM_RDEBT(slot), -1, IPC_NOWAIT },
+            { BH_SEM_FREE(index), +1, 0 },
+        };
+        while (atomic_load(&reserve->debt_hint) && !atomic_load(&reserve->waiting_hint) &&
+               semop(ns->semid, pay, 3) == 0) {
+            atomic_fetch_sub(&reserve->debt_hint, 1);
+            reclaimed++;
+        }
+    }
+    return reclaimed;
+}
+
+static void raise_to(_Atomic int64_t *maximum, int64_t value)
+{
+    int64_t seen = atomic_load_explicit(maximum, memory_order_relaxed);
+    while (value > seen &&
+           !atomic_compare_exchange_weak_explicit(maximum, &seen, value,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+int bh_reserve_values(struct bh_namespace *ns, int slot, int *free_now, int *debt,
+                      int *owed)
+{
+    *free_now = semctl(ns->semid, BH_SEM_RFREE(slot), GETVAL);
+    *debt = semctl(ns->semid, BH_SEM_RDEBT(slot), GETVAL);
+    *owed = semctl(ns->semid, BH_SEM_ROWED(slot), GETVAL);
+    return *free_now < 0 || *debt < 0 || *owed < 0 ? -1 : 0;
+}
+
+/* limit + DEBT - every free permit (see the count at the top). */
+int bh_in_use_now(struct bh_namespace *ns, int index)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    int free_now = semctl(ns->semid, BH_SEM_FREE(index), GETVAL);
+    int debt = atomic_load(&shared->debt_hint)
+                   ? semctl(ns->semid, BH_SEM_DEBT(index), GETVAL) : 0;
+    if (free_now < 0 || debt < 0)
+        return -1;
+    int in_use = atomic_load(&shared->limit) + debt - free_now;
+    for (int r = 0; r < atomic_load(&shared->reserve_count); r++) {
+        int reserve_free = semctl(ns->semid, BH_SEM_RFREE(slot_of(shared, r)), GETVAL);
+        if (reserve_free < 0)
+            return -1;
+        in_use -= reserve_free;
+    }
+    return in_use;
+}
+
+/* The hint says this grant may be a new peak. The hint runs high while a
+ * killed holder's record is not reaped yet, so a peak is only ever
+ * recorded as the semaphores count it; a hint found high is mended by
+ * reaping. This costs a semctl only when the hint passes the peak, which a
+ * correct hint does only when a real new peak is reached. */
+static void raise_peak(struct bh_namespace *ns, int index, int64_t hint)
+{
+    int exact = bh_in_use_now(ns, index);
+    if (exact < 0)
+        return;
+    raise_to(&shared_of(ns, index)->peak_in_use, exact);
+    if (exact < hint)
+        bh_holders_reap(ns);
+}
+
+static void count_granted(struct bh_namespace *ns, int index, struct bh_taken got,
+                          int64_t waited_ns)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    atomic_fetch_add_explicit(&shared->acquired, 1, memory_order_relaxed);
+    int64_t permits = got.common + got.reserved;
+    int64_t holders = atomic_fetch_add(&shared->holders_hint, permits) + permits;
+    if (holders > atomic_load_explicit(&shared->peak_in_use, memory_order_relaxed))
+        raise_peak(ns, index, holders);
+    if (waited_ns >= 0) {
+        atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns,
+                                  memory_order_relaxed);
+        raise_to(&shared->wait_ns_max, waited_ns);
+    }
+    bh_holding_add(ns, index, got);
+}
+
+void bh_pools_forget_holders(struct bh_namespace *ns, int index, uint32_t permits)
+{
+    atomic_fetch_sub(&shared_of(ns, index)->holders_hint, permits);
+}
+
+void bh_permit_count_rejected(struct bh_namespace *ns, int index)
+{
+    atomic_fetch_add_explicit(&shared_of(ns, index)->rejected, 1, memory_order_relaxed);
+}
+
+void bh_permit_count_per_process(struct bh_namespace *ns, int index)
+{
+    atomic_fetch_add_explicit(&shared_of(ns, index)->per_process_refused, 1,
+                              memory_order_relaxed);
+}
+
+void bh_permit_count_bypassed(struct bh_namespace *ns, int index)
+{
+    atomic_fetch_add_explicit(&shared_of(ns, index)->bypassed, 1, memory_order_relaxed);
+}
+
+enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
+                                     const struct bh_permit_ask *ask)
+{
+    int saved_errno = errno;
+    enum bh_acquire_result result = BH_ACQUIRED;
+    struct bh_taken got;
+    int rc = take_now(ns, ask, &got);
+    if (rc < 0 && errno == EAGAIN && reclaim_lent(ns, ask->index))
+        rc = take_now(ns, ask, &got);
+    if (rc == 0)
+        count_granted(ns, ask->index, got, -1);
+    else
+        result = errno == EAGAIN ? BH_REJECTED
+                                 : BH_BYPASS; /* removed, or no undo space */
+    errno = saved_errno;
+    return result;
+}
+
+/* ---- waiting ---- */
+
+/* Free common permits that appeared while the common pool owes (a holder
+ * died after `set` lowered the limit or raised a reserve) pay what it owes
+ * before anyone may take them. */
+static void pay_owed_from_free(struct bh_namespace *ns, int index)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    struct sembuf retire[2] = {
+        { BH_SEM_FREE(index), -1, IPC_NOWAIT },
+        { BH_SEM_DEBT(index), -1, IPC_NOWAIT },
+    };
+    while (atomic_load(&shared->debt_hint) > 0 && semop(ns->semid, retire, 2) == 0)
+        atomic_fetch_sub(&shared->debt_hint, 1);
+    for (int r = 0; r < atomic_load(&shared->reserve_count); r++) {
+        struct bh_reserve_shared *reserve = &shared->reserves[r];
+        unsigned short slot = slot_of(shared, r);
+        struct sembuf pay[3] = {
+            { BH_SEM_FREE(index), -1, IPC_NOWAIT },
+            { BH_SEM_ROWED(slot), -1, IPC_NOWAIT },
+            { BH_SEM_RFREE(slot), +1, 0 },
+        };
+        while (atomic_load(&reserve->owed_hint) > 0 && semop(ns->semid, pay, 3) == 0) {
+            atomic_fetch_sub(&reserve->owed_hint, 1);
+            atomic_fetch_sub(&shared->owed_hint, 1);
+        }
+    }
+}
+
+static struct timespec until(int64_t left_ns)
+{
+    return (struct timespec){ left_ns / 1000000000, left_ns % 1000000000 };
+}
+
+/* The common pool until `deadline`: 0, or -1 with errno (EAGAIN when it
+ * passed, EINTR for a signal). While the pool owes, a dead holder's
+ * permit sits in the free semaphore and the take waits on the debt, so
+ * the wait goes in slices, paying from free permits between them
+ * (arrival order is given up only then). */
+static int take_common_within(struct bh_namespace *ns, int index, int weight,
+                              int64_t deadline)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    for (;;) {
+        int64_t left = deadline - bh_monotonic_ns();
+        if (left <= 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        int owes = atomic_load(&shared->debt_hint) || atomic_load(&shared->owed_hint);
+        if (owes) {
+            pay_owed_from_free(ns, index);
+            if (left > DEBT_SLICE_NS)
+                left = DEBT_SLICE_NS;
+        }
+        struct timespec wait = until(left);
+        if (take_ops(ns, index, -1, weight, 0, &wait) == 0)
+            return 0;
+        if (errno != EAGAIN || !owes)
+            return -1;
+    }
+}
+
+/* A member waits on its reserve; see the top for how common permits
+ * reach it meanwhile. */
+static int take_reserved_within(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+                                int reserve, int64_t deadline, struct bh_taken *got)
+{
+    struct bh_reserve_shared *shared = &shared_of(ns, ask->index)->reserves[reserve];
+    atomic_fetch_add(&shared->waiting_hint, 1);
+    int rc = take_now(ns, ask, got);  /* after the hint: nothing given back is missed */
+    while (rc < 0 && errno == EAGAIN) {
+        int64_t left = deadline - bh_monotonic_ns();
+        if (left <= 0)
+            break;
+        struct timespec wait = until(left);
+        rc = take_ops(ns, ask->index, reserve, 0, ask->weight, &wait);
+        if (rc == 0)
+            *got = (struct bh_taken){ 0, (uint32_t)ask->weight, reserve };
+    }
+    int saved = errno;
+    atomic_fetch_sub(&shared->waiting_hint, 1);
+    if (rc < 0)
+        reclaim_lent(ns, ask->index);
+    errno = saved;
+    return rc;
+}
+
+/* Waiters on every pool of the compartment: GETNCNT, the kernel's count. */
+static int waiters(struct bh_namespace *ns, int index)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    int count = semctl(ns->semid, BH_SEM_FREE(index), GETNCNT);
+    for (int r = 0; count >= 0 && r < atomic_load(&shared->reserve_count); r++) {
+        int more = semctl(ns->semid, BH_SEM_RFREE(slot_of(shared, r)), GETNCNT);
+        count = more < 0 ? more : count + more;
+    }
+    return count;
+}
+
+enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
+                                      const struct bh_permit_ask *ask,
+                                      int wait_ms, int max_waiters)
+{
+    int saved_errno = errno;
+    enum bh_acquire_result result = BH_REJECTED;
+    struct bh_shared_compartment *shared = shared_of(ns, ask->index);
+    int64_t started = bh_monotonic_ns(), deadline = started + bh_ms_to_ns(wait_ms);
+    int reserve = reserve_of(ask);
+    struct bh_taken got = { (uint32_t)ask->weight, 0, -1 };
+    /* Two callers checking at once may both get in. */
+    if (waiters(ns, ask->index) >= max_waiters) {
+        bh_permit_count_rejected(ns, ask->index);
+        errno = saved_errno;
+        return result;
+    }
+    int rc = reserve >= 0
+        ? take_reserved_within(ns, ask, reserve, deadline, &got)
+        : take_common_within(ns, ask->index, ask->weight, deadline);
+    if (rc == 0) {
+        result = BH_ACQUIRED;
+        count_granted(ns, ask->index, got, bh_monotonic_ns() - started);
+    } else if (errno == EAGAIN) {
+        result = BH_TIMED_OUT;
+        atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
+    } else {
+        /* EINTR: a signal ends the wait, as it ends a blocking connect();
+         * EIDRM/EINVAL: the namespace was removed (reset). */
+        result = errno == EINTR ? BH_INTERRUPTED : BH_BYPASS;
+    }
+    errno = saved_errno;
+    return result;
+}
+
+/* ---- giving back ---- */
+
+/* One permit back, and straight on to where the pool owes it, in one
+ * semop: +1 with SEM_UNDO clears this process's undo record, -1 without
+ * takes it out again, the debt shrinks and `to` (if any) grows. */
+static int pay_one(struct bh_namespace *ns, unsigned short from, unsigned short debt,
+                   int to)
+{
+    struct sembuf ops[4] = {
+        { from, +1, SEM_UNDO },
+        { from, -1, 0 },
+        { debt, -1, IPC_NOWAIT },
+        { (unsigned short)(to < 0 ? 0 : to), +1, 0 },
+    };
+    return semop(ns->semid, ops, to < 0 ? 3 : 4);
+}
+
+/* Members wait and the common pool's own waiters do not: lend them what
+ * was just given back (no more than they wait for, at least one: a member
+ * about to sleep is not counted yet). */
+static void lend_to_members(struct bh_namespace *ns, int index, int given)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    for (int r = 0; r < atomic_load(&shared->reserve_count) && given > 0; r++) {
+        struct bh_reserve_shared *reserve = &shared->reserves[r];
+        if (!atomic_load(&reserve->waiting_hint) ||
+            semctl(ns->semid, BH_SEM_FREE(index), GETNCNT) != 0)
+            continue;
+        unsigned short slot = slot_of(shared, r);
+        int wanted = semctl(ns->semid, BH_SEM_RFREE(slot), GETNCNT);
+        struct sembuf lend[3] = {
+            { BH_SEM_FREE(index), -1, IPC_NOWAIT },
+            { BH_SEM_RDEBT(slot), +1, 0 },
+            { BH_SEM_RFREE(slot), +1, 0 },
+        };
+        for (int lent = 0; given > 0 && (lent == 0 || lent < wanted); lent++, given--) {
+            atomic_fetch_add(&reserve->debt_hint, 1);
+            if (semop(ns->semid, lend, 3) < 0) {
+                atomic_fetch_sub(&reserve->debt_hint, 1);
+                return;
+            }
+        }
+    }
+}
+
+static void give_common(struct bh_namespace *ns, int index, int count)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    while (count > 0 && atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
+           pay_one(ns, BH_SEM_FREE(index), BH_SEM_DEBT(index), -1) == 0) {
+        atomic_fetch_sub(&shared->debt_hint, 1);
+        count--;
+    }
+    for (int r = 0; count > 0 && atomic_load_explicit(&shared->owed_hint, memory_order_relaxed) &&
+                    r < atomic_load(&shared->reserve_count); r++) {
+        struct bh_reserve_shared *reserve = &shared->reserves[r];
+        unsigned short slot = slot_of(shared, r);
+        while (count > 0 && atomic_load(&reserve->owed_hint) &&
+               pay_one(ns, BH_SEM_FREE(index), BH_SEM_ROWED(slot), BH_SEM_RFREE(slot)) == 0) {
+            atomic_fetch_sub(&reserve->owed_hint, 1);
+            atomic_fetch_sub(&shared->owed_hint, 1);
+            count--;
+        }
+    }
+    if (count > 0 && bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)count, SEM_UNDO) == 0 &&
+        atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
+        lend_to_members(ns, index, count);
+}
+
+static void give_reserved(struct bh_namespace *ns, int index, int reserve, int count)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    struct bh_reserve_shared *pool = &shared->reserves[reserve];
+    unsigned short slot = slot_of(shared, reserve);
+    while (count > 0 && atomic_load(&pool->debt_hint) &&
+           pay_one(ns, BH_SEM_RFREE(slot), BH_SEM_RDEBT(slot), BH_SEM_FREE(index)) == 0) {
+        atomic_fetch_sub(&pool->debt_hint, 1);
+        count--;
+    }
+    if (count > 0)
+        bh_sem_op(ns->semid, BH_SEM_RFREE(slot), (short)count, SEM_UNDO);
+}
+
+void bh_permit_release(struct bh_namespace *ns, int index, int weight)
+{
+    int saved_errno = errno;
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    /* Before the semop: the waiter it wakes counts itself in at once. */
+    atomic_fetch_sub_explicit(&shared->holders_hint, weight, memory_order_relaxed);
+    struct bh_taken taken = bh_holding_remove(index, weight);
+    /* Permits no count of ours names (taken before a failed record) were
+     * the common pool's: all were, before reserves. */
+    int common = weight - (int)taken.reserved;
+    if (taken.reserved && taken.reserve >= 0 &&
+        taken.reserve < atomic_load(&shared->reserve_count))
+        give_reserved(ns, index, taken.reserve, (int)taken.reserved);
+    else
+        common = weight;
+    give_common(ns, index, common);
+    errno = saved_errno;
+}
+
+/* ---- changing the limit and the reserves (under the namespace lock) ---- */
+
+int bh_take_up_to(struct bh_namespace *ns, unsigned short num, int amount)
+{
+    for (;;) {
+        int available = semctl(ns->semid, num, GETVAL);
+        if (available < 0)
+            return -1;
+        int take = available < amount ? available : amount;
+        if (take == 0 || bh_sem_op(ns->semid, num, (short)-take, IPC_NOWAIT) == 0)
+            return take;
+        if (errno != EAGAIN)
+            return -1;
+    }
+}
+
+/* Moves up to `amount` free permits from one pool to another in one
+ * semop; how many. */
+static int move_free(struct bh_namespace *ns, unsigned short from, unsigned short to,
+                     int amount)
+{
+    for (;;) {
+        int available = semctl(ns->semid, from, GETVAL);
+        if (available < 0)
+            return -1;
+        int move = available < amount ? available : amount;
+        struct sembuf ops[2] = { { from, (short)-move, IPC_NOWAIT }, { to, (short)move, 0 } };
+        if (move == 0 || semop(ns->semid, ops, 2) == 0)
+            return move;
+        if (errno != EAGAIN)
+            return -1;
+    }
+}
+
+/* Adds `amount` to a debt semaphore, its hint first: a taker that sees
+ * no hint must see no debt. */
+static int owe(struct bh_namespace *ns, unsigned short num, _Atomic uint32_t *hint,
+               _Atomic uint32_t *also, int amount)
+{
+    if (amount <= 0)
+        return 0;
+    atomic_fetch_add(hint, amount);
+    if (also)
+        atomic_fetch_add(also, amount);
+    if (bh_sem_op(ns->semid, num, (short)amount, 0) == 0)
+        return 0;
+    atomic_fetch_sub(hint, amount);
+    if (also)
+        atomic_fetch_sub(also, amount);
+    return -1;
+}
+
+/* Takes up to `amount` off a debt semaphore (forgiven); how many. */
+static int forgive(struct bh_namespace *ns, unsigned short num, _Atomic uint32_t *hint,
+                   _Atomic uint32_t *also, int amount)
+{
+    int forgiven = bh_take_up_to(ns, num, amount);
+    if (forgiven > 0) {
+        atomic_fetch_sub(hint, forgiven);
+        if (also)
+            atomic_fetch_sub(also, forgiven);
+    }
+    return forgiven;
+}
+
+static int lower_limit(struct bh_namespace *ns, int index, int amount)
+{
+    int retired_now = bh_take_up_to(ns, BH_SEM_FREE(index), amount);
+    if (retired_now < 0)
+        return -1;
+    return owe(ns, BH_SEM_DEBT(index), &shared_of(ns, index)->debt_hint, NULL,
+               amount - retired_now);
+}
+
+static int raise_limit(struct bh_namespace *ns, int index, int amount)
+{
+    int forgiven = forgive(ns, BH_SEM_DEBT(index), &shared_of(ns, index)->debt_hint,
+                           NULL, amount);
+    if (forgiven < 0)
+        return -1;
+    int added = amount - forgiven;
+    return added > 0 ? bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)added, 0) : 0;
+}
+
+int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    if (limit < 0 || limit > BH_SEM_VALUE_MAX) {
+        errno = ERANGE;
+        return -1;
+    }
+    if (bh_lock_namespace(ns) < 0)
+        return -1;
+    int old_limit = atomic_load(&shared->limit);
+    int rc = 0;
+    if (limit < atomic_load(&shared->reserved)) {
+        errno = ERANGE;
+        rc = -1;
+    } else if (limit < old_limit) {
+        rc = lower_limit(ns, index, old_limit - limit);
+    } else if (limit > old_limit) {
+        rc = raise_limit(ns, index, limit - old_limit);
+    }
+    if (rc == 0)
+        atomic_store(&shared->limit, limit);
+    int saved = errno;
+    bh_unlock_namespace(ns);
+    errno = saved;
+    return rc;
+}
+
+/* The reserve grows by `amount` out of the common pool: what it owed the
+ * common pool is forgiven first, then free common permits move, and the
+ * common pool owes the rest, paid as its permits come back. */
+static int grow_reserve(struct bh_namespace *ns, int index, int r, int amount)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    struct bh_reserve_shared *reserve = &shared->reserves[r];
+    unsigned short slot = slot_of(shared, r);
+    int forgiven = forgive(ns, BH_SEM_RDEBT(slot), &reserve->debt_hint, NULL, amount);
+    int moved = forgiven < 0 ? -1
+        : move_free(ns, BH_SEM_FREE(index), BH_SEM_RFREE(slot), amount - forgiven);
+    if (moved < 0)
+        return -1;
+    return owe(ns, BH_SEM_ROWED(slot), &reserve->owed_hint, &shared->owed_hint,
+               amount - forgiven - moved);
+}
+
+/* The mirror image: the reserve shrinks by `amount` into the common pool. */
+static int shrink_reserve(struct bh_namespace *ns, int index, int r, int amount)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    struct bh_reserve_shared *reserve = &shared->reserves[r];
+    unsigned short slot = slot_of(shared, r);
+    int forgiven = forgive(ns, BH_SEM_ROWED(slot), &reserve->owed_hint,
+                           &shared->owed_hint, amount);
+    int moved = forgiven < 0 ? -1
+        : move_free(ns, BH_SEM_RFREE(slot), BH_SEM_FREE(index), amount - forgiven);
+    if (moved < 0)
+        return -1;
+    return owe(ns, BH_SEM_RDEBT(slot), &reserve->debt_hint, NULL,
+               amount - forgiven - moved);
+}
+
+int bh_reserve_set(struct bh_namespace *ns, int index, int r, int permits)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    if (permits < 0 || permits > BH_SEM_VALUE_MAX) {
+        errno = ERANGE;
+        return -1;
+    }
+    if (bh_lock_namespace(ns) < 0)
+        return -1;
+    int old = atomic_load(&shared->reserves[r].permits);
+    int reserved = atomic_load(&shared->reserved) - old + permits, rc = 0;
+    if (reserved > atomic_load(&shared->limit)) {
+        errno = ERANGE;
+        rc = -1;
+    } else if (permits > old) {
+        rc = grow_reserve(ns, index, r, permits - old);
+    } else if (permits < old) {
+        rc = shrink_reserve(ns, index, r, old - permits);
+    }
+    if (rc == 0) {
+        atomic_store(&shared->reserves[r].permits, permits);
+        atomic_store(&shared->reserved, reserved);
+    }
+    int saved = errno;
+    bh_unlock_namespace(ns);
+    errno = saved;
+    return rc;
+}
+
+int bh_reserve_read(struct bh_namespace *ns, int index, int r,
+                    struct bh_reserve_view *view)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    struct bh_reserve_shared *reserve = &shared->reserves[r];
+    int free_now, debt, owed;
+    if (bh_reserve_values(ns, slot_of(shared, r), &free_now, &debt, &owed) < 0)
+        return -1;
+    memset(view, 0, sizeof *view);
+    memcpy(view->who, reserve->who, sizeof view->who);
+    view->who[BH_WHO_MAX - 1] = '\0';
+    view->permits = atomic_load(&reserve->permits);
+    view->in_use = view->permits + debt - owed - free_now;
+    view->waiting = semctl(ns->semid, BH_SEM_RFREE(slot_of(shared, r)), GETNCNT);
+    return view->waiting < 0 ? -1 : 0;
+}
