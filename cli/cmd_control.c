@@ -380,8 +380,10 @@ static void describe_use(struct bh_namespace *ns, int index,
     struct cli_holders all;
     int count = 0;
     char *holders = NULL;
-    if (cli_holders_collect(ns, &all) == 0)
-        holders = cli_format_holders(cli_holders_of(&all, index, &count), count);
+    if (cli_holders_collect(ns, &all) == 0) {
+        const struct cli_holder *first = cli_holders_of(&all, index, &count);
+        holders = cli_format_holders(first, count);
+    }
     size_t used = strlen(text);
     snprintf(text + used, textlen - used, "%s%s: %d permit%s held by %s, %d waiting",
              used ? "; " : "", view->name, view->in_use,

@@ -128,8 +128,10 @@ static int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
     return take_ops(ns, ask->index, -1, weight, 0, NULL);
 }
 
-/* Lent permits no member took (it timed out, or took another) go back to
- * the common pool; only while no member waits for them. Returns how many. */
+/* Free reserved permits while the reserve owes the common pool (lent ones
+ * no member took, or a dead member's given back by the kernel after the
+ * reserve was lowered) pay it; only while no member waits for them.
+ * Returns how many. */
 static int reclaim_lent(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
@@ -243,26 +245,6 @@ void bh_permit_count_bypassed(struct bh_namespace *ns, int index)
     atomic_fetch_add_explicit(&shared_of(ns, index)->bypassed, 1, memory_order_relaxed);
 }
 
-enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
-                                     const struct bh_permit_ask *ask)
-{
-    int saved_errno = errno;
-    enum bh_acquire_result result = BH_ACQUIRED;
-    struct bh_taken got;
-    int rc = take_now(ns, ask, &got);
-    if (rc < 0 && errno == EAGAIN && reclaim_lent(ns, ask->index))
-        rc = take_now(ns, ask, &got);
-    if (rc == 0)
-        count_granted(ns, ask->index, got, -1);
-    else
-        result = errno == EAGAIN ? BH_REJECTED
-                                 : BH_BYPASS; /* removed, or no undo space */
-    errno = saved_errno;
-    return result;
-}
-
-/* ---- waiting ---- */
-
 /* Free common permits that appeared while the common pool owes (a holder
  * died after `set` lowered the limit or raised a reserve) pay what it owes
  * before anyone may take them. */
@@ -289,6 +271,32 @@ static void pay_owed_from_free(struct bh_namespace *ns, int index)
         }
     }
 }
+
+enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
+                                     const struct bh_permit_ask *ask)
+{
+    int saved_errno = errno;
+    enum bh_acquire_result result = BH_ACQUIRED;
+    struct bh_taken got;
+    /* Without debts (hints are raised before anything is owed) the
+     * semaphores need no zero-checks: one simple semop. */
+    struct bh_shared_compartment *shared = shared_of(ns, ask->index);
+    if (atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
+        atomic_load_explicit(&shared->owed_hint, memory_order_relaxed))
+        pay_owed_from_free(ns, ask->index);
+    int rc = take_now(ns, ask, &got);
+    if (rc < 0 && errno == EAGAIN && reclaim_lent(ns, ask->index))
+        rc = take_now(ns, ask, &got);
+    if (rc == 0)
+        count_granted(ns, ask->index, got, -1);
+    else
+        result = errno == EAGAIN ? BH_REJECTED
+                                 : BH_BYPASS; /* removed, or no undo space */
+    errno = saved_errno;
+    return result;
+}
+
+/* ---- waiting ---- */
 
 static struct timespec until(int64_t left_ns)
 {
