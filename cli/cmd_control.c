@@ -90,28 +90,47 @@ static int find_compartment(const struct bh_namespace *ns, const char *namespace
     return index;
 }
 
-/* One setting: "limit=N" with N a whole number of permits, or
- * "breaker=open" / "breaker=closed". */
+/* One setting: "limit=N" with N a whole number of permits,
+ * "breaker=open" / "breaker=closed", or "reserve.WHO=N" (WHO as written in
+ * rules.ini, itself holding '='s: the number is after the last one). */
 struct setting {
-    enum { SET_LIMIT, SET_BREAKER } what;
-    int value;  /* the limit; for the breaker, 1 open, 0 closed */
+    enum { SET_LIMIT, SET_BREAKER, SET_RESERVE } what;
+    int value;  /* the limit or the reserve; for the breaker, 1 open, 0 closed */
+    char who[BH_WHO_MAX];
 };
 
-static int parse_setting(const char *text, struct setting *setting)
+static int parse_whole(const char *text, int *value)
 {
-    if (strcmp(text, "breaker=open") == 0 || strcmp(text, "breaker=closed") == 0) {
-        *setting = (struct setting){ SET_BREAKER, text[8] == 'o' };
-        return 0;
-    }
-    if (strncmp(text, "limit=", 6) != 0 || text[6] < '0' || text[6] > '9')
+    if (*text < '0' || *text > '9')
         return -1;
     char *end;
     errno = 0;
-    long value = strtol(text + 6, &end, 10);
-    if (errno || *end || value > INT_MAX)
+    long number = strtol(text, &end, 10);
+    if (errno || *end || number > INT_MAX)
         return -1;
-    *setting = (struct setting){ SET_LIMIT, (int)value };
+    *value = (int)number;
     return 0;
+}
+
+static int parse_setting(const char *text, struct setting *setting)
+{
+    memset(setting, 0, sizeof *setting);
+    if (strcmp(text, "breaker=open") == 0 || strcmp(text, "breaker=closed") == 0) {
+        *setting = (struct setting){ SET_BREAKER, text[8] == 'o', "" };
+        return 0;
+    }
+    if (strncmp(text, "limit=", 6) == 0) {
+        setting->what = SET_LIMIT;
+        return parse_whole(text + 6, &setting->value);
+    }
+    const char *equals = strrchr(text, '=');
+    size_t who_length = equals ? (size_t)(equals - text) - 8 : 0;
+    if (strncmp(text, "reserve.", 8) != 0 || !equals || equals < text + 8 ||
+        who_length == 0 || who_length >= BH_WHO_MAX)
+        return -1;
+    setting->what = SET_RESERVE;
+    memcpy(setting->who, text + 8, who_length);
+    return parse_whole(equals + 1, &setting->value);
 }
 
 /* What a setting parse_setting refused should have been, by its key. */
@@ -121,7 +140,51 @@ static const char *setting_expected(const char *text)
         return "expected breaker=open or breaker=closed";
     if (strncmp(text, "limit=", 6) == 0)
         return "expected limit=N, N a whole number";
-    return "expected limit=N, N a whole number, or breaker=open|closed";
+    if (strncmp(text, "reserve.", 8) == 0)
+        return "expected reserve.WHO=N, WHO as in rules.ini, N a whole number";
+    return "expected limit=N, reserve.WHO=N (N a whole number), or "
+           "breaker=open|closed";
+}
+
+static int change_reserve(struct bh_namespace *ns, const char *namespace_name,
+                          const char *name, const struct setting *setting)
+{
+    int index = find_compartment(ns, namespace_name, name);
+    if (index < 0)
+        return CLI_FAILED;
+    int reserve = bh_reserve_find(ns, index, setting->who);
+    if (reserve < 0) {
+        cli_error("set: %s has no reserve for %s (reserves come from rules.ini)",
+                  name, setting->who);
+        return CLI_FAILED;
+    }
+    struct bh_compartment_view view;
+    struct bh_reserve_view before, after;
+    if (bh_compartment_read(ns, index, &view) < 0 ||
+        bh_reserve_read(ns, index, reserve, &before) < 0) {
+        cli_error("set: %s: %s", name, strerror(errno));
+        return CLI_FAILED;
+    }
+    if (bh_reserve_set(ns, index, reserve, setting->value) < 0) {
+        if (errno == ERANGE)
+            cli_error("set: %s: reserve for %s = %d: the reserves would add up to "
+                      "%d, more than limit %d", name, setting->who, setting->value,
+                      view.reserved - before.permits + setting->value, view.limit);
+        else
+            cli_error("set: %s: reserve for %s: %s", name, setting->who,
+                      strerror(errno));
+        return CLI_FAILED;
+    }
+    if (bh_reserve_read(ns, index, reserve, &after) < 0) {
+        cli_error("set: %s: %s", name, strerror(errno));
+        return CLI_FAILED;
+    }
+    printf("%s: reserve for %s %d -> %d, %d in use; common pool %d\n", name,
+           setting->who, before.permits, after.permits, after.in_use,
+           view.limit - (view.reserved - before.permits + after.permits));
+    if (after.in_use > after.permits)
+        printf("%s: no connection is cut; the reserve shrinks as they end\n", name);
+    return CLI_OK;
 }
 
 /* "closed", "open", "half-open", or "open (forced)" for set's line. */
@@ -179,7 +242,11 @@ static int change_limit(struct bh_namespace *ns, const char *namespace_name,
     if (bh_compartment_read(ns, index, &before) < 0 ||
         bh_compartment_set_limit(ns, index, limit) < 0 ||
         bh_compartment_read(ns, index, &after) < 0) {
-        cli_error("set: %s: limit %d: %s", name, limit, strerror(errno));
+        if (errno == ERANGE && limit < before.reserved)
+            cli_error("set: %s: limit %d: below its reserves, %d together (lower "
+                      "them first with reserve.WHO=N)", name, limit, before.reserved);
+        else
+            cli_error("set: %s: limit %d: %s", name, limit, strerror(errno));
         return CLI_FAILED;
     }
     printf("%s: limit %d -> %d, %d in use\n", name, before.limit, after.limit,
@@ -206,8 +273,8 @@ static int set_command(int argc, char **argv)
         return CLI_USAGE;
     struct setting setting;
     if (argc - optind != 2)
-        return cli_usage_error(&cli_set_command, "give a compartment and limit=N "
-                               "or breaker=open|closed");
+        return cli_usage_error(&cli_set_command, "give a compartment and limit=N, "
+                               "reserve.WHO=N or breaker=open|closed");
     if (parse_setting(argv[optind + 1], &setting) < 0)
         return cli_usage_error(&cli_set_command, "\"%s\": %s", argv[optind + 1],
                                setting_expected(argv[optind + 1]));
@@ -219,6 +286,8 @@ static int set_command(int argc, char **argv)
         return CLI_FAILED;
     int status = setting.what == SET_LIMIT
                      ? change_limit(&ns, namespace_name, argv[optind], setting.value)
+                 : setting.what == SET_RESERVE
+                     ? change_reserve(&ns, namespace_name, argv[optind], &setting)
                      : change_breaker(&ns, namespace_name, argv[optind], setting.value);
     bh_namespace_close(&ns);
     return status;
@@ -227,7 +296,7 @@ static int set_command(int argc, char **argv)
 const struct cli_command cli_set_command = {
     .name = "set",
     .synopsis = "bulkhead set [-c rules.ini | -n NAMESPACE] [-u USER] "
-                "COMPARTMENT limit=N | breaker=open | breaker=closed\n"
+                "COMPARTMENT limit=N | reserve.WHO=N | breaker=open | breaker=closed\n"
                 "       bulkhead set --fleet [-c rules.ini] COMPARTMENT limit=N",
     .help =
         "Changes the live limit of a registered compartment for every process\n"
@@ -235,7 +304,12 @@ const struct cli_command cli_set_command = {
         "running processes and for those started later. Raising it hands the\n"
         "new permits to waiters now. Lowering it never cuts a connection and\n"
         "never blocks: new connections wait or are refused until fewer than N\n"
-        "are in use.\n"
+        "are in use. The limit cannot go below the reserves together.\n"
+        "\n"
+        "reserve.WHO=N resizes the compartment's reserve for WHO, written as in\n"
+        "rules.ini (reserve.program=billing-*=3); the common pool gets or gives\n"
+        "the difference. Free permits move at once, held ones as they are given\n"
+        "back: no connection is cut, and the limit holds throughout.\n"
         "\n"
         "breaker=open forces the compartment's circuit breaker open for every\n"
         "process: each matched connect is refused at once, until breaker=closed,\n"
@@ -248,8 +322,9 @@ const struct cli_command cli_set_command = {
         "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
         "                        unless USER is yourself)\n"
         "\n"
-        "Exit status: 0; 1 when the namespace has no state yet or has no such\n"
-        "compartment; 2 for a usage error.\n",
+        "Exit status: 0; 1 when the namespace has no state yet, has no such\n"
+        "compartment or reserve, or the change does not fit the limit; 2 for a\n"
+        "usage error.\n",
     .run = set_command,
 };
 
