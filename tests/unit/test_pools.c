@@ -1,0 +1,313 @@
+/* The pools of a compartment over a real namespace of its own (SysV
+ * semaphores and shared memory, removed at the end): a reserve only its
+ * members take, the common pool everyone takes, weights, the per_process
+ * claim, reserves resized under held permits, a common permit lent to a
+ * waiting member, holder records past the main segment, and what a
+ * SIGKILLed member held coming back. What each test observes is the
+ * kernel's semaphores, through the same calls `stat` makes. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "permits/permits.h"
+
+static struct bh_namespace ns;
+static int next_compartment;
+
+static int set_up(void **state)
+{
+    (void)state;
+    char name[64], err[256];
+    snprintf(name, sizeof name, "unit-pools-%d", (int)getpid());
+    if (bh_namespace_open(name, 1, &ns, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int tear_down(void **state)
+{
+    (void)state;
+    return bh_namespace_remove(&ns);
+}
+
+/* A fresh compartment: `limit` permits, and one reserve of `reserved` for
+ * "env=CLASS=critical" when reserved > 0. */
+static int compartment(int limit, int reserved)
+{
+    struct bh_compartment rules = { .limit = limit };
+    snprintf(rules.name, sizeof rules.name, "c%d", next_compartment++);
+    if (reserved) {
+        rules.reserve_count = 1;
+        rules.reserves[0].permits = reserved;
+        snprintf(rules.reserves[0].who.text, BH_WHO_MAX, "env=CLASS=critical");
+    }
+    int live, index = bh_compartment_register(&ns, &rules, limit, &live);
+    assert_true(index >= 0);
+    return index;
+}
+
+static int take(int index, int reserve, int weight)
+{
+    struct bh_permit_ask ask = { index, reserve, weight };
+    return bh_permit_try(&ns, &ask) == BH_ACQUIRED;
+}
+
+static int takes(int index, int reserve, int weight, int times)
+{
+    int taken = 0;
+    for (int i = 0; i < times; i++)
+        taken += take(index, reserve, weight);
+    return taken;
+}
+
+static void release(int index, int weight, int times)
+{
+    for (int i = 0; i < times; i++)
+        bh_permit_release(&ns, index, weight);
+}
+
+static struct bh_compartment_view read_view(int index)
+{
+    struct bh_compartment_view view;
+    assert_int_equal(bh_compartment_read(&ns, index, &view), 0);
+    return view;
+}
+
+static struct bh_reserve_view read_reserve(int index)
+{
+    struct bh_reserve_view view;
+    assert_int_equal(bh_reserve_read(&ns, index, 0, &view), 0);
+    return view;
+}
+
+static void test_others_get_only_the_common_pool(void **state)
+{
+    (void)state;
+    int c = compartment(5, 2);
+    assert_int_equal(takes(c, -1, 1, 5), 3);
+    assert_int_equal(read_view(c).in_use, 3);
+    assert_int_equal(takes(c, 0, 1, 3), 2);     /* the reserve is still there */
+    assert_int_equal(read_reserve(c).in_use, 2);
+    release(c, 1, 5);
+    assert_int_equal(read_view(c).in_use, 0);
+}
+
+static void test_members_take_their_reserve_then_the_common_pool(void **state)
+{
+    (void)state;
+    int c = compartment(5, 2);
+    assert_int_equal(takes(c, 0, 1, 6), 5);
+    assert_int_equal(read_reserve(c).in_use, 2);
+    assert_int_equal(takes(c, -1, 1, 1), 0);
+    /* The common pool's go back first: others may take one again. */
+    release(c, 1, 1);
+    assert_int_equal(read_reserve(c).in_use, 2);
+    assert_int_equal(takes(c, -1, 1, 1), 1);
+    release(c, 1, 1);
+    release(c, 1, 4);
+    assert_int_equal(read_view(c).in_use, 0);
+    assert_int_equal(read_reserve(c).in_use, 0);
+}
+
+static void test_weights_take_that_many(void **state)
+{
+    (void)state;
+    int c = compartment(8, 0);
+    assert_int_equal(takes(c, -1, 4, 3), 2);
+    assert_int_equal(takes(c, -1, 1, 1), 0);
+    assert_int_equal(read_view(c).in_use, 8);
+    release(c, 4, 1);
+    assert_int_equal(takes(c, -1, 1, 5), 4);
+    release(c, 1, 4);
+    release(c, 4, 1);
+    assert_int_equal(read_view(c).in_use, 0);
+}
+
+/* A member's weighted take splits across its reserve and the common pool,
+ * and goes back the same way. */
+static void test_a_weighted_member_takes_across_pools(void **state)
+{
+    (void)state;
+    int c = compartment(6, 2);
+    assert_int_equal(takes(c, 0, 1, 1), 1);      /* one reserved left */
+    assert_int_equal(takes(c, 0, 3, 1), 1);      /* 1 reserved + 2 common */
+    assert_int_equal(read_reserve(c).in_use, 2);
+    assert_int_equal(read_view(c).in_use, 4);
+    assert_int_equal(takes(c, -1, 1, 3), 2);
+    release(c, 3, 1);
+    release(c, 1, 1);
+    release(c, 1, 2);
+    assert_int_equal(read_view(c).in_use, 0);
+    assert_int_equal(read_reserve(c).in_use, 0);
+}
+
+static void test_per_process_claims(void **state)
+{
+    (void)state;
+    int c = compartment(10, 0);
+    struct bh_permit_ask one = { c, -1, 1 }, three = { c, -1, 3 };
+    assert_int_equal(bh_permit_claim(&three, 4), 0);
+    assert_int_equal(bh_permit_try(&ns, &three), BH_ACQUIRED);
+    assert_int_equal(bh_permit_claim(&one, 4), 0);
+    assert_int_equal(bh_permit_try(&ns, &one), BH_ACQUIRED);
+    assert_int_equal(bh_permit_claim(&one, 4), -1);  /* would hold 5 */
+    bh_permit_release(&ns, c, 1);                    /* unclaims too */
+    assert_int_equal(bh_permit_claim(&one, 4), 0);
+    bh_permit_unclaim(&one);                         /* took nothing */
+    bh_permit_release(&ns, c, 3);
+    assert_int_equal(bh_permit_claim(&three, 3), 0);
+    bh_permit_unclaim(&three);
+}
+
+/* Lowered under held permits, a reserve gives the common pool what is free
+ * now and the rest as it comes back; raised, the reverse. The compartment
+ * never has more than its limit in use. */
+static void test_resizing_a_reserve_keeps_the_limit(void **state)
+{
+    (void)state;
+    int c = compartment(5, 3);
+    assert_int_equal(takes(c, 0, 1, 3), 3);           /* the whole reserve */
+    assert_int_equal(takes(c, -1, 1, 2), 2);          /* the whole common pool */
+    assert_int_equal(bh_reserve_set(&ns, c, 0, 1), 0);  /* the reserve owes 2 */
+    assert_int_equal(takes(c, -1, 1, 1), 0);          /* nothing came back yet */
+    assert_int_equal(read_view(c).in_use, 5);
+    /* This process holds 2 common and 3 reserved permits; the common pool's
+     * go back first. The reserve grows by 3: 2 of them forgive its debt,
+     * the third the common pool owes it. */
+    assert_int_equal(bh_reserve_set(&ns, c, 0, 4), 0);
+    release(c, 1, 3);   /* the first pays the reserve, the second is free,
+                           the third is reserved */
+    assert_int_equal(read_reserve(c).permits, 4);
+    assert_int_equal(read_reserve(c).in_use, 2);
+    assert_int_equal(takes(c, -1, 1, 2), 1);          /* the common pool: 1 */
+    assert_int_equal(takes(c, 0, 1, 3), 2);           /* the reserve: 4, 2 held */
+    assert_int_equal(read_view(c).in_use, 5);
+    release(c, 1, 5);
+    assert_int_equal(read_view(c).in_use, 0);
+    assert_int_equal(read_reserve(c).in_use, 0);
+    assert_int_equal(bh_reserve_set(&ns, c, 0, 6), -1);  /* more than the limit */
+    assert_int_equal(bh_compartment_set_limit(&ns, c, 3), -1);  /* below it */
+}
+
+struct waiter {
+    int index;
+    enum bh_acquire_result result;
+};
+
+static void *wait_as_member(void *arg)
+{
+    struct waiter *waiter = arg;
+    struct bh_permit_ask ask = { waiter->index, 0, 1 };
+    waiter->result = bh_permit_wait(&ns, &ask, 5000, 10);
+    return NULL;
+}
+
+/* A member waits on its reserve; a common permit given back while no
+ * other waits is lent to it, and goes back to the common pool after. */
+static void test_a_waiting_member_gets_a_common_permit(void **state)
+{
+    (void)state;
+    int c = compartment(3, 1);
+    assert_int_equal(takes(c, 0, 1, 3), 3);   /* the member holds everything */
+    struct waiter waiter = { c, BH_REJECTED };
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, wait_as_member, &waiter), 0);
+    while (read_view(c).waiting == 0)
+        usleep(1000);
+    release(c, 1, 1);                         /* a common permit */
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    assert_int_equal(waiter.result, BH_ACQUIRED);
+    assert_int_equal(read_view(c).in_use, 3);
+    release(c, 1, 3);
+    assert_int_equal(read_view(c).in_use, 0);
+    assert_int_equal(takes(c, -1, 1, 3), 2);  /* the lent one is common again */
+    release(c, 1, 2);
+}
+
+static int holders_of;
+static void count_holder(pid_t pid, int index, uint32_t permits, void *ctx)
+{
+    (void)pid;
+    if (index == holders_of)
+        *(uint32_t *)ctx += permits;
+}
+
+/* With every record of the main segment taken, a holder gets one in a
+ * page, and `stat` still names it. */
+static void test_holders_past_the_main_segment(void **state)
+{
+    (void)state;
+    int c = compartment(2, 0), other = compartment(1, 0);
+    for (int i = 0; i < BH_HOLDERS_FIRST; i++) {
+        atomic_store(&ns.state->holders[i].compartment, other);
+        atomic_store(&ns.state->holders[i].pid, (int32_t)getpid());
+    }
+    assert_int_equal(takes(c, -1, 1, 2), 2);
+    uint32_t seen = 0;
+    holders_of = c;
+    bh_holders_visit(&ns, count_holder, &seen);
+    assert_int_equal(seen, 2);
+    assert_true(atomic_load(&ns.state->page_shmids[0]) > 0);
+    release(c, 1, 2);
+    for (int i = 0; i < BH_HOLDERS_FIRST; i++)
+        atomic_store(&ns.state->holders[i].pid, 0);
+}
+
+/* SIGKILL: the kernel gives back the reserved, the common and the weighted
+ * permits alike (SEM_UNDO), each to its own pool. */
+static void test_a_killed_member_gives_everything_back(void **state)
+{
+    (void)state;
+    int c = compartment(6, 2);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char byte = takes(c, 0, 3, 1) + takes(c, 0, 1, 1) == 2 ? 'y' : 'n';
+        if (write(ready[1], &byte, 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    char byte = 0;
+    assert_int_equal(read(ready[0], &byte, 1), 1);
+    assert_int_equal(byte, 'y');
+    assert_int_equal(read_view(c).in_use, 4);
+    assert_int_equal(read_reserve(c).in_use, 2);
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    assert_int_equal(read_view(c).in_use, 0);
+    assert_int_equal(read_reserve(c).in_use, 0);
+    assert_int_equal(takes(c, -1, 1, 5), 4);
+    release(c, 1, 4);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_others_get_only_the_common_pool),
+        cmocka_unit_test(test_members_take_their_reserve_then_the_common_pool),
+        cmocka_unit_test(test_weights_take_that_many),
+        cmocka_unit_test(test_a_weighted_member_takes_across_pools),
+        cmocka_unit_test(test_per_process_claims),
+        cmocka_unit_test(test_resizing_a_reserve_keeps_the_limit),
+        cmocka_unit_test(test_a_waiting_member_gets_a_common_permit),
+        cmocka_unit_test(test_holders_past_the_main_segment),
+        cmocka_unit_test(test_a_killed_member_gives_everything_back),
+    };
+    return cmocka_run_group_tests_name("pools", tests, set_up, tear_down);
+}
