@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "policy/who.h"
 #include "rules/rule_index.h"
 
 static const char *rule_kind_name(enum bh_rule_kind kind)
@@ -38,6 +39,41 @@ static void print_deadlines(const struct bh_compartment *compartment)
     printf("  breaker_open_max_ms %d\n", compartment->breaker_open_max_ms);
 }
 
+/* " (uid N)" after a user= WHO written as a name; empty otherwise. */
+static const char *user_uid_note(const struct bh_who *who, char *text,
+                                 size_t size)
+{
+    char digits[24];
+    snprintf(digits, sizeof digits, "%u", (unsigned)who->uid);
+    text[0] = '\0';
+    if (who->kind == BH_WHO_USER && strcmp(who->text + strlen("user="), digits))
+        snprintf(text, size, " (uid %s)", digits);
+    return text;
+}
+
+/* per_process, the reserves with the common pool left beside them, and the
+ * bypasses; only what is set. */
+static void print_policy(const struct bh_compartment *compartment)
+{
+    char note[40];
+    int reserved = 0;
+    if (compartment->per_process)
+        printf("  per_process  %d (one process holds at most %d)\n",
+               compartment->per_process, compartment->per_process);
+    for (int i = 0; i < compartment->reserve_count; i++) {
+        const struct bh_reserve *reserve = &compartment->reserves[i];
+        printf("  reserve      %d for %s%s\n", reserve->permits,
+               reserve->who.text, user_uid_note(&reserve->who, note, sizeof note));
+        reserved += reserve->permits;
+    }
+    if (compartment->reserve_count && compartment->limit > 0)
+        printf("  common pool  %d (limit less every reserve)\n",
+               compartment->limit - reserved);
+    for (int i = 0; i < compartment->bypass_count; i++)
+        printf("  bypass       %s%s\n", compartment->bypasses[i].text,
+               user_uid_note(&compartment->bypasses[i], note, sizeof note));
+}
+
 static void print_compartment(const struct bh_config *config, int index)
 {
     const struct bh_compartment *compartment = &config->compartments[index];
@@ -56,13 +92,17 @@ static void print_compartment(const struct bh_config *config, int index)
         printf("  fleet_limit  %d (fleet-wide; this host's share is granted by "
                "bulkhead agent, up to limit)\n", compartment->fleet_limit);
     print_deadlines(compartment);
+    print_policy(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {
         const struct bh_rule *rule = &config->rules[i];
         if (rule->compartment != index)
             continue;
-        printf("  %-11s  line %-4d %-8s  %s\n", label, rule->line,
+        printf("  %-11s  line %-4d %-8s  %s", label, rule->line,
                rule_kind_name(rule->kind), rule->text);
+        if (rule->weight != 1)
+            printf("  weight %d", rule->weight);
+        printf("\n");
         label = "";
     }
 }
@@ -123,8 +163,8 @@ static int check_fleet(const struct bh_config *config)
     return problems;
 }
 
-/* The options of check and explain: -c FILE and --help. Returns -1 when
- * parsing went on to the end, else the status to exit with. */
+/* The options of check: -c FILE and --help. Returns -1 when parsing went
+ * on to the end, else the status to exit with. */
 static int parse_config_option(const struct cli_command *command, int argc,
                                char **argv, const char **given)
 {
@@ -265,8 +305,64 @@ static void describe_deadlines(const struct bh_compartment *c, char *text,
                  c->breaker_open_ms, c->breaker_open_max_ms);
 }
 
+/* Whether a reserve's or bypass's WHO takes in the identity asked about,
+ * and what about it decided. */
+static void describe_who(const struct bh_who *who,
+                         const struct bh_identity *identity, char *text,
+                         size_t size)
+{
+    int matches = bh_who_matches(who, identity);
+    const char *verdict = matches ? "applies" : "does not apply";
+    switch (who->kind) {
+    case BH_WHO_PROGRAM:
+        if (identity->program)
+            snprintf(text, size, "%s (program %s)", verdict, identity->program);
+        else
+            snprintf(text, size, "applies if the program's name matches %s",
+                     who->text + strlen("program="));
+        return;
+    case BH_WHO_USER:
+        snprintf(text, size, "%s (uid %u)", verdict, (unsigned)identity->uid);
+        return;
+    case BH_WHO_ENV:
+        snprintf(text, size, "%s (%s %s in the environment)", verdict,
+                 who->text + strlen("env="), matches ? "is" : "is not");
+        return;
+    }
+    snprintf(text, size, "%s", verdict);
+}
+
+/* The rule's weight and the compartment's policy, as they fall on the
+ * identity asked about; only what is set. */
+static void explain_policy(const struct bh_rule *rule,
+                           const struct bh_compartment *compartment,
+                           const struct bh_identity *identity)
+{
+    char verdict[256];
+    if (rule->weight != 1)
+        printf("  weight %d: a connection through this rule takes %d permits\n",
+               rule->weight, rule->weight);
+    if (compartment->per_process)
+        printf("  per_process %d: one process holds at most %d of its permits\n",
+               compartment->per_process, compartment->per_process);
+    for (int i = 0; i < compartment->reserve_count; i++) {
+        const struct bh_reserve *reserve = &compartment->reserves[i];
+        describe_who(&reserve->who, identity, verdict, sizeof verdict);
+        printf("  reserve %d for %s: %s\n", reserve->permits, reserve->who.text,
+               verdict);
+    }
+    for (int i = 0; i < compartment->bypass_count; i++) {
+        const struct bh_who *who = &compartment->bypasses[i];
+        describe_who(who, identity, verdict, sizeof verdict);
+        printf("  bypass %s: %s%s\n", who->text, verdict,
+               bh_who_matches(who, identity)
+               ? ": this compartment does not limit the connection" : "");
+    }
+}
+
 static void print_verdict(const struct bh_config *config,
                           const struct bh_rule_index *index,
+                          const struct bh_identity *identity,
                           const struct addrinfo *address)
 {
     int rule = bh_rule_index_match(index, address->ai_addr, address->ai_addrlen);
@@ -286,10 +382,12 @@ static void print_verdict(const struct bh_config *config,
     describe_deadlines(compartment, deadlines, sizeof deadlines);
     if (deadlines[0])
         printf("  %s\n", deadlines);
+    explain_policy(matched, compartment, identity);
 }
 
 static void print_verdicts(const struct bh_config *config,
                            const struct bh_rule_index *index,
+                           const struct bh_identity *identity,
                            const char *destination, int resolved,
                            const struct addrinfo *addresses)
 {
@@ -300,14 +398,16 @@ static void print_verdicts(const struct bh_config *config,
             printf("%s = %s -> ", destination, shown);
         else
             printf("%s -> ", destination);
-        print_verdict(config, index, a);
+        print_verdict(config, index, identity, a);
     }
 }
 
 /* Each destination gets an index of its own: names noted while explaining
  * one must not make a later literal address match a hostname rule, as if
  * this process had resolved them for it. */
-static int explain_one(const struct bh_config *config, const char *destination)
+static int explain_one(const struct bh_config *config,
+                       const struct bh_identity *identity,
+                       const char *destination)
 {
     char text[512];
     unsigned port;
@@ -325,35 +425,127 @@ static int explain_one(const struct bh_config *config, const char *destination)
     struct addrinfo *addresses;
     int resolved = resolve(index, host, port, &addresses);
     if (resolved >= 0) {
-        print_verdicts(config, index, destination, resolved, addresses);
+        print_verdicts(config, index, identity, destination, resolved,
+                       addresses);
         freeaddrinfo(addresses);
     }
     bh_rule_index_free(index);
     return resolved < 0 ? CLI_FAILED : CLI_OK;
 }
 
+/* What explain is asked: the rules file and whom to explain for. env
+ * holds the --env values, NULL-terminated, when any was given. */
+struct explain_request {
+    const char *config_path;
+    struct bh_identity identity;
+    char **env;
+    int env_count;
+};
+
+/* --user NAME|UID, resolved as the rules' user= is. */
+static int set_explain_user(struct explain_request *request, const char *user)
+{
+    char text[BH_WHO_MAX + 8], why[256];
+    struct bh_who who;
+    snprintf(text, sizeof text, "user=%s", user);
+    if (*user == '\0' || bh_who_parse(text, &who, why, sizeof why) != 0)
+        return cli_usage_error(&cli_explain_command, "--user %s: no such user "
+                               "or uid", user);
+    request->identity.uid = who.uid;
+    return -1;
+}
+
+/* --env VAR=VALUE, repeatable: together they are the environment. */
+static int add_explain_env(struct explain_request *request, char *assignment)
+{
+    if (assignment[0] == '=' || !strchr(assignment, '='))
+        return cli_usage_error(&cli_explain_command, "--env %s: not VAR=VALUE",
+                               assignment);
+    request->env[request->env_count++] = assignment;
+    request->identity.env = request->env;
+    return -1;
+}
+
+/* --program NAME: a path is taken by its short name, as the shim sees it. */
+static int set_explain_program(struct explain_request *request,
+                               const char *program)
+{
+    const char *slash = strrchr(program, '/');
+    request->identity.program = slash ? slash + 1 : program;
+    if (*request->identity.program == '\0')
+        return cli_usage_error(&cli_explain_command, "--program %s: no program "
+                               "name", program);
+    return -1;
+}
+
+/* Like each set_ and add_ above: -1 to go on, else the status to exit
+ * with. */
+static int explain_option(struct explain_request *request, int option,
+                          char **argv)
+{
+    switch (option) {
+    case 'c': request->config_path = optarg; return -1;
+    case 'p': return set_explain_program(request, optarg);
+    case 'u': return set_explain_user(request, optarg);
+    case 'e': return add_explain_env(request, optarg);
+    }
+    return cli_option_problem(&cli_explain_command, option, argv);
+}
+
+/* -1 when parsing went on to the end, else the status to exit with.
+ * Without options the identity is the caller's, its program unknown. */
+static int parse_explain_options(struct explain_request *request, int argc,
+                                 char **argv)
+{
+    static const struct option options[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "program", required_argument, NULL, 'p' },
+        { "user", required_argument, NULL, 'u' },
+        { "env", required_argument, NULL, 'e' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    int option, status = -1;
+    bh_identity_self(&request->identity);
+    request->identity.program = NULL;
+    request->env = calloc((size_t)argc + 1, sizeof *request->env);
+    if (!request->env) {
+        cli_error("explain: out of memory");
+        return CLI_FAILED;
+    }
+    opterr = 0;
+    while (status < 0 &&
+           (option = getopt_long(argc, argv, ":c:h", options, NULL)) != -1)
+        status = explain_option(request, option, argv);
+    return status;
+}
+
 static int explain(int argc, char **argv)
 {
-    const char *given = NULL;
-    int parsed = parse_config_option(&cli_explain_command, argc, argv, &given);
-    if (parsed >= 0)
+    struct explain_request request = { 0 };
+    int parsed = parse_explain_options(&request, argc, argv);
+    if (parsed < 0 && optind >= argc)
+        parsed = cli_usage_error(&cli_explain_command, "no destination given");
+    if (parsed >= 0) {
+        free(request.env);
         return parsed;
-    if (optind >= argc)
-        return cli_usage_error(&cli_explain_command, "no destination given");
+    }
     struct bh_config config;
-    int loaded = cli_load_rules(given, &config) == 0;
+    int loaded = cli_load_rules(request.config_path, &config) == 0;
     int status = loaded ? CLI_OK : CLI_FAILED;
     for (int i = optind; loaded && i < argc; i++) {
-        int outcome = explain_one(&config, argv[i]);
+        int outcome = explain_one(&config, &request.identity, argv[i]);
         status = outcome > status ? outcome : status;
     }
     bh_config_free(&config);
+    free(request.env);
     return status;
 }
 
 const struct cli_command cli_explain_command = {
     .name = "explain",
-    .synopsis = "bulkhead explain [-c rules.ini] HOST:PORT|[V6]:PORT...",
+    .synopsis = "bulkhead explain [-c rules.ini] [--program NAME] [--user NAME|UID] "
+                "[--env VAR=VALUE]... HOST:PORT|[V6]:PORT...",
     .help =
         "Says, for each destination, which compartment and which match rule\n"
         "(by line) a connection to it counts against, or that it is not\n"
@@ -362,9 +554,20 @@ const struct cli_command cli_explain_command = {
         "would, and every address it gives is explained: hostname rules match\n"
         "the addresses the name resolved to, as in the shim.\n"
         "\n"
-        "  -c, --config FILE  the rules file (default: as for run)\n"
+        "The next lines also give the rule's weight (when not 1), the\n"
+        "compartment's per_process, and whether each of its reserves and\n"
+        "bypasses applies to a program run with the identity below.\n"
+        "\n"
+        "  -c, --config FILE     the rules file (default: as for run)\n"
+        "  --program NAME        the program's short name, for program= (a path\n"
+        "                        counts by its last part); without it, program=\n"
+        "                        says \"applies if the program's name matches\"\n"
+        "  --user NAME|UID       the effective user, for user= (default: yours)\n"
+        "  --env VAR=VALUE       an environment variable, for env=; repeat it:\n"
+        "                        together they replace your environment\n"
         "\n"
         "Exit status: 0; 1 when the rules are bad or a name does not resolve;\n"
-        "2 when a destination is not HOST:PORT or [V6]:PORT.\n",
+        "2 when a destination is not HOST:PORT or [V6]:PORT, or an option is\n"
+        "wrong (an unknown --user, an --env without '=').\n",
     .run = explain,
 };

@@ -22,6 +22,7 @@
 
 #include "config/config.h"
 #include "libc/libc.h"
+#include "policy/who.h"
 
 enum {
     LINE_BUFFER_SIZE = 1024,   /* inih's line buffer: text, newline, NUL */
@@ -45,6 +46,8 @@ enum {
     HOSTNAME_MAX = 253,
     LABEL_MAX = 63,
     HOSTNAME_BUFFER_SIZE = HOSTNAME_MAX + 2, /* a suffix's leading '.', NUL */
+    COUNT_TEXT_SIZE = 16,      /* reserve's N, as written, cut short */
+    WHY_SIZE = 256,            /* what is wrong with a WHO */
 };
 
 enum section_kind { SECTION_NONE, SECTION_GLOBAL, SECTION_COMPARTMENT };
@@ -56,6 +59,7 @@ enum key_id {
     KEY_BREAKER_FAILURES, KEY_BREAKER_OPEN_MS, KEY_BREAKER_OPEN_MAX_MS,
     KEY_FLEET, KEY_FLEET_PASSWORD_FILE, KEY_FLEET_HOST, KEY_FLEET_REFRESH_MS,
     KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_LIMIT, KEY_FLEET_NAME,
+    KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
     KEY_COUNT
 };
 
@@ -71,6 +75,8 @@ struct section {
     int key_lines[KEY_COUNT];    /* first line of each key; 0 = not yet */
     bool key_bad[KEY_COUNT];     /* its value was reported: checks across
                                     keys leave it out, one error per value */
+    int first_rule;              /* the section's rules are from here on */
+    int bypass_lines[BH_MAX_BYPASSES]; /* for "already given at line N" */
 };
 
 struct parser {
@@ -460,6 +466,114 @@ static int set_breaker_open_max_ms(struct parser *p, const char *key,
                       &p->section.compartment->breaker_open_max_ms);
 }
 
+/* ---- policy inside a compartment (issue 11) ---- */
+
+static int set_per_process(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 1, LIMIT_MAX,
+                      &p->section.compartment->per_process);
+}
+
+/* What follows the word "for" in "N for WHO"; NULL when the word is not
+ * there. strchr finds the NUL too: "for" may end the value. */
+static const char *after_for(const char *text)
+{
+    if (strncmp(text, "for", 3) != 0 || !strchr(" \t", text[3]))
+        return NULL;
+    return skip_space(text + 3);
+}
+
+/* "N for WHO"; NULL or what is wrong, which may be written into why. */
+static const char *parse_reserve(const char *value, struct bh_reserve *reserve,
+                                 char *why, size_t whylen)
+{
+    size_t length = strcspn(value, " \t");
+    const char *who = after_for(skip_space(value + length));
+    char count[COUNT_TEXT_SIZE];
+    long number;
+
+    snprintf(count, sizeof count, "%.*s", (int)length, value);
+    if (length >= sizeof count || parse_whole(count, LIMIT_MAX, &number) != NUMBER_OK
+        || number < 1) {
+        snprintf(why, whylen, "has a bad count \"%.*s\" (a whole number from 1 "
+                 "to %d)", (int)length, value, LIMIT_MAX);
+        return why;
+    }
+    if (!who)
+        return "has no \"for\" (use reserve = N for WHO, e.g. 2 for "
+               "program=billing-*)";
+    if (*who == '\0')
+        return "has no WHO after \"for\" (use program=GLOB, user=NAME or "
+               "env=VAR=VALUE)";
+    reserve->permits = (int)number;
+    return bh_who_parse(who, &reserve->who, why, whylen) == 0 ? NULL : why;
+}
+
+static const struct bh_reserve *find_reserve(const struct bh_compartment *c,
+                                             const char *who)
+{
+    for (int i = 0; i < c->reserve_count; i++)
+        if (strcmp(c->reserves[i].who.text, who) == 0)
+            return &c->reserves[i];
+    return NULL;
+}
+
+/* Repeatable; each WHO once, at most BH_MAX_RESERVES. */
+static int add_reserve(struct parser *p, const char *key, const char *value)
+{
+    struct bh_compartment *c = p->section.compartment;
+    struct bh_reserve reserve = { .line = p->line };
+    char why[WHY_SIZE];
+    const char *problem = parse_reserve(value, &reserve, why, sizeof why);
+    const struct bh_reserve *first;
+
+    if (problem) {
+        report(p, p->line, "%s: \"%s\" %s", key, value, problem);
+        return -1;
+    }
+    first = find_reserve(c, reserve.who.text);
+    if (first) {
+        report(p, p->line, "%s: %s already has a reserve at line %d", key,
+               reserve.who.text, first->line);
+        return -1;
+    }
+    if (c->reserve_count == BH_MAX_RESERVES) {
+        report(p, p->line, "%s: too many in [%s] (at most %d)", key,
+               p->section.name, BH_MAX_RESERVES);
+        return -1;
+    }
+    c->reserves[c->reserve_count++] = reserve;
+    return 0;
+}
+
+/* Repeatable; each WHO once, at most BH_MAX_BYPASSES. */
+static int add_bypass(struct parser *p, const char *key, const char *value)
+{
+    struct bh_compartment *c = p->section.compartment;
+    struct bh_who who;
+    char why[WHY_SIZE];
+
+    if (bh_who_parse(value, &who, why, sizeof why) != 0) {
+        report(p, p->line, "%s: \"%s\" %s", key, value, why);
+        return -1;
+    }
+    for (int i = 0; i < c->bypass_count; i++) {
+        if (strcmp(c->bypasses[i].text, who.text) == 0) {
+            report(p, p->line, "%s: %s already given at line %d", key,
+                   who.text, p->section.bypass_lines[i]);
+            return -1;
+        }
+    }
+    if (c->bypass_count == BH_MAX_BYPASSES) {
+        report(p, p->line, "%s: too many in [%s] (at most %d)", key,
+               p->section.name, BH_MAX_BYPASSES);
+        return -1;
+    }
+    p->section.bypass_lines[c->bypass_count] = p->line;
+    c->bypasses[c->bypass_count++] = who;
+    return 0;
+}
+
 /* ---- match = HOST:PORTSPEC ---- */
 
 static const char not_a_host[] = "is not an address or host name";
@@ -661,20 +775,45 @@ static int keep_rule(struct parser *p, struct bh_rule *rule, const char *value,
     return 0;
 }
 
+/* "DEST" or "DEST weight=N": DEST is copied into destination, which explain
+ * and check print as the rule. NULL or what is wrong. */
+static const char *split_weight(const char *value, char *destination,
+                                size_t size, int *weight)
+{
+    size_t length = strcspn(value, " \t");
+    const char *rest = skip_space(value + length);
+    long number;
+
+    snprintf(destination, size, "%.*s", (int)length, value);
+    if (*rest == '\0')
+        return NULL;
+    if (strncmp(rest, "weight=", strlen("weight=")) != 0)
+        return "has something after its destination other than weight=N";
+    if (parse_whole(rest + strlen("weight="), LIMIT_MAX, &number) != NUMBER_OK
+        || number < 1)
+        return "has a bad weight (a whole number from 1 to 32767)";
+    *weight = (int)number;
+    return NULL;
+}
+
 static int add_match(struct parser *p, const char *key, const char *value)
 {
     struct bh_rule rule = { .compartment = p->section.index, .line = p->line,
                            .weight = 1 };
+    char destination[LINE_BUFFER_SIZE];
     char hostname[HOSTNAME_BUFFER_SIZE];
-    const char *problem = parse_match(value, &rule, hostname);
+    const char *problem = split_weight(value, destination, sizeof destination,
+                                       &rule.weight);
 
+    if (!problem)
+        problem = parse_match(destination, &rule, hostname);
     if (problem) {
         report(p, p->line, "%s: \"%s\" %s", key, value, problem);
         return -1;
     }
     if (p->section.index < 0)
         return 0;  /* checked, but its section was already reported */
-    return keep_rule(p, &rule, value, hostname);
+    return keep_rule(p, &rule, destination, hostname);
 }
 
 /* ---- sections ---- */
@@ -709,6 +848,9 @@ static const struct key_spec key_specs[] = {
     { "fleet_lease_ms", KEY_FLEET_LEASE_MS, SECTION_GLOBAL, set_fleet_lease_ms },
     { "fleet_fallback", KEY_FLEET_FALLBACK, SECTION_GLOBAL, set_fleet_fallback },
     { "fleet_limit", KEY_FLEET_LIMIT, SECTION_COMPARTMENT, set_fleet_limit },
+    { "per_process", KEY_PER_PROCESS, SECTION_COMPARTMENT, set_per_process },
+    { "reserve", KEY_RESERVE, SECTION_COMPARTMENT, add_reserve },
+    { "bypass", KEY_BYPASS, SECTION_COMPARTMENT, add_bypass },
 };
 
 /* A breaker period given where there is no breaker. Its key's line, with
@@ -770,6 +912,65 @@ static void check_breaker(struct parser *p)
         check_breaker_periods(p);
 }
 
+/* Reserves are carved out of this host's limit; a fleet-wide compartment's
+ * share of the fleet changes as hosts come and go. One line, on the first
+ * reserve. */
+static void check_fleet_reserves(struct parser *p)
+{
+    const struct section *section = &p->section;
+
+    report(p, section->compartment->reserves[0].line, "reserve: cannot be "
+           "used with fleet_limit (line %d): this host's share of the fleet "
+           "moves under the reserves", section->key_lines[KEY_FLEET_LIMIT]);
+}
+
+static void check_reserve_sum(struct parser *p)
+{
+    const struct bh_compartment *c = p->section.compartment;
+    int sum = 0;
+
+    for (int i = 0; i < c->reserve_count; i++)
+        sum += c->reserves[i].permits;
+    if (sum > c->limit)
+        report(p, c->line, "[%s]: reserves add up to %d, more than limit = %d",
+               p->section.name, sum, c->limit);
+}
+
+/* A connection through a rule heavier than the limit could never be made. */
+static void check_weights(struct parser *p)
+{
+    const struct bh_config *config = p->config;
+    int limit = p->section.compartment->limit;
+
+    for (int i = p->section.first_rule; i < config->rule_count; i++) {
+        const struct bh_rule *rule = &config->rules[i];
+        if (rule->compartment == p->section.index && rule->weight > limit)
+            report(p, rule->line, "match: weight=%d is more than limit = %d: "
+                   "such a connection could never be made", rule->weight, limit);
+    }
+}
+
+/* The policy keys against the limit, in a compartment kept in the config.
+ * Nothing is checked against a limit that is missing or wrong (already
+ * reported), nor against limit = 0: an outage switch that refuses
+ * everything must not make the file invalid. */
+static void check_policy(struct parser *p)
+{
+    const struct section *section = &p->section;
+    const struct bh_compartment *c = section->compartment;
+    bool fleet = c->fleet_limit > 0;
+    bool limit_known = section->key_lines[KEY_LIMIT]
+        ? !section->key_bad[KEY_LIMIT] : fleet;
+
+    if (fleet && c->reserve_count > 0)
+        check_fleet_reserves(p);
+    if (!limit_known || c->limit == 0)
+        return;
+    if (!fleet)
+        check_reserve_sum(p);
+    check_weights(p);
+}
+
 /* A compartment must say how many permits it has and what it covers; its
  * breaker keys must agree even when its header was already reported. */
 static void close_section(struct parser *p)
@@ -792,6 +993,7 @@ static void close_section(struct parser *p)
     if (!section->key_lines[KEY_MATCH])
         report(p, section->compartment->line, "[%s]: no match rules",
                section->name);
+    check_policy(p);
 }
 
 static void begin_section(struct parser *p, enum section_kind kind,
@@ -800,6 +1002,7 @@ static void begin_section(struct parser *p, enum section_kind kind,
     memset(&p->section, 0, sizeof p->section);
     p->section.kind = kind;
     p->section.index = -1;
+    p->section.first_rule = p->config->rule_count;
     snprintf(p->section.name, sizeof p->section.name, "%.*s", (int)length,
              name);
 }
@@ -937,6 +1140,12 @@ static const struct key_spec *find_key(struct parser *p, const char *key)
     return NULL;
 }
 
+/* Keys a compartment may give more than once, each line adding one. */
+static bool is_repeatable(enum key_id id)
+{
+    return id == KEY_MATCH || id == KEY_RESERVE || id == KEY_BYPASS;
+}
+
 /* Checks and stores one key; nonzero when it was fine, as inih expects. */
 static int handle_key(void *user, const char *section_name, const char *key,
                       const char *value)
@@ -951,7 +1160,7 @@ static int handle_key(void *user, const char *section_name, const char *key,
     if (!spec)
         return 0;
     first_line = &p->section.key_lines[spec->id];
-    if (*first_line && spec->id != KEY_MATCH) {
+    if (*first_line && !is_repeatable(spec->id)) {
         report(p, p->line, "%s: already set at line %d", key, *first_line);
         return 0;
     }

@@ -73,6 +73,11 @@ struct error_case {
 #define HEAD "[global]\nnamespace = t\n[cap]\nlimit = 0\n"
 /* [global] with KEYS from line 3, then a valid [cap]. */
 #define FLEET(keys) "[global]\nnamespace = t\n" keys "[cap]\nlimit = 0\nmatch = 10.0.0.1:80\n"
+/* Lines 1-5: [global] and [db] with limit = 10 and a match; rows add from
+ * line 6 on. */
+#define POLICY "[global]\nnamespace = t\n[db]\nlimit = 10\nmatch = 10.0.0.1:80\n"
+/* A fleet-wide [db] (fleet_limit line 4, limit the host's ceiling). */
+#define FLEET_DB(fleet_limit) "[global]\nfleet = redis://r:6379\n[db]\n" fleet_limit "match = 10.0.0.1:80\n"
 #define LONG63 "h12345678901234567890123456789012345678901234567890123456789012"
 #define LONG64 LONG63 "3"
 
@@ -348,6 +353,135 @@ static const struct error_case error_cases[] = {
       { "rules.ini:6: fleet_limit: 0 is out of range (1 to 1000000)" } },
     { "fleet_limit under a bad fleet: the URL's error alone", FLEET("fleet = redis://r\n") "fleet_limit = 10\n",
       { "rules.ini:3: fleet: \"redis://r\" has no port" } },
+    /* Policy inside a compartment (issue 11): POLICY's [db] has limit 10. */
+    { "per_process: 0", POLICY "per_process = 0\n",
+      { "rules.ini:6: per_process: 0 is out of range (1 to 32767)" } },
+    { "per_process: 32768", POLICY "per_process = 32768\n",
+      { "rules.ini:6: per_process: 32768 is out of range (1 to 32767)" } },
+    { "per_process: a word", POLICY "per_process = two\n",
+      { "rules.ini:6: per_process: \"two\" is not a whole number" } },
+    { "per_process: empty", POLICY "per_process =\n",
+      { "rules.ini:6: per_process: missing value" } },
+    { "per_process: set twice", POLICY "per_process = 2\nper_process = 3\n",
+      { "rules.ini:7: per_process: already set at line 6" } },
+    { "per_process: in [global]", "[global]\nper_process = 2\n",
+      { "rules.ini:2: unknown key \"per_process\" in [global]" } },
+    { "reserve: a count that is a word", POLICY "reserve = two for program=a\n",
+      { "rules.ini:6: reserve: \"two for program=a\" has a bad count \"two\" (a whole number from 1 to 32767)" } },
+    { "reserve: a count of 0", POLICY "reserve = 0 for program=a\n",
+      { "rules.ini:6: reserve: \"0 for program=a\" has a bad count \"0\" (a whole number from 1 to 32767)" } },
+    { "reserve: a count past a semaphore", POLICY "reserve = 32768 for program=a\n",
+      { "rules.ini:6: reserve: \"32768 for program=a\" has a bad count \"32768\" (a whole number from 1 to 32767)" } },
+    { "reserve: a count past any integer", POLICY "reserve = 99999999999999999999 for program=a\n",
+      { "rules.ini:6: reserve: \"99999999999999999999 for program=a\" has a bad count \"99999999999999999999\" (a whole number from 1 to 32767)" } },
+    { "reserve: no count", POLICY "reserve = for program=a\n",
+      { "rules.ini:6: reserve: \"for program=a\" has a bad count \"for\" (a whole number from 1 to 32767)" } },
+    { "reserve: no for", POLICY "reserve = 2 program=a\n",
+      { "rules.ini:6: reserve: \"2 program=a\" has no \"for\" (use reserve = N for WHO, e.g. 2 for program=billing-*)" } },
+    { "reserve: a count alone", POLICY "reserve = 2\n",
+      { "rules.ini:6: reserve: \"2\" has no \"for\" (use reserve = N for WHO, e.g. 2 for program=billing-*)" } },
+    { "reserve: fore is not for", POLICY "reserve = 2 fore program=a\n",
+      { "rules.ini:6: reserve: \"2 fore program=a\" has no \"for\" (use reserve = N for WHO, e.g. 2 for program=billing-*)" } },
+    { "reserve: for=", POLICY "reserve = 2 for=program=a\n",
+      { "rules.ini:6: reserve: \"2 for=program=a\" has no \"for\" (use reserve = N for WHO, e.g. 2 for program=billing-*)" } },
+    { "reserve: nothing after for", POLICY "reserve = 2 for\n",
+      { "rules.ini:6: reserve: \"2 for\" has no WHO after \"for\" (use program=GLOB, user=NAME or env=VAR=VALUE)" } },
+    { "reserve: an unknown kind", POLICY "reserve = 2 for group=ops\n",
+      { "rules.ini:6: reserve: \"2 for group=ops\" has an unknown kind \"group\"; use program=, user= or env=" } },
+    { "reserve: a bare name", POLICY "reserve = 2 for billing\n",
+      { "rules.ini:6: reserve: \"2 for billing\" has an unknown kind \"billing\"; use program=, user= or env=" } },
+    { "reserve: an empty glob", POLICY "reserve = 2 for program=\n",
+      { "rules.ini:6: reserve: \"2 for program=\" has a bad glob (empty)" } },
+    { "reserve: a glob with a directory", POLICY "reserve = 2 for program=/usr/bin/billing\n",
+      { "rules.ini:6: reserve: \"2 for program=/usr/bin/billing\" has a bad glob (a '/': program= matches the program's short name, without its directory)" } },
+    { "reserve: an unclosed [", POLICY "reserve = 2 for program=billing-[ab\n",
+      { "rules.ini:6: reserve: \"2 for program=billing-[ab\" has a bad glob (a '[' without its ']')" } },
+    { "reserve: no such user", POLICY "reserve = 2 for user=bh-no-such-user\n",
+      { "rules.ini:6: reserve: \"2 for user=bh-no-such-user\" names no such user" } },
+    { "reserve: no user name", POLICY "reserve = 2 for user=\n",
+      { "rules.ini:6: reserve: \"2 for user=\" has no user name (use user=NAME or user=UID)" } },
+    { "reserve: env= without a value", POLICY "reserve = 2 for env=CLASS\n",
+      { "rules.ini:6: reserve: \"2 for env=CLASS\" has no '=' between variable and value (use env=VAR=VALUE)" } },
+    { "reserve: env= with a bad name", POLICY "reserve = 2 for env=2X=y\n",
+      { "rules.ini:6: reserve: \"2 for env=2X=y\" has a bad variable name (use A-Z a-z 0-9 _, not starting with a digit)" } },
+    { "reserve: a WHO of 64 characters", POLICY "reserve = 2 for program=" LONG63 "4\n",
+      { "rules.ini:6: reserve: \"2 for program=" LONG63 "4\" is longer than 63 characters" } },
+    { "reserve: empty", POLICY "reserve =\n",
+      { "rules.ini:6: reserve: missing value" } },
+    { "reserve: the same WHO twice", POLICY "reserve = 2 for program=billing-*\nreserve = 1 for user=root\nreserve = 3 for program=billing-*\n",
+      { "rules.ini:8: reserve: program=billing-* already has a reserve at line 6" } },
+    { "reserve: a fifth", POLICY "reserve = 1 for program=a\nreserve = 1 for program=b\nreserve = 1 for program=c\nreserve = 1 for program=d\nreserve = 1 for program=e\n",
+      { "rules.ini:10: reserve: too many in [db] (at most 4)" } },
+    { "reserve: adding up to more than limit", POLICY "reserve = 6 for program=a\nreserve = 6 for user=root\n",
+      { "rules.ini:3: [db]: reserves add up to 12, more than limit = 10" } },
+    { "reserve: one more than limit", POLICY "reserve = 11 for program=a\n",
+      { "rules.ini:3: [db]: reserves add up to 11, more than limit = 10" } },
+    { "reserve: limit after the reserves", "[db]\nreserve = 3 for program=a\nmatch = 10.0.0.1:80\nlimit = 2\n",
+      { "rules.ini:1: [db]: reserves add up to 3, more than limit = 2" } },
+    { "reserve: a bad limit is the only error", "[db]\nlimit = ten\nreserve = 30 for program=a\nmatch = 10.0.0.1:80\n",
+      { "rules.ini:2: limit: \"ten\" is not a whole number" } },
+    { "reserve: no limit is the only error", "[db]\nreserve = 30 for program=a\nmatch = 10.0.0.1:80\n",
+      { "rules.ini:1: [db]: limit is required" } },
+    { "reserve: a bad reserve is left out of the sum", POLICY "reserve = 9 for program=a\nreserve = 5 for group=b\n",
+      { "rules.ini:7: reserve: \"5 for group=b\" has an unknown kind \"group\"; use program=, user= or env=" } },
+    { "reserve: with fleet_limit, one line", FLEET_DB("fleet_limit = 10\n") "reserve = 2 for program=a\nreserve = 1 for user=root\n",
+      { "rules.ini:6: reserve: cannot be used with fleet_limit (line 4): this host's share of the fleet moves under the reserves" } },
+    { "reserve: with fleet_limit, past its ceiling too: one line", FLEET_DB("fleet_limit = 10\nlimit = 2\n") "reserve = 5 for program=a\n",
+      { "rules.ini:7: reserve: cannot be used with fleet_limit (line 4): this host's share of the fleet moves under the reserves" } },
+    { "reserve: a bad one with fleet_limit: its own error only", FLEET_DB("fleet_limit = 10\n") "reserve = 0 for program=a\n",
+      { "rules.ini:6: reserve: \"0 for program=a\" has a bad count \"0\" (a whole number from 1 to 32767)" } },
+    { "reserve: in [global]", "[global]\nreserve = 2 for program=a\n",
+      { "rules.ini:2: unknown key \"reserve\" in [global]" } },
+    { "bypass: an unknown kind", POLICY "bypass = group=ops\n",
+      { "rules.ini:6: bypass: \"group=ops\" has an unknown kind \"group\"; use program=, user= or env=" } },
+    { "bypass: a bad glob", POLICY "bypass = program=pg_[dump\n",
+      { "rules.ini:6: bypass: \"program=pg_[dump\" has a bad glob (a '[' without its ']')" } },
+    { "bypass: no such user", POLICY "bypass = user=bh-no-such-user\n",
+      { "rules.ini:6: bypass: \"user=bh-no-such-user\" names no such user" } },
+    { "bypass: env= without a value", POLICY "bypass = env=OPS\n",
+      { "rules.ini:6: bypass: \"env=OPS\" has no '=' between variable and value (use env=VAR=VALUE)" } },
+    { "bypass: empty", POLICY "bypass =\n",
+      { "rules.ini:6: bypass: missing value" } },
+    { "bypass: the same WHO twice", POLICY "bypass = program=pg_dump\nbypass = user=root\nbypass = program=pg_dump\n",
+      { "rules.ini:8: bypass: program=pg_dump already given at line 6" } },
+    { "bypass: a ninth", POLICY "bypass = program=a\nbypass = program=b\nbypass = program=c\nbypass = program=d\n"
+      "bypass = program=e\nbypass = program=f\nbypass = program=g\nbypass = program=h\nbypass = program=i\n",
+      { "rules.ini:14: bypass: too many in [db] (at most 8)" } },
+    { "match: weight 0", POLICY "match = 10.0.0.2:80 weight=0\n",
+      { "rules.ini:6: match: \"10.0.0.2:80 weight=0\" has a bad weight (a whole number from 1 to 32767)" } },
+    { "match: weight a word", POLICY "match = 10.0.0.2:80 weight=heavy\n",
+      { "rules.ini:6: match: \"10.0.0.2:80 weight=heavy\" has a bad weight (a whole number from 1 to 32767)" } },
+    { "match: weight empty", POLICY "match = 10.0.0.2:80 weight=\n",
+      { "rules.ini:6: match: \"10.0.0.2:80 weight=\" has a bad weight (a whole number from 1 to 32767)" } },
+    { "match: weight past a semaphore", POLICY "match = 10.0.0.2:80 weight=32768\n",
+      { "rules.ini:6: match: \"10.0.0.2:80 weight=32768\" has a bad weight (a whole number from 1 to 32767)" } },
+    { "match: weight and more", POLICY "match = 10.0.0.2:80 weight=2 x\n",
+      { "rules.ini:6: match: \"10.0.0.2:80 weight=2 x\" has a bad weight (a whole number from 1 to 32767)" } },
+    { "match: weight with spaces", POLICY "match = 10.0.0.2:80 weight = 2\n",
+      { "rules.ini:6: match: \"10.0.0.2:80 weight = 2\" has something after its destination other than weight=N" } },
+    { "match: something else after the destination", POLICY "match = 10.0.0.2:80 heavy\n",
+      { "rules.ini:6: match: \"10.0.0.2:80 heavy\" has something after its destination other than weight=N" } },
+    { "match: a bad destination with a weight: the destination's error", POLICY "match = nope:99999 weight=2\n",
+      { "rules.ini:6: match: \"nope:99999 weight=2\" has a bad port" } },
+    { "match: weight above limit", "[db]\nlimit = 3\nmatch = 10.0.0.1:80\nmatch = 10.0.0.2:80 weight=4\n",
+      { "rules.ini:4: match: weight=4 is more than limit = 3: such a connection could never be made" } },
+    { "match: weights above a limit given after them, each", "[db]\nmatch = 10.0.0.1:80 weight=5\nmatch = 10.0.0.2:80 weight=3\nmatch = 10.0.0.3:80 weight=4\nlimit = 3\n",
+      { "rules.ini:2: match: weight=5 is more than limit = 3: such a connection could never be made",
+        "rules.ini:4: match: weight=4 is more than limit = 3: such a connection could never be made" } },
+    { "match: weight above a bad limit: the limit's error", "[db]\nlimit = -1\nmatch = 10.0.0.1:80 weight=4\n",
+      { "rules.ini:2: limit: \"-1\" is not a whole number" } },
+    { "match: weight above the fleet ceiling", FLEET_DB("fleet_limit = 3\n") "match = 10.0.0.2:80 weight=4\n",
+      { "rules.ini:6: match: weight=4 is more than limit = 3: such a connection could never be made" } },
+    { "match: weight above this host's ceiling under fleet_limit", FLEET_DB("fleet_limit = 50\nlimit = 2\n") "match = 10.0.0.2:80 weight=3\n",
+      { "rules.ini:7: match: weight=3 is more than limit = 2: such a connection could never be made" } },
+    { "match: weight in a compartment against its own limit only", "[a]\nlimit = 1\nmatch = 10.0.0.1:80\n[b]\nlimit = 5\nmatch = 10.0.0.2:80 weight=5\nmatch = 10.0.0.3:80 weight=6\n",
+      { "rules.ini:7: match: weight=6 is more than limit = 5: such a connection could never be made" } },
+    { "every policy mistake at once, in file order then at the end", POLICY "per_process = 0\nreserve = 2 for group=x\nbypass = prog=y\nmatch = 10.0.0.2:80 weight=11\nreserve = 11 for program=z\n",
+      { "rules.ini:6: per_process: 0 is out of range (1 to 32767)",
+        "rules.ini:7: reserve: \"2 for group=x\" has an unknown kind \"group\"; use program=, user= or env=",
+        "rules.ini:8: bypass: \"prog=y\" has an unknown kind \"prog\"; use program=, user= or env=",
+        "rules.ini:3: [db]: reserves add up to 11, more than limit = 10",
+        "rules.ini:9: match: weight=11 is more than limit = 10: such a connection could never be made" } },
     /* Known at the end of the file, so reported last; check sorts by line. */
     { "fleet_limit without fleet, in each compartment, after their errors", HEAD "match = 10.0.0.1:80\nfleet_limit = 10\n[b]\nfleet_limit = 20\nwait_ms = soon\nmatch = 10.0.0.2:80\n",
       { "rules.ini:9: wait_ms: \"soon\" is not a whole number",
@@ -456,17 +590,38 @@ static void too_big(void **state)
     assert_int_equal(unlink("big.ini"), 0);
 }
 
+/* count compartments [c0], [c1]... of three lines each, on the heap (a
+ * thousand of them are too much for a test's stack); free it. */
+static char *numbered_compartments(int count, size_t *length)
+{
+    enum { SECTION_TEXT_MAX = 64 };  /* "[c1024]\nlimit = 1\nmatch = ..." */
+    size_t size = (size_t)count * SECTION_TEXT_MAX;
+    char *text = malloc(size);
+    size_t used = 0;
+
+    assert_non_null(text);
+    for (int i = 0; i < count; i++)
+        used += (size_t)snprintf(text + used, size - used,
+                                 "[c%d]\nlimit = 1\nmatch = 10.%d.%d.1:80\n",
+                                 i, i / 256, i % 256);
+    assert_true(used < size);
+    *length = used;
+    return text;
+}
+
 static void too_many_compartments(void **state)
 {
     (void)state;
-    char text[8192];
-    int used = 0;
-    for (int i = 0; i <= BH_MAX_COMPARTMENTS; i++)
-        used += snprintf(text + used, sizeof text - used,
-                         "[c%d]\nlimit = 1\nmatch = 10.0.0.%d:80\n", i, i);
-    /* The 65th header is line 64 * 3 + 1. */
-    expect_one_error(text, (size_t)used,
-                     "rules.ini:193: [c64]: too many compartments (at most 64)");
+    size_t length;
+    char *text = numbered_compartments(BH_MAX_COMPARTMENTS + 1, &length);
+    char want[128];
+
+    /* The one past the most is on line BH_MAX_COMPARTMENTS * 3 + 1. */
+    snprintf(want, sizeof want, "rules.ini:%d: [c%d]: too many compartments "
+             "(at most %d)", BH_MAX_COMPARTMENTS * 3 + 1, BH_MAX_COMPARTMENTS,
+             BH_MAX_COMPARTMENTS);
+    expect_one_error(text, length, want);
+    free(text);
 }
 
 /* ---- valid files: the values ---- */
@@ -478,6 +633,24 @@ static void parse_ok(const char *text, struct bh_config *config)
     if (errors.count)
         print_error("unexpected: %s\n", errors.lines[0]);
     assert_int_equal(errors.count, 0);
+}
+
+/* As many as allowed: every one is kept, in file order. */
+static void most_compartments(void **state)
+{
+    (void)state;
+    size_t length;
+    char *text = numbered_compartments(BH_MAX_COMPARTMENTS, &length);
+    struct bh_config config;
+
+    parse_ok(text, &config);
+    assert_int_equal(config.compartment_count, BH_MAX_COMPARTMENTS);
+    assert_int_equal(config.rule_count, BH_MAX_COMPARTMENTS);
+    assert_string_equal(config.compartments[BH_MAX_COMPARTMENTS - 1].name, "c1023");
+    assert_int_equal(config.rules[BH_MAX_COMPARTMENTS - 1].compartment,
+                     BH_MAX_COMPARTMENTS - 1);
+    bh_config_free(&config);
+    free(text);
 }
 
 static void defaults(void **state)
@@ -502,6 +675,10 @@ static void defaults(void **state)
     assert_int_equal(c->breaker_failures, 0);
     assert_int_equal(c->breaker_open_ms, 5000);
     assert_int_equal(c->breaker_open_max_ms, 60000);
+    assert_int_equal(c->per_process, 0);
+    assert_int_equal(c->reserve_count, 0);
+    assert_int_equal(c->bypass_count, 0);
+    assert_int_equal(config.rules[0].weight, 1);
     assert_int_equal(c->line, 1);
     bh_config_free(&config);
 }
@@ -868,6 +1045,128 @@ static void rules_in_file_order(void **state)
     bh_config_free(&config);
 }
 
+/* ---- policy inside a compartment (issue 11) ---- */
+
+static void assert_reserve(const struct bh_reserve *reserve, int permits,
+                           enum bh_who_kind kind, const char *text, int line)
+{
+    assert_int_equal(reserve->permits, permits);
+    assert_int_equal(reserve->who.kind, kind);
+    assert_string_equal(reserve->who.text, text);
+    assert_int_equal(reserve->line, line);
+}
+
+static void policy_keys(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[db]\nlimit = 10\nper_process = 3\n"
+             "reserve = 2 for program=billing-*\n"
+             "reserve =  1\t for \t user=root  ; a comment\n"
+             "reserve = 3 for user=0\n"
+             "reserve = 4 for env=BULKHEAD_CLASS=critical\n"
+             "bypass = program=pg_dump\nbypass = user=root\nbypass = env=OPS=\n"
+             "match = 10.0.0.1:5432\nmatch = reports.internal:443 weight=4\n"
+             "match = 10.0.0.2:5432   weight=10\n"
+             "[other]\nlimit = 1\nmatch = 10.0.0.3:80\n", &config);
+    const struct bh_compartment *db = &config.compartments[0];
+    assert_int_equal(db->per_process, 3);
+    assert_int_equal(db->reserve_count, 4);
+    assert_reserve(&db->reserves[0], 2, BH_WHO_PROGRAM, "program=billing-*", 4);
+    assert_reserve(&db->reserves[1], 1, BH_WHO_USER, "user=root", 5);
+    assert_int_equal(db->reserves[1].who.uid, 0);
+    /* The same uid under another text is another WHO. */
+    assert_reserve(&db->reserves[2], 3, BH_WHO_USER, "user=0", 6);
+    assert_int_equal(db->reserves[2].who.uid, 0);
+    assert_reserve(&db->reserves[3], 4, BH_WHO_ENV, "env=BULKHEAD_CLASS=critical", 7);
+    assert_int_equal(db->bypass_count, 3);
+    assert_int_equal(db->bypasses[0].kind, BH_WHO_PROGRAM);
+    assert_string_equal(db->bypasses[0].text, "program=pg_dump");
+    assert_int_equal(db->bypasses[1].kind, BH_WHO_USER);
+    assert_int_equal(db->bypasses[1].uid, 0);
+    assert_string_equal(db->bypasses[2].text, "env=OPS=");
+    assert_int_equal(config.rule_count, 4);
+    static const int weights[] = { 1, 4, 10, 1 };
+    static const char *const texts[] = {
+        "10.0.0.1:5432", "reports.internal:443", "10.0.0.2:5432", "10.0.0.3:80",
+    };
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(config.rules[i].weight, weights[i]);
+        assert_string_equal(config.rules[i].text, texts[i]);
+    }
+    assert_string_equal(config.rules[1].hostname, "reports.internal");
+    /* The next compartment starts without any of them. */
+    const struct bh_compartment *other = &config.compartments[1];
+    assert_int_equal(other->per_process, 0);
+    assert_int_equal(other->reserve_count, 0);
+    assert_int_equal(other->bypass_count, 0);
+    bh_config_free(&config);
+}
+
+/* The bounds that are still valid. */
+static void policy_bounds(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[db]\nlimit = 32767\nper_process = 32767\n"
+             "reserve = 32767 for program=a\n"
+             "match = 10.0.0.1:80 weight=32767\n"
+             "[one]\nlimit = 1\nper_process = 1\nreserve = 1 for program=[]x]\n"
+             "match = 10.0.0.2:80 weight=1\n", &config);
+    assert_int_equal(config.compartments[0].per_process, 32767);
+    assert_int_equal(config.compartments[0].reserves[0].permits, 32767);
+    assert_int_equal(config.rules[0].weight, 32767);
+    assert_int_equal(config.compartments[1].per_process, 1);
+    assert_string_equal(config.compartments[1].reserves[0].who.text, "program=[]x]");
+    assert_int_equal(config.rules[1].weight, 1);
+    bh_config_free(&config);
+}
+
+/* Four reserves and eight bypasses, the most; reserves may take the whole
+ * limit (the common pool is then empty). */
+static void policy_most(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[db]\nlimit = 4\nmatch = 10.0.0.1:80\n"
+             "reserve = 1 for program=a\nreserve = 1 for program=b\n"
+             "reserve = 1 for program=c\nreserve = 1 for program=d\n"
+             "bypass = program=a\nbypass = program=b\nbypass = program=c\n"
+             "bypass = program=d\nbypass = program=e\nbypass = program=f\n"
+             "bypass = program=g\nbypass = program=h\n", &config);
+    assert_int_equal(config.compartments[0].reserve_count, BH_MAX_RESERVES);
+    assert_int_equal(config.compartments[0].bypass_count, BH_MAX_BYPASSES);
+    assert_string_equal(config.compartments[0].bypasses[7].text, "program=h");
+    bh_config_free(&config);
+}
+
+/* limit = 0 refuses everything: an outage switch must not turn reserves and
+ * weights into errors (a shim with bad rules would cap nothing). */
+static void policy_limit_zero(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[db]\nlimit = 0\nreserve = 5 for program=a\n"
+             "match = 10.0.0.1:80 weight=3\n", &config);
+    assert_int_equal(config.compartments[0].reserves[0].permits, 5);
+    assert_int_equal(config.rules[0].weight, 3);
+    bh_config_free(&config);
+}
+
+/* A fleet compartment: bypasses and weights up to the host's ceiling. */
+static void policy_fleet(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[global]\nfleet = redis://r:6379\n[db]\nfleet_limit = 50\n"
+             "limit = 4\nbypass = user=root\nper_process = 2\n"
+             "match = 10.0.0.1:80 weight=4\n", &config);
+    assert_int_equal(config.compartments[0].bypass_count, 1);
+    assert_int_equal(config.compartments[0].per_process, 2);
+    assert_int_equal(config.rules[0].weight, 4);
+    bh_config_free(&config);
+}
+
 /* ---- a scratch directory for the whole run ---- */
 
 static char scratch[] = "/tmp/bh-unit-config.XXXXXX";
@@ -894,9 +1193,29 @@ static int leave_scratch(void **state)
 
 int main(void)
 {
+    static const struct CMUnitTest fixed[] = {
+        cmocka_unit_test(line_too_long),
+        cmocka_unit_test(nul_byte),
+        cmocka_unit_test(missing_file),
+        cmocka_unit_test(directory),
+        cmocka_unit_test(too_big),
+        cmocka_unit_test(too_many_compartments),
+        cmocka_unit_test(most_compartments),
+        cmocka_unit_test(defaults),
+        cmocka_unit_test(every_key),
+        cmocka_unit_test(log_file_stderr),
+        cmocka_unit_test(rules_in_file_order),
+        cmocka_unit_test(fleet_global_after_compartments),
+        cmocka_unit_test(default_fleet_host),
+        cmocka_unit_test(policy_keys),
+        cmocka_unit_test(policy_bounds),
+        cmocka_unit_test(policy_most),
+        cmocka_unit_test(policy_limit_zero),
+        cmocka_unit_test(policy_fleet),
+    };
     static struct CMUnitTest tests[COUNT(error_cases) + COUNT(rule_cases)
                                    + COUNT(deadline_cases) + COUNT(fleet_cases)
-                                   + COUNT(url_cases) + 12];
+                                   + COUNT(url_cases) + COUNT(fixed)];
     size_t n = 0;
 
     /* One named test per table row. */
@@ -925,20 +1244,6 @@ int main(void)
             .name = url_cases[i].url, .test_func = run_url_case,
             .initial_state = (void *)&url_cases[i],
         };
-    const struct CMUnitTest fixed[] = {
-        cmocka_unit_test(line_too_long),
-        cmocka_unit_test(nul_byte),
-        cmocka_unit_test(missing_file),
-        cmocka_unit_test(directory),
-        cmocka_unit_test(too_big),
-        cmocka_unit_test(too_many_compartments),
-        cmocka_unit_test(defaults),
-        cmocka_unit_test(every_key),
-        cmocka_unit_test(log_file_stderr),
-        cmocka_unit_test(rules_in_file_order),
-        cmocka_unit_test(fleet_global_after_compartments),
-        cmocka_unit_test(default_fleet_host),
-    };
     for (size_t i = 0; i < COUNT(fixed); i++)
         tests[n++] = fixed[i];
     return _cmocka_run_group_tests("config", tests, n, enter_scratch, leave_scratch);
