@@ -328,6 +328,34 @@ const struct cli_command cli_set_command = {
     .run = set_command,
 };
 
+/* The file's reserve sizes for reserves the namespace has (a reserve is
+ * added or removed by starting afresh: reset). */
+static int apply_reserves(struct bh_namespace *ns, int index,
+                          const struct bh_compartment *compartment)
+{
+    for (int r = 0; r < compartment->reserve_count; r++) {
+        const struct bh_reserve *wanted = &compartment->reserves[r];
+        int reserve = bh_reserve_find(ns, index, wanted->who.text);
+        struct bh_reserve_view live;
+        if (reserve < 0) {
+            printf("%s: reserve for %s is not in the namespace (reset to add "
+                   "it)\n", compartment->name, wanted->who.text);
+            continue;
+        }
+        if (bh_reserve_read(ns, index, reserve, &live) < 0 ||
+            (live.permits != wanted->permits &&
+             bh_reserve_set(ns, index, reserve, wanted->permits) < 0)) {
+            cli_error("apply: %s: reserve for %s = %d: %s", compartment->name,
+                      wanted->who.text, wanted->permits, strerror(errno));
+            return CLI_FAILED;
+        }
+        if (live.permits != wanted->permits)
+            printf("%s: reserve for %s %d -> %d\n", compartment->name,
+                   wanted->who.text, live.permits, wanted->permits);
+    }
+    return CLI_OK;
+}
+
 static int apply_compartment(struct bh_namespace *ns,
                              const struct bh_compartment *compartment)
 {
@@ -344,6 +372,11 @@ static int apply_compartment(struct bh_namespace *ns,
     }
     int live, limit = compartment->limit;
     int index = bh_compartment_register(ns, compartment, limit, &live);
+    /* Reserves must fit the limit at every step: they shrink before it
+     * does and grow after it has. */
+    if (index >= 0 && existed && limit < live &&
+        apply_reserves(ns, index, compartment) != CLI_OK)
+        return CLI_FAILED;
     if (index < 0 ||
         (live != limit && bh_compartment_set_limit(ns, index, limit) < 0)) {
         cli_error("apply: %s: limit %d: %s", compartment->name, limit,
@@ -356,7 +389,7 @@ static int apply_compartment(struct bh_namespace *ns,
         printf("%s: limit %d -> %d\n", compartment->name, live, limit);
     else
         printf("%s: limit %d, unchanged\n", compartment->name, limit);
-    return CLI_OK;
+    return existed && limit >= live ? apply_reserves(ns, index, compartment) : CLI_OK;
 }
 
 static int in_config(const struct bh_config *config, const char *name)
