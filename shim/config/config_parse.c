@@ -493,8 +493,8 @@ static const char *parse_reserve(const char *value, struct bh_reserve *reserve,
     long number;
 
     snprintf(count, sizeof count, "%.*s", (int)length, value);
-    if (length >= sizeof count || parse_whole(count, LIMIT_MAX, &number) != NUMBER_OK
-        || number < 1) {
+    if (length >= sizeof count
+        || parse_whole(count, LIMIT_MAX, &number) != NUMBER_OK || number < 1) {
         snprintf(why, whylen, "has a bad count \"%.*s\" (a whole number from 1 "
                  "to %d)", (int)length, value, LIMIT_MAX);
         return why;
