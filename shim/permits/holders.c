@@ -250,17 +250,18 @@ static struct bh_holder *my_record(struct bh_namespace *ns, int index)
 void bh_holding_add(struct bh_namespace *ns, int index, struct bh_taken taken)
 {
     struct my_holding *holding = &mine[index];
-    if (taken.reserved)
-        atomic_store(&holding->reserve, taken.reserve);
-    atomic_fetch_add(&holding->common, taken.common);
-    atomic_fetch_add(&holding->reserved, taken.reserved);
     struct bh_holder *record = my_record(ns, index);
-    if (!record)
+    atomic_fetch_add(&holding->common, taken.common);
+    if (record)
+        atomic_fetch_add(&record->common, taken.common);
+    if (!taken.reserved)
         return;
-    if (taken.reserved)
+    atomic_store(&holding->reserve, taken.reserve);
+    atomic_fetch_add(&holding->reserved, taken.reserved);
+    if (record) {
         atomic_store(&record->slot, taken.reserve);
-    atomic_fetch_add(&record->common, taken.common);
-    atomic_fetch_add(&record->reserved, taken.reserved);
+        atomic_fetch_add(&record->reserved, taken.reserved);
+    }
 }
 
 /* Up to `wanted` out of a count, never below 0; how many. */
@@ -279,12 +280,14 @@ struct bh_taken bh_holding_remove(int index, int weight)
     struct my_holding *holding = &mine[index];
     struct bh_taken taken = { .reserve = atomic_load(&holding->reserve) };
     taken.common = take_from(&holding->common, (uint32_t)weight);
-    taken.reserved = take_from(&holding->reserved, (uint32_t)weight - taken.common);
+    if (taken.common < (uint32_t)weight)
+        taken.reserved = take_from(&holding->reserved, (uint32_t)weight - taken.common);
     take_from(&holding->claimed, (uint32_t)weight);
-    struct bh_holder *record = atomic_load(&holding->record);
+    struct bh_holder *record = atomic_load_explicit(&holding->record, memory_order_relaxed);
     if (record) {
         take_from(&record->common, taken.common);
-        take_from(&record->reserved, taken.reserved);
+        if (taken.reserved)
+            take_from(&record->reserved, taken.reserved);
     }
     return taken;
 }

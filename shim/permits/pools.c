@@ -277,14 +277,18 @@ enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
 {
     int saved_errno = errno;
     enum bh_acquire_result result = BH_ACQUIRED;
-    struct bh_taken got;
+    struct bh_taken got = { (uint32_t)ask->weight, 0, -1 };
     /* Without debts (hints are raised before anything is owed) the
      * semaphores need no zero-checks: one simple semop. */
     struct bh_shared_compartment *shared = shared_of(ns, ask->index);
-    if (atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
-        atomic_load_explicit(&shared->owed_hint, memory_order_relaxed))
+    int owes = atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
+               atomic_load_explicit(&shared->owed_hint, memory_order_relaxed);
+    if (owes)
         pay_owed_from_free(ns, ask->index);
-    int rc = take_now(ns, ask, &got);
+    int rc = ask->reserve < 0 && !owes  /* the common case, kept short */
+        ? bh_sem_op(ns->semid, BH_SEM_FREE(ask->index), (short)-ask->weight,
+                    SEM_UNDO | IPC_NOWAIT)
+        : take_now(ns, ask, &got);
     if (rc < 0 && errno == EAGAIN && reclaim_lent(ns, ask->index))
         rc = take_now(ns, ask, &got);
     if (rc == 0)
@@ -501,7 +505,11 @@ void bh_permit_release(struct bh_namespace *ns, int index, int weight)
         give_reserved(ns, index, taken.reserve, (int)taken.reserved);
     else
         common = weight;
-    give_common(ns, index, common);
+    if (!atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
+        !atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
+        bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)common, SEM_UNDO);  /* the common case */
+    else
+        give_common(ns, index, common);
     errno = saved_errno;
 }
 
