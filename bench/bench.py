@@ -35,6 +35,7 @@ HOLD_MS = 2           # how long the hold server keeps each connection
 CONTEND_MS = 2000     # length of one contention run
 WORKERS = (8, 32, 64)
 RULE_SCALE = (10, 1000, 10000)
+WIDE_COMPARTMENTS, WIDE_RULES = 1024, 10000
 CG_N = (2000, 4000)   # callgrind / strace run lengths: marginal = difference
 
 FULL = dict(rounds=31, cc_n=5000, pp_n=5000, rs_n=5000, req_n=2000,
@@ -310,6 +311,22 @@ def write_scale_rules(path, namespace, total, target, avoid_ports):
         if chunk:
             sections.append((f"other{g:02d}", 100, chunk))
     write_rules(path, namespace, [target], sections)
+
+
+def write_wide_rules(path, namespace, total, compartments, target_port, avoid_ports):
+    """`total` rules over `compartments` compartments, none of which covers
+    127.0.0.1: the decoys, and 127.0.0.2 on the target's port, so that the
+    port map sends a connect to 127.0.0.1:target_port down the dearer
+    unmatched path (the address lookups)."""
+    decoys = decoy_rules(total - 1, avoid_ports) + [f"127.0.0.2:{target_port}"]
+    per = (len(decoys) + compartments - 1) // compartments
+    sections = [(f"w{c:04d}", 100, decoys[c * per:(c + 1) * per])
+                for c in range(compartments) if decoys[c * per:(c + 1) * per]]
+    write_rules(path, namespace, [], sections)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:  # [svc] without a match would be an error
+        f.write(text.replace("[svc]", "[svc]\nmatch = 10.255.255.255:1", 1))
 
 
 def startup_ms(cfgs, rounds):
@@ -1009,13 +1026,14 @@ def fleet_section(hold, ctl, tmp, base, seconds):
 # ---------------------------------------------------------------------------
 # deterministic cost of connect+close and of the I/O calls
 
-def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md):
+def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_wide):
     """(tag, mode, port, cfg, extra) for callgrind and strace: connect+close
     and every I/O call, bare, unmatched and matched; tags end in the variant,
     and PREFIX_bare is each one's baseline."""
     return [
         ("cc_bare", "connect_close", sink, None, ()),
         ("cc_unmatched", "connect_close", sink, cfg_u, ()),
+        ("cc_unmatchedwide", "connect_close", sink, cfg_wide, ()),
         ("cc_matched", "connect_close", sink, cfg_m, ()),
         ("ccport_unmatched", "connect_close", sink, cfg_up, ()),
         ("cc_deadlines", "connect_close", sink, cfg_md, ()),
@@ -1095,6 +1113,53 @@ def deterministic(cases, base, tmp):
     return ir_op, sc_op, sc_detail
 
 
+# A member of a reserve that another member holds whole: python, named
+# bench_client through argv[0] so that it is a member too.
+MEMBER_HOLDER = """
+import socket, sys, time
+held = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+open(sys.argv[2], "w").close()
+time.sleep(3600)
+"""
+
+
+def member_fallthrough(sink, base, tmp, ir_op, sc_op):
+    """The matched connect+close of a member whose reserve is used up, so it
+    falls through to the common pool (`reserve = 1 for
+    program=bench_client`, its one permit held by another member): per-op
+    instructions and syscalls, into ir_op and sc_op as cc_member."""
+    ir, sc = {}, {}
+    for tool, n in [(tool, n) for tool in ("i", "s") for n in CG_N]:
+        ns = new_namespace(base, f"res{tool}{n}")
+        cfg = os.path.join(tmp, f"{ns}.ini")
+        write_rules(cfg, ns, [f"127.0.0.1:{sink}"])
+        with open(cfg, "a") as f:
+            f.write("reserve = 1 for program=bench_client\n")
+        ready = os.path.join(tmp, f"{ns}.ready")
+        holder = subprocess.Popen(["bench_client", "-c", MEMBER_HOLDER, str(sink), ready],
+                                  executable=sys.executable, env=env_for(cfg))
+        note("pids", holder.pid)
+        try:
+            for _ in range(500):
+                if os.path.exists(ready) or holder.poll() is not None:
+                    break
+                time.sleep(0.02)
+            if not os.path.exists(ready):
+                raise BenchError("the reserve's holder did not connect")
+            if tool == "i":
+                ir[n] = callgrind("cc_member", "connect_close", sink, cfg, n)
+            else:
+                sc[n] = strace_calls("cc_member", "connect_close", sink, cfg, n)["total"]
+        finally:
+            holder.kill()
+            holder.wait()
+    d = CG_N[1] - CG_N[0]
+    ir_op["cc_member"] = (ir[CG_N[1]] - ir[CG_N[0]]) / d
+    sc_op["cc_member"] = (sc[CG_N[1]] - sc[CG_N[0]]) / d
+    record("deterministic", "cc_member", 0, "instructions_per_op", f"{ir_op['cc_member']:.1f}")
+    record("deterministic", "cc_member", 0, "syscalls_per_op", f"{sc_op['cc_member']:.3f}")
+
+
 def cost_lines(ir_op, sc_op, sc_detail):
     """The table of io_cost_cases, and where the extra syscalls go."""
     lines = [f"deterministic cost per operation (marginal between N={CG_N[0]} and "
@@ -1131,6 +1196,16 @@ def cost_lines(ir_op, sc_op, sc_detail):
     u = ir_op["ccport_unmatched"]
     lines.append(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
                  f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
+    w = ir_op["cc_unmatchedwide"]
+    lines.append(f"{'connect+close instr, unmatched':<34} {'':>10} {w:>8.1f} "
+                 f"({w - ir_op['cc_bare']:+6.1f})   {WIDE_COMPARTMENTS:,} compartments, "
+                 f"{WIDE_RULES:,} rules")
+    if "cc_member" in ir_op:
+        x, y = ir_op["cc_member"], sc_op["cc_member"]
+        lines.append(f"{'connect+close, member past reserve':<34} {'':>10} {'':>16} "
+                     f"{x:>8.1f} ({x - ir_op['cc_bare']:+6.1f}) instr, {y:.2f} "
+                     f"({y - sc_op['cc_bare']:+.2f}) syscalls: its reserve used up, "
+                     f"the common pool")
     for tag in ("cc_matched", "cc_unmatched", "ppmsg_matched", "cc_deadlines"):
         base_tag = "cc_bare" if tag.startswith("cc") else "ppmsg_bare"
         extra_sc = {k: v - sc_detail[base_tag].get(k, 0) for k, v in sc_detail[tag].items()}
@@ -1164,6 +1239,16 @@ def cost_checks(ir_op, sc_op):
     x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
     checks.append((x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit "
                    f"+288); port in no rule (port-map fast path)"))
+    x, y = extra(ir_op, "cc_unmatchedwide"), extra(sc_op, "cc_unmatchedwide")
+    checks.append((x <= 288 and y <= 0.005, f"unmatched connect+close with "
+                   f"{WIDE_COMPARTMENTS:,} compartments and {WIDE_RULES:,} rules: {x:+.0f} "
+                   f"instructions (limit +288), {y:+.2f} syscalls (limit +0)"))
+    if "cc_member" in ir_op:
+        x = sc_op["cc_member"] - sc_op["cc_matched"]
+        checks.append((x <= 1.005, f"a member past its used-up reserve: {x:+.2f} syscalls "
+                       f"over a matched connect+close without reserves (limit +1: the "
+                       f"reserve's semop that finds it empty); instructions "
+                       f"{ir_op['cc_member'] - ir_op['cc_matched']:+.0f}"))
     # An unmatched connection and a socketpair carry no counted
     # connection; a matched one is counted, here without deadlines.
     io_limits = {"unmatched": 15, "shim": 15, "matched": 40}
@@ -1184,7 +1269,7 @@ def cost_checks(ir_op, sc_op):
 
 
 def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
-                 fl_seconds, cost_cases):
+                 fl_seconds, cost_cases, sink):
     """`--only NAME`: that section alone. Returns (report lines, budget
     checks)."""
     if name == "fleet":
@@ -1197,6 +1282,7 @@ def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
         log(f"callgrind and strace of connect+close and the I/O calls, N = {CG_N[0]} "
             f"and {CG_N[1]}")
         ir_op, sc_op, sc_detail = deterministic(cost_cases, base, tmp)
+        member_fallthrough(sink, base, tmp, ir_op, sc_op)
         return cost_lines(ir_op, sc_op, sc_detail), cost_checks(ir_op, sc_op)
     HN = cfgp["handoffs"]
     log(f"permit hand-off when a holder ends: {HN} trials each of SIGKILL, "
@@ -1298,14 +1384,19 @@ def main():
 
         R = cfgp["rounds"]
 
-        cost_cases = io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md)
+        # Unmatched among 1,024 compartments and 10,000 rules (issue 11).
+        ns_wide = new_namespace(base, "wide")
+        cfg_wide = os.path.join(tmp, "wide.ini")
+        write_wide_rules(cfg_wide, ns_wide, WIDE_RULES, WIDE_COMPARTMENTS, sink, ours)
+        check_rules(cfg_wide)
+        cost_cases = io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_wide)
         dd_seconds = DEAD_SECONDS["quick" if args.quick else "full"]
         fl_seconds = FLEET_SECONDS["quick" if args.quick else "full"]
         if args.only:
             lines, checks = only_section(args.only, cfgp, hold=hold, ctl=ctl, tmp=tmp,
                                          base=base, watch=watch, cfg_w=cfg_w,
                                          dd_seconds=dd_seconds, fl_seconds=fl_seconds,
-                                         cost_cases=cost_cases)
+                                         cost_cases=cost_cases, sink=sink)
             print()
             for line in lines:
                 print(line)
@@ -1440,6 +1531,7 @@ backend be_hold
         det_cases = cost_cases + [(f"rs_{c}", "connect_close", sink, scale_cfgs[c][0], ())
                                   for c in RULE_SCALE]
         ir_op, sc_op, sc_detail = deterministic(det_cases, base, tmp)
+        member_fallthrough(sink, base, tmp, ir_op, sc_op)
         d = CG_N[1] - CG_N[0]
         # The close path's owner check alone: its getpid() syscalls (strace),
         # its instructions (owned_here()'s lines in fd_table.c wherever they

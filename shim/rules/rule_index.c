@@ -70,6 +70,11 @@ struct prefix_filter {
 struct family_prefixes {
     struct prefix_filter filters[129];
     int count;
+    /* By an address's first byte, the prefix lengths worth a look: bit i
+     * for filters[i] (the first 64) when some rule of that length covers
+     * addresses starting with that byte. An address far from every rule
+     * tests no filter at all, however many lengths the rules use. */
+    uint64_t by_first_byte[256];
 };
 
 struct bh_rule_index {
@@ -198,6 +203,13 @@ static int note_prefix(struct family_prefixes *prefixes, const struct address_ke
     }
     unsigned slot = filter_slot(filter, key->family, key->words);
     filter->bits[slot / 64] |= (uint64_t)1 << (slot % 64);
+    long number = filter - prefixes->filters;
+    if (number < 64) {
+        unsigned first = ((const uint8_t *)key->words)[0];
+        unsigned span = key->prefix_len >= 8 ? 1 : 1u << (8 - key->prefix_len);
+        for (unsigned byte = first; byte < first + span; byte++)
+            prefixes->by_first_byte[byte] |= (uint64_t)1 << number;
+    }
     return 0;
 }
 
@@ -325,21 +337,37 @@ static int match_resolved(struct bh_rule_index *index, int family,
 /* The first filter from `from` on that the address passes, or count.
  * Specialised per family at each call, so the v4 loop is a few
  * instructions per prefix length. */
-ALWAYS_INLINE int next_candidate_in(const struct family_prefixes *prefixes, int from,
-                                    int family, const uint32_t *words)
+/* The best rule stored under filter i's length for this address, or -1:
+ * the filter's bit first, the hash lookup only when it is set. */
+ALWAYS_INLINE int match_length(const struct bh_rule_index *index,
+                               const struct family_prefixes *prefixes, int i,
+                               int family, const uint8_t *address,
+                               const uint32_t *words, unsigned port)
 {
-    for (int i = from; i < prefixes->count; i++)
-        if (bit_is_set(prefixes->filters[i].bits,
-                       filter_slot(&prefixes->filters[i], family, words)))
-            return i;
-    return prefixes->count;
+    const struct prefix_filter *filter = &prefixes->filters[i];
+    if (!bit_is_set(filter->bits, filter_slot(filter, family, words)))
+        return -1;
+    struct address_key key;
+    size_t key_length = make_key(&key, family, address, filter->length);
+    struct address_entry *entry;
+    HASH_FIND(hh, index->by_prefix, &key, key_length, entry);
+    return entry ? first_fitting(index, &entry->list, port) : -1;
 }
 
-ALWAYS_INLINE int next_candidate(const struct family_prefixes *prefixes, int from,
-                                 int family, const uint32_t *words)
+ALWAYS_INLINE int match_family(const struct bh_rule_index *index, int family,
+                               const uint8_t *address, const uint32_t *words,
+                               unsigned port)
 {
-    return family == AF_INET ? next_candidate_in(prefixes, from, AF_INET, words)
-                             : next_candidate_in(prefixes, from, AF_INET6, words);
+    const struct family_prefixes *prefixes = family == AF_INET ? &index->v4 : &index->v6;
+    int best = -1;
+    for (uint64_t lengths = prefixes->by_first_byte[address[0]]; lengths;
+         lengths &= lengths - 1)
+        best = better(best, match_length(index, prefixes, __builtin_ctzll(lengths),
+                                         family, address, words, port));
+    for (int i = 64; i < prefixes->count; i++)  /* IPv6 with over 64 lengths */
+        best = better(best, match_length(index, prefixes, i, family, address, words,
+                                         port));
+    return best;
 }
 
 /* Out of line, so the port-map test before it stays a leaf's few
@@ -348,22 +376,14 @@ __attribute__((noinline))
 static int match_address(const struct bh_rule_index *index, int family,
                          const uint8_t *address, unsigned port)
 {
-    const struct family_prefixes *prefixes = family == AF_INET ? &index->v4 : &index->v6;
-    int best = -1;
     uint32_t words[4];
-    if (family == AF_INET)
+    int best;
+    if (family == AF_INET) {
         memcpy(words, address, 4);
-    else
+        best = match_family(index, AF_INET, address, words, port);
+    } else {
         memcpy(words, address, 16);
-    for (int i = next_candidate(prefixes, 0, family, words); i < prefixes->count;
-         i = next_candidate(prefixes, i + 1, family, words)) {
-        const struct prefix_filter *filter = &prefixes->filters[i];
-        struct address_key key;
-        size_t key_length = make_key(&key, family, address, filter->length);
-        struct address_entry *entry;
-        HASH_FIND(hh, index->by_prefix, &key, key_length, entry);
-        if (entry)
-            best = better(best, first_fitting(index, &entry->list, port));
+        best = match_family(index, AF_INET6, address, words, port);
     }
     if (atomic_load_explicit(&index->resolved_count, memory_order_acquire) > 0)
         best = better(best, match_resolved((struct bh_rule_index *)index, family,
