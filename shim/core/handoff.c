@@ -25,7 +25,7 @@
  *
  * Adopting trusts nothing it cannot check: under AT_SECURE (setuid) the
  * variable is ignored, and otherwise no compartment gets more permits
- * given back or adopted than this process's row says it holds. */
+ * given back or adopted than this process's holder records say it holds. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,7 +237,7 @@ void bh_handoff_adopt(void)
     }
     struct adoption adoption = { .count = 0 };
     if (bh_permits_rejoin_after_exec(&bh_shim.ns, adoption.budget) < 0)
-        return;  /* no row says what we hold: keep it all until exit */
+        return;  /* no record says what we hold: keep it all until exit */
     char *items = strdup(value + offset);
     adoption.capacity = items ? (int)strlen(items) / 4 + 1 : 0;
     adoption.adopted = items ? calloc(adoption.capacity, sizeof *adoption.adopted) : NULL;

@@ -13,25 +13,31 @@
  *   - a semaphore set: sem 0 is the namespace lock (free at 0; taken by
  *     "wait for 0, add 1" with SEM_UNDO, so a fresh set is born unlocked
  *     and a process dying inside the lock cannot wedge the namespace);
- *     compartment i owns sem 1+2i (permits free now) and 2+2i (debt:
- *     permits to retire as they are given back, after `bulkhead set`
- *     lowered the limit while they were in use).
+ *     compartment i owns BH_SEM_FREE(i) (its common pool's permits free
+ *     now), BH_SEM_DEBT(i) (permits to retire as they are given back,
+ *     after `bulkhead set` lowered the limit while they were in use) and
+ *     BH_SEM_PROBE(i) (the breaker's probe slot); each reserve owns three
+ *     more from a namespace-wide pool of slots (pools.c says what they
+ *     mean).
  *   - a shared memory segment: the compartment table and counters
- *     (struct bh_shared_state). Counters are atomics, written without locks.
+ *     (struct bh_shared_state), and the first holder records (holders.c).
+ *     Counters are atomics, written without locks.
  *
- * Who writes what: any process of the user that runs the shim or the
- * command. The lock serialises making the table, adding a compartment and
- * changing a limit; acquire and release never take it. Nothing here takes
- * a process-local lock, so bh_permit_release() is async-signal-safe: it is
- * atomics plus one semop().
+ * This file makes, attaches, registers, reads and removes; pools.c takes
+ * and gives back permits and moves them between pools; holders.c keeps
+ * what each process holds. Who writes what: any process of the user that
+ * runs the shim or the command. The lock serialises making the table,
+ * adding a compartment and changing a limit or a reserve; acquire and
+ * release never take it. Nothing here takes a process-local lock, so
+ * bh_permit_release() is async-signal-safe: atomics and semops.
  *
  * A process that dies mid-operation: inside the lock, the kernel gives the
  * lock back, and what it half did is redone by the next one (the table is
  * (re)written when it is not this set's; a compartment's semaphores are
  * set with SETVAL before compartment_count names it). Holding permits, the
  * kernel gives them back (SEM_UNDO). Between its holders hint and its
- * semop, the hint is off by one until its row is reaped; PEAK never trusts
- * the hint alone.
+ * semop, the hint is off by one until its record is reaped; PEAK never
+ * trusts the hint alone.
  *
  * Creation is idempotent: semget/shmget with IPC_CREAT (no EXCL), then the
  * lock, then the table if it is missing. Nobody ever removes a set that
