@@ -9,7 +9,13 @@
  * paths ask the kernel anything more: a socket of unknown kind
  * (getsockopt), a full compartment (fcntl to see whether the socket may
  * block, then GETNCNT and semtimedop). A fleet compartment also reads the
- * clock to see whether the agent still renews this host's share. */
+ * clock to see whether the agent still renews this host's share.
+ *
+ * Policy (issue 11): what this program is in a compartment (a bypass, a
+ * reserve's member) was worked out at start-up (shim.c), so a bypass costs
+ * a load and a counter; per_process is this process's own count, an
+ * atomic add before anything shared is touched; a rule's weight is the
+ * number of permits the one semop takes. */
 #include "core/gate.h"
 
 #include <arpa/inet.h>
