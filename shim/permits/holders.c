@@ -181,6 +181,19 @@ static struct bh_holder *records(struct bh_namespace *ns, int number, int *count
 
 /* ---- records ---- */
 
+/* Ours, read once per process (a forked child reads its own). */
+static _Atomic uint64_t my_start_time;
+
+static uint64_t start_time_of_self(pid_t pid)
+{
+    uint64_t start = atomic_load_explicit(&my_start_time, memory_order_relaxed);
+    if (!start) {
+        start = process_start_time(pid);
+        atomic_store_explicit(&my_start_time, start, memory_order_relaxed);
+    }
+    return start;
+}
+
 static struct bh_holder *claim_in(struct bh_holder *holders, int count, pid_t pid,
                                   int index)
 {
@@ -194,7 +207,7 @@ static struct bh_holder *claim_in(struct bh_holder *holders, int count, pid_t pi
             atomic_store(&holder->common, 0);
             atomic_store(&holder->reserved, 0);
             atomic_store(&holder->slot, -1);
-            holder->start_time = process_start_time(pid);
+            holder->start_time = start_time_of_self(pid);
             atomic_store(&holder->pid, pid);
             return holder;
         }
@@ -353,6 +366,7 @@ void bh_permits_forget_after_fork(void)
     /* The child holds nothing of its own; only the entries ever used are
      * cleared, so a fork touches few pages. */
     memset(mine, 0, atomic_load(&mine_used) * sizeof *mine);
+    atomic_store(&my_start_time, 0);
 }
 
 int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
