@@ -128,13 +128,12 @@ static struct bh_membership membership_of(int i, int shared,
     return membership;
 }
 
-static void register_compartment(int i, const struct bh_identity *self)
+static void note_registered(int i, int shared, int live_limit,
+                            const struct bh_identity *self)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
-    int start = starting_limit(compartment), live_limit = start;
-    int shared = bh_compartment_register(&bh_shim.ns, compartment, start,
-                                         &live_limit);
-    bh_shim.shared_index[i] = shared;
+    int start = starting_limit(compartment);
+    bh_shim.shared_index[i] = shared < 0 ? -1 : shared;
     if (shared >= 0) {
         bh_shim.local_index[shared] = i;
         bh_shim.membership[i] = membership_of(i, shared, self);
@@ -142,12 +141,30 @@ static void register_compartment(int i, const struct bh_identity *self)
     if (shared < 0)
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
                                "not limited", compartment->name, bh_shim.config.namespace_name,
-               strerror(errno));
+               strerror(-shared));
     else if (live_limit != start && compartment->fleet_limit == 0)
         bh_log(BH_LOG_WARN, "[%s]: using the live limit %d (set by bulkhead "
                "set or apply), not %d from %s",
                compartment->name, live_limit, compartment->limit,
                bh_shim.config.path);
+}
+
+/* Every compartment of the rules, under one take of the namespace lock. */
+static void register_compartments(void)
+{
+    static int starts[BH_MAX_COMPARTMENTS], indexes[BH_MAX_COMPARTMENTS],
+               live_limits[BH_MAX_COMPARTMENTS];
+    int count = bh_shim.config.compartment_count;
+    struct bh_identity self;
+    bh_identity_self(&self);
+    for (int i = 0; i < count; i++)
+        starts[i] = starting_limit(&bh_shim.config.compartments[i]);
+    if (bh_compartments_register(&bh_shim.ns, bh_shim.config.compartments, starts,
+                                 count, indexes, live_limits) < 0)
+        for (int i = 0; i < count; i++)
+            indexes[i] = -errno;
+    for (int i = 0; i < count; i++)
+        note_registered(i, indexes[i], live_limits[i], &self);
 }
 
 /* Another user's object under our key must neither be used nor switch
@@ -173,10 +190,7 @@ static int join_namespace(void)
         bh_log_startup_problem("%s; running without limits", err);
         return -1;
     }
-    struct bh_identity self;
-    bh_identity_self(&self);
-    for (int i = 0; i < bh_shim.config.compartment_count; i++)
-        register_compartment(i, &self);
+    register_compartments();
     return 0;
 }
 

@@ -420,21 +420,51 @@ static int add_compartment(struct bh_namespace *ns, const struct bh_compartment 
     return (int)index;
 }
 
+/* Under the lock: the compartment's index, found (where `hint` says
+ * first: processes of one rules file register in its order) or added;
+ * -1 with errno. */
+static int find_or_add(struct bh_namespace *ns, const struct bh_compartment *compartment,
+                       int limit, int hint, int *live_limit)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    int index = hint >= 0 && (uint32_t)hint < count &&
+                strcmp(ns->state->compartments[hint].name, compartment->name) == 0
+                    ? hint : bh_compartment_find(ns, compartment->name);
+    if (index < 0)
+        index = add_compartment(ns, compartment, limit);
+    if (index >= 0)
+        *live_limit = atomic_load(&ns->state->compartments[index].limit);
+    return index;
+}
+
 int bh_compartment_register(struct bh_namespace *ns,
                             const struct bh_compartment *compartment,
                             int limit, int *live_limit)
 {
     if (bh_lock_namespace(ns) < 0)
         return -1;
-    int index = bh_compartment_find(ns, compartment->name);
-    if (index < 0)
-        index = add_compartment(ns, compartment, limit);
+    int index = find_or_add(ns, compartment, limit, -1, live_limit);
     int saved = errno;
-    if (index >= 0)
-        *live_limit = atomic_load(&ns->state->compartments[index].limit);
     bh_unlock_namespace(ns);
     errno = saved;
     return index;
+}
+
+int bh_compartments_register(struct bh_namespace *ns,
+                             const struct bh_compartment *compartments,
+                             const int *limits, int count, int *indexes,
+                             int *live_limits)
+{
+    if (bh_lock_namespace(ns) < 0)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        live_limits[i] = limits[i];
+        indexes[i] = find_or_add(ns, &compartments[i], limits[i], i, &live_limits[i]);
+        if (indexes[i] < 0)
+            indexes[i] = -errno;
+    }
+    bh_unlock_namespace(ns);
+    return 0;
 }
 
 int bh_reserve_find(const struct bh_namespace *ns, int index, const char *who)

@@ -239,6 +239,14 @@ int bh_namespace_remove_key(uid_t uid, const char *name);
 int bh_compartment_register(struct bh_namespace *ns,
                             const struct bh_compartment *compartment,
                             int limit, int *live_limit);
+/* The same for `count` compartments under one take of the lock (a file
+ * of a thousand compartments costs two semops, not two thousand): each
+ * one's index, or -errno, in indexes[], its live limit in live_limits[].
+ * 0, or -1 with errno when the lock could not be taken. */
+int bh_compartments_register(struct bh_namespace *ns,
+                             const struct bh_compartment *compartments,
+                             const int *limits, int count, int *indexes,
+                             int *live_limits);
 /* Index of a registered compartment, or -1. */
 int bh_compartment_find(const struct bh_namespace *ns, const char *name);
 /* Index of the compartment's reserve named `who` (as written), or -1. */
