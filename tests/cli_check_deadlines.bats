@@ -6,30 +6,12 @@
 # saying a destination's deadlines and breaker.
 
 load helpers/common
+load helpers/check
 
-BULKHEAD="$BH_ROOT/build/bulkhead"
+HEAD_NAME=c HEAD_LIMIT=2
 
-setup() {
-    bh_setup
-    [[ -x "$BULKHEAD" ]] || fail "missing $BULKHEAD: run make"
-}
+setup() { check_setup; }
 teardown() { bh_teardown; }
-
-# Lines 1-5: [global] and the head of compartment [c]; rules_with adds its
-# argument from line 6 on.
-rules_with() {
-    printf '[global]\nnamespace = %s\n[c]\nlimit = 2\nmatch = 127.0.0.1:7001\n%s' \
-        "$NS" "$1" >"$RULES"
-}
-
-# check on the body "$1" fails with exactly the one error line "$2".
-check_says_only() {
-    rules_with "$1"
-    run "$BULKHEAD" check "$RULES"
-    assert_failure 1
-    assert_output "bulkhead: $RULES:$2
-bulkhead: $RULES: 1 error"
-}
 
 @test "check: a file with every key is valid and shows each where it is set" {
     write_rules "$RULES" <<EOF

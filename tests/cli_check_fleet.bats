@@ -9,13 +9,10 @@
 # reach it.
 
 load helpers/common
+load helpers/check
 
-BULKHEAD="$BH_ROOT/build/bulkhead"
 
-setup() {
-    bh_setup
-    [[ -x "$BULKHEAD" ]] || fail "missing $BULKHEAD: run make"
-}
+setup() { check_setup; }
 teardown() { bh_teardown; }
 
 free_port() {
@@ -38,21 +35,13 @@ redis_up() {
           --no-auth-warning ping 2>/dev/null)" == PONG ]]
 }
 
-# Lines 1-2 are [global] and its namespace; global_with adds its argument
-# from line 3 on, then compartment [c] (limit, match) follows it.
-global_with() {
+# Lines 1-2 are [global] and its namespace; rules_with adds its argument
+# from line 3 on, then compartment [c] (limit, match) follows it. The
+# fleet keys are global, so this one stands in for helpers/check.bash's,
+# which check_says_only uses.
+rules_with() {
     printf '[global]\nnamespace = %s\n%s[c]\nlimit = 2\nmatch = 127.0.0.1:7001\n' \
         "$NS" "$1" >"$RULES"
-}
-
-# check on "$1" (from global_with) fails with exactly the one error line
-# "$2" (LINE: message).
-check_says_only() {
-    global_with "$1"
-    run "$BULKHEAD" check "$RULES"
-    assert_failure 1
-    assert_output "bulkhead: $RULES:$2
-bulkhead: $RULES: 1 error"
 }
 
 @test "check: every fleet key is accepted and shown, the password never" {
@@ -113,7 +102,7 @@ EOF
 
 @test "check: the defaults: the host's own name, split, refresh 1000, lease 10000" {
     start_redis
-    global_with "fleet = redis://127.0.0.1:$REDIS_PORT
+    rules_with "fleet = redis://127.0.0.1:$REDIS_PORT
 "
     printf 'fleet_limit = 8\n' >>"$RULES"
     run "$BULKHEAD" check "$RULES"
@@ -129,7 +118,7 @@ EOF
 }
 
 @test "check: a file without fleet keys says nothing of a fleet" {
-    global_with ""
+    rules_with ""
     run "$BULKHEAD" check "$RULES"
     assert_success
     assert_output "$RULES: valid
@@ -265,7 +254,7 @@ bulkhead: $RULES: 1 error"
 @test "check: a password file that is missing is one line, on its key's line" {
     # Nothing listens on the port: Redis is not tried, the agent would only
     # say the same.
-    global_with "fleet = redis://127.0.0.1:$(free_port)
+    rules_with "fleet = redis://127.0.0.1:$(free_port)
 fleet_password_file = $T/nowhere.pass
 "
     run "$BULKHEAD" check "$RULES"
@@ -278,7 +267,7 @@ bulkhead: $RULES: 1 error"
     local password="pw-$$"
     start_redis "$password"
     printf '%s\n' "$password" >"$T/redis.pass"
-    global_with "fleet = redis://127.0.0.1:$REDIS_PORT
+    rules_with "fleet = redis://127.0.0.1:$REDIS_PORT
 fleet_password_file = $T/redis.pass
 "
     local mode
@@ -300,7 +289,7 @@ bulkhead: $RULES: 1 error"
     # A FIFO would block whoever opened it: the shim starting a program with
     # these rules must not.
     mkfifo "$T/redis.pass"
-    global_with "fleet = redis://127.0.0.1:1
+    rules_with "fleet = redis://127.0.0.1:1
 fleet_password_file = $T/redis.pass
 "
     printf 'fleet_limit = 3\n' >>"$RULES"
@@ -333,7 +322,7 @@ EOF
 }
 
 @test "explain: fleet_limit without fleet = makes explain fail as other bad rules do" {
-    global_with ""
+    rules_with ""
     printf 'fleet_limit = 3\n' >>"$RULES"
     run "$BULKHEAD" explain -c "$RULES" 127.0.0.1:7001
     assert_failure 1

@@ -6,30 +6,12 @@
 # to the program, user and environment asked about.
 
 load helpers/common
+load helpers/check
 
-BULKHEAD="$BH_ROOT/build/bulkhead"
+HEAD_NAME=db HEAD_LIMIT=10
 
-setup() {
-    bh_setup
-    [[ -x "$BULKHEAD" ]] || fail "missing $BULKHEAD: run make"
-}
+setup() { check_setup; }
 teardown() { bh_teardown; }
-
-# Lines 1-5: [global] and the head of compartment [db] (limit 10);
-# rules_with adds its argument from line 6 on.
-rules_with() {
-    printf '[global]\nnamespace = %s\n[db]\nlimit = 10\nmatch = 127.0.0.1:7001\n%s' \
-        "$NS" "$1" >"$RULES"
-}
-
-# check on the body "$1" fails with exactly the one error line "$2".
-check_says_only() {
-    rules_with "$1"
-    run "$BULKHEAD" check "$RULES"
-    assert_failure 1
-    assert_output "bulkhead: $RULES:$2
-bulkhead: $RULES: 1 error"
-}
 
 # A file with every policy key, for the explain tests: [db] on 127.0.0.1:7001
 # (weight 1) and :7002 (weight 4), [plain] on :7003 without any of them.
