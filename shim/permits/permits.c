@@ -545,7 +545,7 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
     int in_use = bh_in_use_now(ns, index);
-    int waiting = semctl(ns->semid, BH_SEM_FREE(index), GETNCNT);
+    int waiting = bh_waiters(ns, index);
     if (in_use < 0 || waiting < 0)
         return -1;
     memset(view, 0, sizeof *view);
@@ -554,11 +554,6 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->in_use = in_use;
     view->reserve_count = atomic_load(&shared->reserve_count);
     view->reserved = atomic_load(&shared->reserved);
-    for (int r = 0; r < view->reserve_count; r++) {
-        int more = semctl(ns->semid, BH_SEM_RFREE(atomic_load(&shared->reserves[r].slot)),
-                          GETNCNT);
-        waiting += more > 0 ? more : 0;
-    }
     view->waiting = waiting;
     view->per_process_refused = atomic_load(&shared->per_process_refused);
     view->bypassed = atomic_load(&shared->bypassed);
@@ -678,13 +673,9 @@ static int anyone_in(struct bh_namespace *ns, const short taken[BH_SEM_COUNT])
     for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
         struct bh_shared_compartment *shared = &ns->state->compartments[i];
         int ours = taken[BH_SEM_FREE(i)];
-        int waiting = semctl(ns->semid, BH_SEM_FREE(i), GETNCNT);
-        for (int r = 0; r < atomic_load(&shared->reserve_count); r++) {
-            int slot = atomic_load(&shared->reserves[r].slot);
-            ours += taken[BH_SEM_RFREE(slot)];
-            waiting += semctl(ns->semid, BH_SEM_RFREE(slot), GETNCNT);
-        }
-        if (bh_in_use_now(ns, (int)i) != ours || waiting != 0)
+        for (int r = 0; r < atomic_load(&shared->reserve_count); r++)
+            ours += taken[BH_SEM_RFREE(atomic_load(&shared->reserves[r].slot))];
+        if (bh_in_use_now(ns, (int)i) != ours || bh_waiters(ns, (int)i) != 0)
             return 1;
     }
     return 0;

@@ -22,15 +22,11 @@ void bh_unlock_namespace(struct bh_namespace *ns);
 /* Created by and owned by uid, mode 0600. */
 int bh_owned_by(const struct ipc_perm *perm, uid_t uid);
 
-/* Takes up to `amount` from one semaphore without blocking; how many. */
-int bh_take_up_to(struct bh_namespace *ns, unsigned short num, int amount);
-
 /* Permits of compartment `index` in use now, from the semaphores. */
 int bh_in_use_now(struct bh_namespace *ns, int index);
-/* Semaphore values of a reserve: free, owed to the common pool, owed by
- * it; -1 when the set is gone. */
-int bh_reserve_values(struct bh_namespace *ns, int slot, int *free_now,
-                      int *debt, int *owed);
+/* Waiters on every pool of compartment `index`: GETNCNT, the kernel's
+ * count; -1 when the set is gone. */
+int bh_waiters(struct bh_namespace *ns, int index);
 
 /* pools.c: what holders.c reports back when a dead holder is reaped. */
 void bh_pools_forget_holders(struct bh_namespace *ns, int index, uint32_t permits);

@@ -163,8 +163,8 @@ static void raise_to(_Atomic int64_t *maximum, int64_t value)
         ;
 }
 
-int bh_reserve_values(struct bh_namespace *ns, int slot, int *free_now, int *debt,
-                      int *owed)
+static int reserve_values(struct bh_namespace *ns, int slot, int *free_now, int *debt,
+                          int *owed)
 {
     *free_now = semctl(ns->semid, BH_SEM_RFREE(slot), GETVAL);
     *debt = semctl(ns->semid, BH_SEM_RDEBT(slot), GETVAL);
@@ -361,8 +361,7 @@ static int take_reserved_within(struct bh_namespace *ns, const struct bh_permit_
     return rc;
 }
 
-/* Waiters on every pool of the compartment: GETNCNT, the kernel's count. */
-static int waiters(struct bh_namespace *ns, int index)
+int bh_waiters(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     int count = semctl(ns->semid, BH_SEM_FREE(index), GETNCNT);
@@ -384,7 +383,7 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
     int reserve = reserve_of(ask);
     struct bh_taken got = { (uint32_t)ask->weight, 0, -1 };
     /* Two callers checking at once may both get in. */
-    if (waiters(ns, ask->index) >= max_waiters) {
+    if (bh_waiters(ns, ask->index) >= max_waiters) {
         bh_permit_count_rejected(ns, ask->index);
         errno = saved_errno;
         return result;
@@ -515,7 +514,8 @@ void bh_permit_release(struct bh_namespace *ns, int index, int weight)
 
 /* ---- changing the limit and the reserves (under the namespace lock) ---- */
 
-int bh_take_up_to(struct bh_namespace *ns, unsigned short num, int amount)
+/* Takes up to `amount` from one semaphore without blocking; how many. */
+static int take_up_to(struct bh_namespace *ns, unsigned short num, int amount)
 {
     for (;;) {
         int available = semctl(ns->semid, num, GETVAL);
@@ -569,7 +569,7 @@ static int owe(struct bh_namespace *ns, unsigned short num, _Atomic uint32_t *hi
 static int forgive(struct bh_namespace *ns, unsigned short num, _Atomic uint32_t *hint,
                    _Atomic uint32_t *also, int amount)
 {
-    int forgiven = bh_take_up_to(ns, num, amount);
+    int forgiven = take_up_to(ns, num, amount);
     if (forgiven > 0) {
         atomic_fetch_sub(hint, forgiven);
         if (also)
@@ -580,7 +580,7 @@ static int forgive(struct bh_namespace *ns, unsigned short num, _Atomic uint32_t
 
 static int lower_limit(struct bh_namespace *ns, int index, int amount)
 {
-    int retired_now = bh_take_up_to(ns, BH_SEM_FREE(index), amount);
+    int retired_now = take_up_to(ns, BH_SEM_FREE(index), amount);
     if (retired_now < 0)
         return -1;
     return owe(ns, BH_SEM_DEBT(index), &shared_of(ns, index)->debt_hint, NULL,
@@ -692,7 +692,7 @@ int bh_reserve_read(struct bh_namespace *ns, int index, int r,
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct bh_reserve_shared *reserve = &shared->reserves[r];
     int free_now, debt, owed;
-    if (bh_reserve_values(ns, slot_of(shared, r), &free_now, &debt, &owed) < 0)
+    if (reserve_values(ns, slot_of(shared, r), &free_now, &debt, &owed) < 0)
         return -1;
     memset(view, 0, sizeof *view);
     memcpy(view->who, reserve->who, sizeof view->who);
