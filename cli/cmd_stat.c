@@ -330,18 +330,26 @@ static void print_fleet(const struct snapshot *snapshot)
 }
 
 static const char *const policy_headings[] = {
-    "COMPARTMENT", "POOL", "PERMITS", "IN_USE", "WAITING",
+    "COMPARTMENT", "POOL", "PERMITS", "IN_USE", "FREE", "OWES", "WAITING",
 };
 enum { POLICY_COLUMNS = sizeof policy_headings / sizeof policy_headings[0] };
 
-static void fill_pool_cells(const char *name, const char *pool, int permits, int in_use,
-                            int waiting, char (*cells)[BH_NAME_MAX])
+/* One pool's row. FREE and OWES are its semaphores as they are, so that
+ * permits stuck on loan in a reserve show, whatever PERMITS says. */
+struct pool_figures {
+    int permits, in_use, free_now, owes, waiting;
+};
+
+static void fill_pool_cells(const char *name, const char *pool, struct pool_figures figures,
+                            char (*cells)[BH_NAME_MAX])
 {
     snprintf(cells[0], BH_NAME_MAX, "%s", name);
     snprintf(cells[1], BH_NAME_MAX, "%s", pool);
-    snprintf(cells[2], BH_NAME_MAX, "%d", permits);
-    snprintf(cells[3], BH_NAME_MAX, "%d", in_use);
-    snprintf(cells[4], BH_NAME_MAX, "%d", waiting);
+    snprintf(cells[2], BH_NAME_MAX, "%d", figures.permits);
+    snprintf(cells[3], BH_NAME_MAX, "%d", figures.in_use);
+    snprintf(cells[4], BH_NAME_MAX, "%d", figures.free_now);
+    snprintf(cells[5], BH_NAME_MAX, "%d", figures.owes);
+    snprintf(cells[6], BH_NAME_MAX, "%d", figures.waiting);
 }
 
 /* Compartments with reserves: each reserve ("reserve WHO") and the common
@@ -362,14 +370,20 @@ static void print_policy(const struct snapshot *snapshot)
             const struct bh_reserve_view *reserve = &row->reserves[r];
             char pool[BH_NAME_MAX];
             snprintf(pool, sizeof pool, "reserve %.*s", BH_NAME_MAX - 9, reserve->who);
-            fill_pool_cells(row->view.name, pool, reserve->permits, reserve->in_use,
-                            reserve->waiting, &cells[rows++ * POLICY_COLUMNS]);
+            fill_pool_cells(row->view.name, pool,
+                            (struct pool_figures){ reserve->permits, reserve->in_use,
+                                                   reserve->free_now, reserve->owes,
+                                                   reserve->waiting },
+                            &cells[rows++ * POLICY_COLUMNS]);
             in_reserves += reserve->in_use;
             waiting -= reserve->waiting;
         }
         if (row->view.reserve_count)
-            fill_pool_cells(row->view.name, "common", row->view.limit - row->view.reserved,
-                            row->view.in_use - in_reserves, waiting,
+            fill_pool_cells(row->view.name, "common",
+                            (struct pool_figures){ row->view.limit - row->view.reserved,
+                                                   row->view.in_use - in_reserves,
+                                                   row->view.common_free,
+                                                   row->view.common_owes, waiting },
                             &cells[rows++ * POLICY_COLUMNS]);
     }
     if (rows > 1) {
@@ -526,10 +540,12 @@ static void print_json_compartment(const struct compartment_row *row)
         const struct bh_reserve_view *reserve = &row->stat.reserves[r];
         printf("%s{\"who\": ", r ? ", " : "");
         print_json_string(reserve->who);
-        printf(", \"permits\": %d, \"in_use\": %d, \"waiting\": %d}",
-               reserve->permits, reserve->in_use, reserve->waiting);
+        printf(", \"permits\": %d, \"in_use\": %d, \"free\": %d, \"owes\": %d"
+               ", \"waiting\": %d}", reserve->permits, reserve->in_use,
+               reserve->free_now, reserve->owes, reserve->waiting);
     }
-    printf("], ");
+    printf("], \"common_free\": %d, \"common_owes\": %d, ", view->common_free,
+           view->common_owes);
     print_json_outcomes(&row->stat);
     printf("}");
 }
@@ -687,7 +703,9 @@ const struct cli_command cli_stat_command = {
         "established) or hold (permit taken to given back), COUNT, MEAN_MS,\n"
         "and P50_MS, P99_MS: the upper bound of the bucket holding that\n"
         "quantile. Compartments with reserves get a row per POOL (each\n"
-        "reserve, by its WHO, and the common pool): PERMITS, IN_USE, WAITING;\n"
+        "reserve, by its WHO, and the common pool): PERMITS, IN_USE, FREE and\n"
+        "OWES (its semaphores as they are: permits free now, and permits it\n"
+        "owes another pool, such as common permits lent to a reserve), WAITING;\n"
         "compartments that refused a connect for per_process or let one\n"
         "through for bypass get PER_PROCESS_REFUSED and BYPASSED (apart from\n"
         "every other count). Fleet compartments get the fleet limit, this\n"
@@ -712,7 +730,9 @@ const struct cli_command cli_stat_command = {
         "                        {\"bounds_ms\", \"counts\" (per bucket, the last\n"
         "                        past 60 s), \"count\", \"sum_ms\"},\n"
         "                        \"per_process_refused\", \"bypassed\", \"reserves\":\n"
-        "                        [{\"who\", \"permits\", \"in_use\", \"waiting\"}],\n"
+        "                        [{\"who\", \"permits\", \"in_use\", \"free\",\n"
+        "                        \"owes\", \"waiting\"}], \"common_free\",\n"
+        "                        \"common_owes\",\n"
         "                        \"fleet\" (fleet compartments)}]}\n"
         "      --prometheus      Prometheus text exposition, labels namespace and\n"
         "                        compartment. Gauges bulkhead_permits_limit,\n"

@@ -88,7 +88,7 @@ policy_rules() {
     assert_output "bulkhead: set: c: limit 1: below its reserves, 2 together (lower them first with reserve.WHO=N)"
     run "$BULKHEAD" stat -c "$RULES" --json
     assert_output --partial '"limit": 3,'
-    assert_output --partial '"reserves": [{"who": "env=CLASS=billing", "permits": 2, "in_use": 0, "waiting": 0}]'
+    assert_output --partial '"reserves": [{"who": "env=CLASS=billing", "permits": 2, "in_use": 0, "free": 2, "owes": 0, "waiting": 0}], "common_free": 1, "common_owes": 0'
 }
 
 @test "apply: the file's reserve sizes, and the limit, in an order that always fits" {
@@ -119,8 +119,8 @@ c: reserve for env=CLASS=billing 1 -> 5"
     assert_equal "$(server_stat srv open)" 5
     run "$BULKHEAD" stat -c "$RULES"
     assert_success
-    assert_line --regexp '^c +reserve env=CLASS=billing +2 +1 +0$'
-    assert_line --regexp '^c +common +2 +2 +0$'
+    assert_line --regexp '^c +reserve env=CLASS=billing +2 +1 +1 +0 +0$'
+    assert_line --regexp '^c +common +2 +2 +0 +0 +0$'
     assert_line --regexp '^COMPARTMENT +PER_PROCESS_REFUSED +BYPASSED$'
     assert_line --regexp '^c +1 +2$'
     "$BULKHEAD" stat -c "$RULES" --json >"$T/json"
@@ -128,7 +128,9 @@ c: reserve for env=CLASS=billing 1 -> 5"
 import json, sys
 c = json.load(open(sys.argv[1]))["compartments"][0]
 assert c["in_use"] == 3 and c["per_process_refused"] == 1 and c["bypassed"] == 2, c
-assert c["reserves"] == [{"who": "env=CLASS=billing", "permits": 2, "in_use": 1, "waiting": 0}], c
+assert c["reserves"] == [{"who": "env=CLASS=billing", "permits": 2, "in_use": 1, "free": 1,
+                          "owes": 0, "waiting": 0}], c
+assert c["common_free"] == 0 and c["common_owes"] == 0, c
 EOF
     "$BULKHEAD" stat -c "$RULES" --prometheus >"$T/metrics"
     run check_prometheus "$T/metrics"

@@ -254,3 +254,58 @@ EOF
     start_as after2 billing 3 "$PORT_light"
     assert_equal "$(client_report after2)" "ok=2 refused=1 ECONNREFUSED"
 }
+
+# A member that dies while it waits on its reserve must not leave the
+# common pool lent to the reserve: after the others close, new clients
+# get the whole common pool at once.
+# killed_reserve_waiter SIGNAL
+killed_reserve_waiter() {
+    start_server srv -1
+    write_rules "$RULES" <<EOF2
+[global]
+namespace = $NS
+[db]
+limit = 4
+wait_ms = 5000
+reserve = 1 for env=CLS=gold
+match = 127.0.0.1:$SERVER_PORT
+EOF2
+    CLS=gold start_client gold hold 1
+    assert_equal "$(client_report gold)" "ok=1 refused=0 "
+    cat >"$T/closer.py" <<'EOF2'
+import os, socket, sys, time
+port, out, go = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+open(out, "w").write("held\n")
+while not os.path.exists(go):
+    time.sleep(0.02)
+for s in held:
+    s.close()
+open(out, "w").write("closed\n")
+time.sleep(600)
+EOF2
+    LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
+        python3 "$T/closer.py" "$SERVER_PORT" "$T/common.out" "$T/common.go" 3>&- &
+    track_pid $!
+    wait_for grep -qs '^held$' "$T/common.out"
+    CLS=gold start_client waiter hold 1
+    wait_for sem_waiters_is "$NS" 1
+    kill -"$1" "$(cat "$T/waiter.pid")"
+    wait_for pid_done "$(cat "$T/waiter.pid")"
+    # The three common connections close through the shim, which gives
+    # each permit back (a kill would leave that to the kernel instead).
+    touch "$T/common.go"
+    wait_for grep -qs '^closed$' "$T/common.out"
+    wait_for test "$(server_stat srv open)" = 1
+    start_client fresh hold 3
+    assert_equal "$(client_report fresh)" "ok=3 refused=0 "
+    assert_equal "$(server_stat srv open)" 4
+}
+
+@test "a reserve member SIGKILLed while it waits leaves the common pool whole" {
+    killed_reserve_waiter KILL
+}
+
+@test "a reserve member SIGTERMed while it waits leaves the common pool whole" {
+    killed_reserve_waiter TERM
+}

@@ -380,7 +380,8 @@ static int add_reserves(struct bh_namespace *ns, struct bh_shared_compartment *s
         memcpy(reserve->who, rules->reserves[r].who.text, BH_WHO_MAX);
         if (semctl(ns->semid, BH_SEM_RFREE(slot), SETVAL, permits) < 0 ||
             semctl(ns->semid, BH_SEM_RDEBT(slot), SETVAL, 0) < 0 ||
-            semctl(ns->semid, BH_SEM_ROWED(slot), SETVAL, 0) < 0)
+            semctl(ns->semid, BH_SEM_ROWED(slot), SETVAL, 0) < 0 ||
+            semctl(ns->semid, BH_SEM_RWAIT(slot), SETVAL, 0) < 0)
             return -1;
         atomic_store(&reserve->permits, permits);
         atomic_store(&reserve->slot, (int32_t)slot);
@@ -546,9 +547,12 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
     int in_use = bh_in_use_now(ns, index);
     int waiting = bh_waiters(ns, index);
-    if (in_use < 0 || waiting < 0)
+    int common_free, common_owes;
+    if (in_use < 0 || waiting < 0 || bh_common_read(ns, index, &common_free, &common_owes) < 0)
         return -1;
     memset(view, 0, sizeof *view);
+    view->common_free = common_free;
+    view->common_owes = common_owes;
     snprintf(view->name, BH_NAME_MAX, "%s", shared->name);
     view->limit = atomic_load(&shared->limit);
     view->in_use = in_use;

@@ -16,7 +16,7 @@
 #include "config/config.h"
 
 enum {
-    BH_LAYOUT_VERSION = 4,
+    BH_LAYOUT_VERSION = 5,
     BH_SEM_LOCK = 0,            /* registration lock, taken with SEM_UNDO */
     BH_MAX_RESERVE_SLOTS = 256, /* reserves per namespace, all compartments */
     BH_HOLDERS_FIRST = 4096,    /* holder records in the main segment */
@@ -30,10 +30,11 @@ enum {
 #define BH_SEM_PROBE(i) (3 + 3 * (i))  /* 1: the half-open breaker's probe slot is free */
 /* ... and of reserve slot s (bh_reserve_shared.slot), after them. */
 #define BH_SEM_RESERVES   (1 + 3 * BH_MAX_COMPARTMENTS)
-#define BH_SEM_RFREE(s)   (BH_SEM_RESERVES + 3 * (s))      /* reserved permits free now */
-#define BH_SEM_RDEBT(s)   (BH_SEM_RESERVES + 1 + 3 * (s))  /* owed to the common pool */
-#define BH_SEM_ROWED(s)   (BH_SEM_RESERVES + 2 + 3 * (s))  /* owed by the common pool */
-#define BH_SEM_COUNT      (BH_SEM_RESERVES + 3 * BH_MAX_RESERVE_SLOTS)
+#define BH_SEM_RFREE(s)   (BH_SEM_RESERVES + 4 * (s))      /* reserved permits free now */
+#define BH_SEM_RDEBT(s)   (BH_SEM_RESERVES + 1 + 4 * (s))  /* owed to the common pool */
+#define BH_SEM_ROWED(s)   (BH_SEM_RESERVES + 2 + 4 * (s))  /* owed by the common pool */
+#define BH_SEM_RWAIT(s)   (BH_SEM_RESERVES + 3 + 4 * (s))  /* members waiting (SEM_UNDO) */
+#define BH_SEM_COUNT      (BH_SEM_RESERVES + 4 * BH_MAX_RESERVE_SLOTS)
 
 /* Latency histograms: fixed upper bounds, 0.5 ms to 60 s, and one bucket
  * past the last. */
@@ -86,7 +87,7 @@ struct bh_reserve_shared {
     char who[BH_WHO_MAX];          /* as written in rules.ini: its name */
     _Atomic int32_t permits;       /* live size */
     _Atomic int32_t slot;          /* its semaphores: BH_SEM_RFREE(slot)... */
-    _Atomic int32_t waiting_hint;  /* members waiting, or about to */
+    _Atomic int32_t waiting_hint;  /* nonzero while BH_SEM_RWAIT may be > 0 */
     _Atomic uint32_t debt_hint;    /* nonzero while BH_SEM_RDEBT may be > 0 */
     _Atomic uint32_t owed_hint;    /* nonzero while BH_SEM_ROWED may be > 0 */
 };
@@ -201,6 +202,8 @@ struct bh_compartment_view {
     int reserve_count;
     int reserved;    /* the reserves' sizes together; the common pool is
                         limit - reserved */
+    int common_free; /* the common pool's semaphore: permits free now */
+    int common_owes; /* permits the common pool owes (DEBT and every ROWED) */
     struct bh_fleet_view {
         int limit, grant, in_use, hosts;
         enum bh_fleet_state state;
@@ -339,6 +342,8 @@ struct bh_reserve_view {
     int permits;   /* live size */
     int in_use;    /* held from it now */
     int waiting;   /* members waiting on it */
+    int free_now;  /* its semaphore: permits free now */
+    int owes;      /* RDEBT: permits it owes the common pool (lent ones) */
 };
 int bh_reserve_read(struct bh_namespace *ns, int index, int reserve,
                     struct bh_reserve_view *view);

@@ -27,6 +27,9 @@ int bh_in_use_now(struct bh_namespace *ns, int index);
 /* Waiters on every pool of compartment `index`: GETNCNT, the kernel's
  * count; -1 when the set is gone. */
 int bh_waiters(struct bh_namespace *ns, int index);
+/* The common pool's semaphores as they are: permits free now, and what
+ * it owes (DEBT and every reserve's ROWED). */
+int bh_common_read(struct bh_namespace *ns, int index, int *free_now, int *owes);
 
 /* pools.c: what holders.c reports back when a dead holder is reaped. */
 void bh_pools_forget_holders(struct bh_namespace *ns, int index, uint32_t permits);

@@ -25,17 +25,34 @@
  * Waiting stays FIFO within what a waiter may use: others wait on the
  * common pool's semaphore, members on their reserve's. A member waiting
  * could use a common permit too: whoever gives one back while members
- * wait (waiting_hint) and nobody waits on the common pool lends it to
- * their reserve, with RDEBT recording that it is the common pool's. A
- * member raises the hint before its last look at the common pool, so a
- * permit given back in between is either seen by that look or lent.
- * Lent permits nobody took are taken back by whoever finds the common
- * pool empty.
+ * wait and nobody waits on the common pool lends it to their reserve,
+ * with RDEBT recording that it is the common pool's. Lent permits nobody
+ * took are taken back by whoever finds the common pool empty while no
+ * member waits.
+ *
+ * "Members wait" is RWAIT(s), a semaphore each member raises with
+ * SEM_UNDO before its last look at the common pool and lowers after its
+ * wait: a permit given back in between is either seen by that look or
+ * lent. The kernel lowers it for a member killed mid-wait, so it is never
+ * stale: a count that outlived its waiter would lend every common permit
+ * to the reserve and forbid taking them back, draining the common pool
+ * for good.
  *
  * Hints (debt_hint, owed_hint, waiting_hint: shared atomics) only save
  * syscalls: each is raised before its semaphore and lowered after, so a
- * zero hint means a zero semaphore. A process killed between leaves a
- * hint high, which costs a few zero-checks per take, never a permit.
+ * zero hint means a zero semaphore, and no decision that moves a permit
+ * rests on a nonzero hint alone. What a process killed at each point
+ * costs:
+ *   - between raising a hint and its semop, or between the semop and
+ *     lowering it: the hint stays high for good (until reset). A high
+ *     debt_hint or owed_hint costs a zero-check semop per take and a
+ *     failing IPC_NOWAIT semop per give-back; a high waiting_hint costs
+ *     a GETVAL of RWAIT per common give-back. Never a permit.
+ *   - inside a semop: nothing; each is atomic, and SEM_UNDO gives back
+ *     what the dead process held (and lowers its RWAIT).
+ *   - a lent permit whose member died before taking it: it stays in the
+ *     reserve, owed, until the next taker that finds the common pool
+ *     empty (or the next member to stop waiting) pays it back.
  *
  * Releasing is async-signal-safe: atomics and semops, no lock. */
 #include "permits/permits_internal.h"
@@ -56,6 +73,15 @@ static unsigned short slot_of(struct bh_shared_compartment *shared, int reserve)
 {
     return (unsigned short)atomic_load_explicit(&shared->reserves[reserve].slot,
                                                 memory_order_relaxed);
+}
+
+/* Members wait on reserve r, or are about to (see the top): the hint
+ * spares the GETVAL when nobody ever waited. */
+static int members_waiting(struct bh_namespace *ns, struct bh_shared_compartment *shared,
+                           int r)
+{
+    return atomic_load(&shared->reserves[r].waiting_hint) &&
+           semctl(ns->semid, BH_SEM_RWAIT(slot_of(shared, r)), GETVAL) > 0;
 }
 
 /* ---- taking ---- */
@@ -144,7 +170,7 @@ static int reclaim_lent(struct bh_namespace *ns, int index)
             { BH_SEM_RDEBT(slot), -1, IPC_NOWAIT },
             { BH_SEM_FREE(index), +1, 0 },
         };
-        while (atomic_load(&reserve->debt_hint) && !atomic_load(&reserve->waiting_hint) &&
+        while (atomic_load(&reserve->debt_hint) && !members_waiting(ns, shared, r) &&
                semop(ns->semid, pay, 3) == 0) {
             atomic_fetch_sub(&reserve->debt_hint, 1);
             reclaimed++;
@@ -189,6 +215,18 @@ int bh_in_use_now(struct bh_namespace *ns, int index)
         in_use -= reserve_free;
     }
     return in_use;
+}
+
+int bh_common_read(struct bh_namespace *ns, int index, int *free_now, int *owes)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    *free_now = semctl(ns->semid, BH_SEM_FREE(index), GETVAL);
+    *owes = semctl(ns->semid, BH_SEM_DEBT(index), GETVAL);
+    for (int r = 0; *owes >= 0 && r < atomic_load(&shared->reserve_count); r++) {
+        int owed = semctl(ns->semid, BH_SEM_ROWED(slot_of(shared, r)), GETVAL);
+        *owes = owed < 0 ? owed : *owes + owed;
+    }
+    return *free_now < 0 || *owes < 0 ? -1 : 0;
 }
 
 /* The hint says this grant may be a new peak. The hint runs high while a
@@ -342,8 +380,10 @@ static int take_reserved_within(struct bh_namespace *ns, const struct bh_permit_
                                 int reserve, int64_t deadline, struct bh_taken *got)
 {
     struct bh_reserve_shared *shared = &shared_of(ns, ask->index)->reserves[reserve];
+    unsigned short waiting = BH_SEM_RWAIT(slot_of(shared_of(ns, ask->index), reserve));
     atomic_fetch_add(&shared->waiting_hint, 1);
-    int rc = take_now(ns, ask, got);  /* after the hint: nothing given back is missed */
+    int counted = bh_sem_op(ns->semid, waiting, +1, SEM_UNDO) == 0;
+    int rc = take_now(ns, ask, got);  /* after RWAIT: nothing given back is missed */
     while (rc < 0 && errno == EAGAIN) {
         int64_t left = deadline - bh_monotonic_ns();
         if (left <= 0)
@@ -354,6 +394,8 @@ static int take_reserved_within(struct bh_namespace *ns, const struct bh_permit_
             *got = (struct bh_taken){ 0, (uint32_t)ask->weight, reserve };
     }
     int saved = errno;
+    if (counted)
+        bh_sem_op(ns->semid, waiting, -1, SEM_UNDO);
     atomic_fetch_sub(&shared->waiting_hint, 1);
     if (rc < 0)
         reclaim_lent(ns, ask->index);
@@ -431,7 +473,7 @@ static void lend_to_members(struct bh_namespace *ns, int index, int given)
     struct bh_shared_compartment *shared = shared_of(ns, index);
     for (int r = 0; r < atomic_load(&shared->reserve_count) && given > 0; r++) {
         struct bh_reserve_shared *reserve = &shared->reserves[r];
-        if (!atomic_load(&reserve->waiting_hint) ||
+        if (!members_waiting(ns, shared, r) ||
             semctl(ns->semid, BH_SEM_FREE(index), GETNCNT) != 0)
             continue;
         unsigned short slot = slot_of(shared, r);
@@ -699,6 +741,8 @@ int bh_reserve_read(struct bh_namespace *ns, int index, int r,
     view->who[BH_WHO_MAX - 1] = '\0';
     view->permits = atomic_load(&reserve->permits);
     view->in_use = view->permits + debt - owed - free_now;
+    view->free_now = free_now;
+    view->owes = debt;
     view->waiting = semctl(ns->semid, BH_SEM_RFREE(slot_of(shared, r)), GETNCNT);
     return view->waiting < 0 ? -1 : 0;
 }

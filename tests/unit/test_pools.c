@@ -296,6 +296,40 @@ static void test_a_killed_member_gives_everything_back(void **state)
     close(ready[1]);
 }
 
+/* A member killed while it waits on its reserve: the kernel forgets its
+ * wait, so common permits given back afterwards stay common (they were
+ * lent to the reserve for good when a count left behind said a member
+ * still waited). Checked for what a non-member can take, and for every
+ * pool's semaphores. */
+static void test_a_member_killed_while_waiting_leaves_the_common_pool(void **state)
+{
+    (void)state;
+    int c = compartment(4, 1);
+    assert_int_equal(takes(c, 0, 1, 1), 1);    /* the reserved permit */
+    assert_int_equal(takes(c, -1, 1, 3), 3);   /* the whole common pool */
+    pid_t pid = fork();
+    if (pid == 0) {
+        bh_permits_forget_after_fork();
+        struct bh_permit_ask ask = { c, 0, 1 };
+        bh_permit_wait(&ns, &ask, 10000, 10);
+        _exit(0);
+    }
+    while (read_reserve(c).waiting == 0)
+        usleep(1000);
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    release(c, 1, 3);                          /* common ones go back first */
+    struct bh_compartment_view view = read_view(c);
+    struct bh_reserve_view reserve = read_reserve(c);
+    assert_int_equal(view.common_free, 3);
+    assert_int_equal(view.common_owes, 0);
+    assert_int_equal(reserve.free_now, 0);
+    assert_int_equal(reserve.owes, 0);
+    assert_int_equal(takes(c, -1, 1, 4), 3);
+    release(c, 1, 4);
+    assert_int_equal(read_view(c).in_use, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_a_waiting_member_gets_a_common_permit),
         cmocka_unit_test(test_holders_past_the_main_segment),
         cmocka_unit_test(test_a_killed_member_gives_everything_back),
+        cmocka_unit_test(test_a_member_killed_while_waiting_leaves_the_common_pool),
     };
     return cmocka_run_group_tests_name("pools", tests, set_up, tear_down);
 }
