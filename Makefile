@@ -58,7 +58,7 @@ SHIM := $(BUILD)/libbulkhead.so
 CLI  := $(BUILD)/bulkhead
 AGENT := $(BUILD)/bulkhead-agent
 
-.PHONY: all deps demo unit test bench install clean fuzz \
+.PHONY: all deps demo unit test bench install clean fuzz soak \
         test-asan test-ubsan test-tsan
 all: $(SHIM) $(CLI) $(AGENT)
 # Objects built on the way to a unit test or fuzzer are kept for the next
@@ -195,6 +195,26 @@ fuzz: deps
 	    $(BUILD)/fuzz/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) \
 	        -artifact_prefix=$(BUILD)/fuzz/$$f- -print_final_stats=1 \
 	        $(BUILD)/fuzz/corpus/$$f tests/fuzz/corpus/$$f || exit 1; \
+	done
+
+# ---- soak ---------------------------------------------------------------------
+#
+# Long randomised runs over a real namespace, each for SOAK_SECONDS:
+# reserve_storm kills workers of every kind at random moments, mid-wait
+# included, and checks after each round that every pool has exactly its
+# size (tests/soak/reserve_storm.c says how).
+SOAK_SECONDS ?= 60
+SOAK_NAMES := $(patsubst tests/soak/%.c,%,$(wildcard tests/soak/*.c))
+
+$(BUILD)/soak/%: $(BUILD)/obj/tests/soak/%.o $(UNIT_CODE:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
+
+soak: deps
+	$(MAKE) $(SOAK_NAMES:%=$(BUILD)/soak/%)
+	@for s in $(SOAK_NAMES); do \
+	    echo "== $$s for $(SOAK_SECONDS) s"; \
+	    $(BUILD)/soak/$$s $(SOAK_SECONDS) || exit 1; \
 	done
 
 # ---- the rest -----------------------------------------------------------------
