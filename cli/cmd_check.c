@@ -110,7 +110,8 @@ static void print_compartment(const struct bh_config *config, int index)
 static void print_config(const struct bh_config *config)
 {
     printf("%s: valid\n", config->path);
-    printf("namespace  %s\n", config->namespace_name);
+    printf("namespace  %s, on_failure %s\n", config->namespace_name,
+           config->on_failure_open ? "open" : "closed");
     printf("log        %s, to %s\n", bh_log_level_name(config->log_level),
            config->log_file ? config->log_file : "stderr");
     printf("%d compartment%s, %d match rule%s; the first match in file order "

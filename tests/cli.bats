@@ -391,7 +391,7 @@ EOF
     run "$BULKHEAD" check "$RULES"
     assert_success
     assert_line --index 0 "$RULES: valid"
-    assert_line "namespace  $NS"
+    assert_line "namespace  $NS, on_failure closed"
     assert_line "log        info, to stderr"
     assert_line "[api]  line 5"
     assert_line "  limit        3"

@@ -15,10 +15,6 @@ load helpers/check
 setup() { check_setup; }
 teardown() { bh_teardown; }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # start_redis [PASSWORD]: a redis-server on $REDIS_PORT, gone at teardown.
 start_redis() {
     command -v redis-server >/dev/null || skip "redis-server is not installed"
@@ -122,7 +118,7 @@ EOF
     run "$BULKHEAD" check "$RULES"
     assert_success
     assert_output "$RULES: valid
-namespace  $NS
+namespace  $NS, on_failure closed
 log        warn, to stderr
 1 compartment, 1 match rule; the first match in file order wins
 

@@ -160,15 +160,6 @@ print("connected")' "$SERVER_PORT"
 
 # Another user's objects under our key. Tests run as root, the victim; the
 # squatter is nobody.
-require_other_user() {
-    [[ $(id -u) -eq 0 ]] || skip "needs root to act as another user"
-    command -v setpriv >/dev/null || skip "no setpriv"
-}
-
-as_nobody() {
-    setpriv --reuid 65534 --regid 65534 --clear-groups "$@"
-}
-
 remove_key() {
     ipcrm -S "$1" 2>/dev/null || true
     ipcrm -M "$1" 2>/dev/null || true
@@ -189,7 +180,7 @@ squatted_scenario() {
     remove_key "$key"
     assert_failure 1
     assert_line ECONNREFUSED
-    [[ "$stderr" == *"key $key holds "*"of uid 65534, not ours (uid 0, mode 0600); refusing every connection the rules match until it is removed (ipcrm)"* ]] ||
+    [[ "$stderr" == *"key $key holds "*"of uid 65534, not ours (uid 0, mode 0600); ipcrm removes it (root or its owner); refusing every connection the rules match until it is reachable (on_failure = closed)"* ]] ||
         fail "no line naming the squatter: $stderr"
     assert_equal "$(server_stat web total)" 0
 }

@@ -93,6 +93,10 @@ struct bh_config {
     enum bh_log_level log_level;
     char *log_file;        /* NULL means stderr */
     char namespace_name[BH_NAME_MAX];
+    /* on_failure = open: run unlimited when the namespace's shared state
+     * is out of reach; 0 (closed, the default): refuse what the rules
+     * match until it is reachable */
+    int on_failure_open;
     struct bh_compartment *compartments; /* compartment_count of them */
     int compartment_count;
     struct bh_rule *rules; /* in file order: the first match wins */

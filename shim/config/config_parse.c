@@ -53,7 +53,7 @@ enum {
 enum section_kind { SECTION_NONE, SECTION_GLOBAL, SECTION_COMPARTMENT };
 
 enum key_id {
-    KEY_LOG, KEY_LOG_FILE, KEY_NAMESPACE,
+    KEY_LOG, KEY_LOG_FILE, KEY_NAMESPACE, KEY_ON_FAILURE,
     KEY_LIMIT, KEY_WAIT_MS, KEY_WAIT_NONBLOCKING, KEY_MAX_WAITERS, KEY_ERRNO,
     KEY_MATCH, KEY_CONNECT_TIMEOUT_MS, KEY_IO_TIMEOUT_MS,
     KEY_BREAKER_FAILURES, KEY_BREAKER_OPEN_MS, KEY_BREAKER_OPEN_MAX_MS,
@@ -265,6 +265,18 @@ static int set_namespace(struct parser *p, const char *key, const char *value)
     }
     report(p, p->line, "%s: \"%s\" is not a valid name "
            "(use 1 to %d of A-Z a-z 0-9 _ . -)", key, value, BH_NAME_MAX - 1);
+    return -1;
+}
+
+/* What the shim does when it cannot reach the namespace's shared state
+ * (a squatted key, SysV limits used up, permission denied). */
+static int set_on_failure(struct parser *p, const char *key, const char *value)
+{
+    if (strcmp(value, "closed") == 0 || strcmp(value, "open") == 0) {
+        p->config->on_failure_open = value[0] == 'o';
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is not one of closed, open", key, value);
     return -1;
 }
 
@@ -822,6 +834,7 @@ static const struct key_spec key_specs[] = {
     { "log", KEY_LOG, SECTION_GLOBAL, set_log },
     { "log_file", KEY_LOG_FILE, SECTION_GLOBAL, set_log_file },
     { "namespace", KEY_NAMESPACE, SECTION_GLOBAL, set_namespace },
+    { "on_failure", KEY_ON_FAILURE, SECTION_GLOBAL, set_on_failure },
     { "limit", KEY_LIMIT, SECTION_COMPARTMENT, set_limit },
     { "wait_ms", KEY_WAIT_MS, SECTION_COMPARTMENT, set_wait_ms },
     { "wait_nonblocking", KEY_WAIT_NONBLOCKING, SECTION_COMPARTMENT,

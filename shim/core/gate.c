@@ -23,8 +23,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "breaker/breaker.h"
 #include "core/deadline.h"
@@ -135,8 +137,28 @@ static void note_bypass_once(void)
 {
     static _Atomic int said;
     if (!atomic_exchange(&said, 1))
-        bh_log(BH_LOG_ERROR, "namespace \"%s\" is gone (reset?); connections "
-               "pass unlimited", bh_shim.config.namespace_name);
+        bh_log(BH_LOG_ERROR, "namespace \"%s\" was removed (bulkhead reset); "
+               "connections pass unlimited", bh_shim.config.namespace_name);
+}
+
+/* The kernel refused a semop (errno): said once per process, with the
+ * cause in words; on_failure decides the connection (see admit). */
+static void note_failure_once(int error)
+{
+    static _Atomic int said;
+    if (atomic_exchange(&said, 1))
+        return;
+    const char *then = bh_shim.config.on_failure_open
+        ? "connections pass unlimited (on_failure = open)"
+        : "refusing what the rules match (on_failure = closed)";
+    if (error == EACCES)
+        bh_log(BH_LOG_ERROR, "namespace \"%s\" of uid %u: permission denied: %s[%d] "
+               "runs as uid %u now, changed without setuid() or its kin (a raw "
+               "syscall?); %s", bh_shim.config.namespace_name, (unsigned)bh_shim.ns.uid,
+               program_invocation_short_name, (int)getpid(), (unsigned)geteuid(), then);
+    else
+        bh_log(BH_LOG_ERROR, "namespace \"%s\": semop: %s; %s",
+               bh_shim.config.namespace_name, strerror(error), then);
 }
 
 /* The breaker's word on this connect: BH_BREAKER_PASS or PROBE, or a
@@ -236,9 +258,9 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
     int local = rule->compartment;
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     int shared = bh_shim.shared_index[local];
-    if (shared == BH_SHARED_FOREIGN)
-        return refuse(local, local, to, "at once: another user holds the "
-                      "namespace's key (see the start-up line)");
+    if (shared == BH_SHARED_UNREACHABLE)
+        return refuse(local, local, to, "at once: the namespace is out of reach "
+                      "(on_failure = closed; see the start-up line)");
     if (shared < 0)
         return BH_GATE_PASS;
     if (bh_shim.membership[local].bypass) {
@@ -263,6 +285,13 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
     if (result == BH_BYPASS) {
         note_bypass_once();
         return BH_GATE_PASS;
+    }
+    if (result == BH_FAILED) {
+        note_failure_once(errno);
+        if (bh_shim.config.on_failure_open)
+            return BH_GATE_PASS;
+        snprintf(why, sizeof why, "at once: the namespace is out of reach "
+                 "(on_failure = closed)");
     }
     if (result == BH_INTERRUPTED) {
         errno = EINTR;  /* nothing taken; the program decides whether to retry */

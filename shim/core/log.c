@@ -2,7 +2,8 @@
  *
  * A file log is opened, appended to and closed for every line. Lines are
  * rare (refusals are rate-limited), and holding a descriptor open would
- * leave us writing into whatever the program later put on that number.
+ * leave us writing into whatever the program later put on that number;
+ * only a process that changes its uid holds one (see bh_log_hold_file).
  * It is opened without following a symlink, created 0600, and used only
  * if it is a regular file of our effective uid: a root program must not
  * append to a file an attacker's link points at.
@@ -75,6 +76,32 @@ static int open_log_file(void)
     return fd;
 }
 
+/* The log file as opened before a uid change (bh_log_hold_file): after
+ * dropping root, a worker can no longer open root's 0600 log. Written to
+ * only while the number still names that file: the program may have
+ * closed it and opened something else there. */
+static struct { int fd; dev_t dev; ino_t ino; } held = { -1, 0, 0 };
+
+void bh_log_hold_file(void)
+{
+    struct stat info;
+    if (!log_path[0] || held.fd >= 0)
+        return;
+    int fd = open_log_file();
+    if (fd < 0 || fstat(fd, &info) < 0)
+        return;
+    held.dev = info.st_dev;
+    held.ino = info.st_ino;
+    held.fd = fd;
+}
+
+static int held_fd(void)
+{
+    struct stat info;
+    return held.fd >= 0 && fstat(held.fd, &info) == 0 && info.st_dev == held.dev &&
+           info.st_ino == held.ino ? held.fd : -1;
+}
+
 static void write_line(const char *line, size_t length)
 {
     if (!log_path[0]) {
@@ -83,8 +110,12 @@ static void write_line(const char *line, size_t length)
         return;
     }
     int fd = open_log_file();
-    if (fd < 0)
+    if (fd < 0) {
+        fd = held_fd();
+        if (fd >= 0)
+            (void)!libc_write(fd, line, length);
         return;
+    }
     (void)!libc_write(fd, line, length);
     libc_close(fd);
 }
@@ -112,22 +143,39 @@ void bh_log(enum bh_log_level level, const char *format, ...)
     va_end(args);
 }
 
-void bh_log_startup_problem(const char *format, ...)
+static void log_once_per_tree(const char *variable, enum bh_log_level level,
+                              const char *format, va_list args)
 {
     char text[1024], said[16];
-    va_list args;
-    va_start(args, format);
+    if (!bh_log_enabled(level))
+        return;
     vsnprintf(text, sizeof text, format, args);
-    va_end(args);
     uint32_t hash = 2166136261u;                  /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)text; *p; p++)
         hash = (hash ^ *p) * 16777619u;
     snprintf(said, sizeof said, "%08x", hash);
-    const char *already = getenv("BULKHEAD_SAID");
+    const char *already = getenv(variable);
     if (already && strcmp(already, said) == 0)
         return;
-    bh_log(BH_LOG_ERROR, "%s", text);
-    setenv("BULKHEAD_SAID", said, 1);
+    bh_log(level, "%s", text);
+    setenv(variable, said, 1);
+}
+
+void bh_log_once_per_tree(const char *variable, enum bh_log_level level,
+                          const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    log_once_per_tree(variable, level, format, args);
+    va_end(args);
+}
+
+void bh_log_startup_problem(const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    log_once_per_tree("BULKHEAD_SAID", BH_LOG_ERROR, format, args);
+    va_end(args);
 }
 
 static int64_t monotonic_second(void)

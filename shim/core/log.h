@@ -16,6 +16,15 @@ void bh_log(enum bh_log_level level, const char *format, ...)
  * (BULKHEAD_SAID, a hash of the line). Call only while single-threaded. */
 void bh_log_startup_problem(const char *format, ...)
     __attribute__((format(printf, 1, 2)));
+/* The same at any level, remembered in the environment variable given:
+ * one line per process tree, not one per process (a wrapper script's
+ * processes would each say "loaded"). */
+void bh_log_once_per_tree(const char *variable, enum bh_log_level level,
+                          const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Before a uid change: the log file is opened now and kept, for a process
+ * that will not be allowed to open it afterwards. */
+void bh_log_hold_file(void);
 /* A refusal, at warn, at most one line per second per compartment in this
  * process; the next line says how many were left out. */
 void bh_log_refusal(int compartment, const char *compartment_name,

@@ -167,31 +167,78 @@ static void register_compartments(void)
         note_registered(i, indexes[i], live_limits[i], &self);
 }
 
-/* Another user's object under our key must neither be used nor switch
- * the limits off: every matched connect is refused until it is gone. */
-static int refuse_everything(const char *err)
+/* The namespace's shared state is out of reach: another user's object
+ * under our key, the machine's SysV ids used up, a uid we cannot see
+ * through. on_failure decides: closed (the default) refuses whatever the
+ * rules match until the state is reachable, since running unlimited would
+ * let any local user switch the limits off; open runs unlimited. */
+static void unreachable(const char *err)
 {
-    bh_log_startup_problem("%s; refusing every connection the rules match "
-                           "until it is removed (ipcrm)", err);
+    int open = bh_shim.config.on_failure_open;
+    if (open)
+        bh_log_startup_problem("%s; running without limits (on_failure = open)", err);
+    else
+        bh_log_startup_problem("%s; refusing every connection the rules match "
+                               "until it is reachable (on_failure = closed)", err);
     for (int i = 0; i < bh_shim.config.compartment_count; i++)
-        bh_shim.shared_index[i] = BH_SHARED_FOREIGN;
-    return 0;
+        bh_shim.shared_index[i] = open ? -1 : BH_SHARED_UNREACHABLE;
 }
 
-static int join_namespace(void)
+static void join_namespace(void)
 {
-    char err[256];
+    char err[512];
     for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
         bh_shim.local_index[i] = -1;
     if (bh_namespace_open(bh_shim.config.namespace_name, 1, &bh_shim.ns,
                           err, sizeof err) < 0) {
-        if (errno == EPERM)
-            return refuse_everything(err);
-        bh_log_startup_problem("%s; running without limits", err);
-        return -1;
+        if (errno == EPERM || errno == EEXIST)
+            snprintf(err + strlen(err), sizeof err - strlen(err), "; %s",
+                     errno == EPERM ? "ipcrm removes it (root or its owner)"
+                                    : "bulkhead reset --force removes it");
+        unreachable(err);
     }
-    register_compartments();
-    return 0;
+    else
+        register_compartments();
+}
+
+void bh_shim_before_uid_change(void)
+{
+    if (bh_shim_active())
+        bh_log_hold_file();
+}
+
+/* The effective uid changed: the old uid's namespace is out of reach (its
+ * objects are 0600), so the process joins the new uid's, as every worker
+ * of that user does. Permits taken before stay in the old namespace until
+ * the process exits, when SEM_UNDO gives them back (no close can reach
+ * that set any more): their connections are forgotten here, so that no
+ * close gives a permit to the wrong namespace. Meant for start-up, as
+ * daemons drop root: threads connecting meanwhile may see the namespace
+ * change under them. */
+void bh_shim_after_uid_change(int rc)
+{
+    int saved_errno = errno;
+    uid_t was = bh_shim.ns.uid, now = geteuid();
+    if (rc < 0 || !bh_shim_active() || now == was) {
+        errno = saved_errno;
+        return;
+    }
+    uint32_t held = bh_permits_held_total();
+    bh_fd_table_reset();
+    bh_permits_forget_after_fork();  /* it holds nothing in the new namespace */
+    if (held)
+        bh_log(BH_LOG_WARN, "%s[%d] changed its uid from %u to %u holding %u permit%s "
+               "of namespace \"%s\" of uid %u: they go back when it exits",
+               program_invocation_short_name, (int)getpid(), (unsigned)was,
+               (unsigned)now, held, held == 1 ? "" : "s",
+               bh_shim.config.namespace_name, (unsigned)was);
+    join_namespace();
+    bh_log_once_per_tree("BULKHEAD_UID_SAID", BH_LOG_INFO, "%s changed its uid from "
+                         "%u to %u: its connections count in namespace \"%s\" of uid "
+                         "%u (bulkhead stat -u %u)", program_invocation_short_name,
+                         (unsigned)was, (unsigned)now, bh_shim.config.namespace_name,
+                         (unsigned)now, (unsigned)now);
+    errno = saved_errno;
 }
 
 static void forget_after_fork(void)
@@ -206,12 +253,14 @@ static void start_once_per_image(void)
 {
     starting_here = 1;
     bh_log_remember_stderr();
-    int active = load_rules() == 0 && join_namespace() == 0;
+    int active = load_rules() == 0;
     if (active) {
+        join_namespace();
         bh_fd_table_reset();
         bh_handoff_adopt();
         pthread_atfork(NULL, NULL, forget_after_fork);
-        bh_log(BH_LOG_INFO, "%s loaded: namespace \"%s\", %d compartment%s, %d rule%s",
+        bh_log_once_per_tree("BULKHEAD_LOADED_SAID", BH_LOG_INFO,
+                             "%s loaded: namespace \"%s\", %d compartment%s, %d rule%s",
                bh_shim.config.path, bh_shim.config.namespace_name,
                bh_shim.config.compartment_count,
                bh_shim.config.compartment_count == 1 ? "" : "s",

@@ -13,7 +13,7 @@
 #define BH_EXPORT __attribute__((visibility("default")))
 
 enum bh_shim_status { BH_SHIM_STARTING, BH_SHIM_ACTIVE, BH_SHIM_OFF };
-enum { BH_SHARED_FOREIGN = -2 };
+enum { BH_SHARED_UNREACHABLE = -2 };
 
 struct bh_shim {
     _Atomic int status;
@@ -21,7 +21,8 @@ struct bh_shim {
     struct bh_rule_index *rules;
     struct bh_namespace ns;
     /* config compartment i -> its index in the namespace, -1 if unregistered,
-     * BH_SHARED_FOREIGN when another user holds the namespace's key */
+     * BH_SHARED_UNREACHABLE when the namespace cannot be reached and
+     * on_failure is closed */
     int shared_index[BH_MAX_COMPARTMENTS];
     /* namespace index -> config compartment i, -1 when not in our rules */
     int local_index[BH_MAX_COMPARTMENTS];
@@ -37,6 +38,12 @@ struct bh_shim {
 extern struct bh_shim bh_shim;
 
 void bh_shim_start(void);
+
+/* Around a call that may change the effective uid (hooks/credentials.c):
+ * before, the log file is held open; after, with the call's result, the
+ * process joins the new uid's namespace if its euid changed. */
+void bh_shim_before_uid_change(void);
+void bh_shim_after_uid_change(int rc);
 
 /* A connection ended: its permit goes back, and its probe slot if it
  * still held one; its hold time is counted. Async-signal-safe (outcome.c). */

@@ -83,6 +83,10 @@
     X(int, execvpe, (const char *file, char *const argv[], char *const envp[]), \
       (file, argv, envp))                                                      \
     X(int, fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp)) \
+    X(int, setuid, (uid_t uid), (uid))                                         \
+    X(int, seteuid, (uid_t euid), (euid))                                      \
+    X(int, setreuid, (uid_t ruid, uid_t euid), (ruid, euid))                   \
+    X(int, setresuid, (uid_t ruid, uid_t euid, uid_t suid), (ruid, euid, suid)) \
     X(int, getaddrinfo, (const char *node, const char *service,                \
                          const struct addrinfo *hints, struct addrinfo **res), \
       (node, service, hints, res))                                             \

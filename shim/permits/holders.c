@@ -361,6 +361,14 @@ void bh_permits_leave(struct bh_namespace *ns)
     }
 }
 
+uint32_t bh_permits_held_total(void)
+{
+    uint32_t total = 0;
+    for (int i = 0; i < atomic_load(&mine_used); i++)
+        total += atomic_load(&mine[i].common) + atomic_load(&mine[i].reserved);
+    return total;
+}
+
 void bh_permits_forget_after_fork(void)
 {
     /* The child holds nothing of its own; only the entries ever used are

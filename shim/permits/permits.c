@@ -238,10 +238,27 @@ static int initialise_if_needed(struct bh_namespace *ns, const char *name)
     return 0;
 }
 
+/* What an operator can do about a kernel limit reached: the tunable and
+ * the command that shows what is using it up. */
+static const char *remedy(const char *what, int error)
+{
+    int semaphores = strcmp(what, "semaphores") == 0;
+    if (error == ENOSPC)
+        return semaphores
+            ? " (the machine's semaphore sets or semaphores are used up: kernel.sem "
+              "SEMMNI/SEMMNS; ipcs -u counts them, ipcs -s -c names their owners)"
+            : " (the machine's shared memory segments are used up: kernel.shmmni; "
+              "ipcs -u counts them, ipcs -m -c names their owners)";
+    if (error == ENOMEM && !semaphores)
+        return " (kernel.shmall reached, or out of memory)";
+    return "";
+}
+
 static int fail(char *err, size_t errlen, const char *what, const char *name)
 {
     int saved = errno;
-    snprintf(err, errlen, "namespace \"%s\": %s: %s", name, what, strerror(saved));
+    snprintf(err, errlen, "namespace \"%s\": %s: %s%s", name, what, strerror(saved),
+             remedy(what, saved));
     errno = saved;
     return -1;
 }

@@ -184,8 +184,10 @@ enum bh_acquire_result {
     BH_ACQUIRED,
     BH_REJECTED,   /* full, and no wait allowed (fail fast, non-blocking, too many waiters) */
     BH_TIMED_OUT,  /* full for all of wait_ms */
-    BH_BYPASS,     /* the shared state is gone (reset) or broken: let it through */
+    BH_BYPASS,     /* the namespace was removed (reset): let it through */
     BH_INTERRUPTED, /* a signal ended the wait: connect() fails with EINTR */
+    BH_FAILED,     /* the kernel refused the semop (EACCES, no room for undo
+                      records): errno says why; on_failure decides */
 };
 
 /* What `stat` shows for one compartment. */
@@ -271,11 +273,11 @@ void bh_permit_unclaim(const struct bh_permit_ask *ask);
  * (SEM_UNDO: the kernel gives them back if the process dies): a member
  * from its reserve first, then from the common pool. BH_REJECTED here
  * means only "full": the caller decides between waiting and refusing.
- * errno is kept. */
+ * errno is kept, but for BH_FAILED, where it is the cause. */
 enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
                                      const struct bh_permit_ask *ask);
 /* Waits up to wait_ms, in arrival order, unless max_waiters already wait.
- * Counts the outcome (rejected or timed_out). errno is kept. */
+ * Counts the outcome (rejected or timed_out). errno as bh_permit_try. */
 enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
                                       const struct bh_permit_ask *ask,
                                       int wait_ms, int max_waiters);
@@ -293,8 +295,11 @@ void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 /* The process is exiting: its holder records are freed if it holds
  * nothing, so records of exited processes do not wait for a reaper. */
 void bh_permits_leave(struct bh_namespace *ns);
-/* The calling process was just forked: it holds no permits of its own. */
+/* The calling process was just forked: it holds no permits of its own.
+ * Also after a uid change: it holds none in the namespace it joins. */
 void bh_permits_forget_after_fork(void);
+/* Permits this process holds, every compartment together. */
+uint32_t bh_permits_held_total(void);
 /* A new program image of the same process: find the holder records it
  * had before exec, so its releases go to the right pools, and copy how
  * many permits it holds per compartment. -1: none. */

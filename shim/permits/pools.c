@@ -310,6 +310,15 @@ static void pay_owed_from_free(struct bh_namespace *ns, int index)
     }
 }
 
+/* A semop failed for another reason than a full pool (errno): EIDRM or
+ * EINVAL, the set was removed (reset), which lets connections through as
+ * documented; anything else (EACCES: a uid change the shim did not see;
+ * ENOMEM: no room for undo records) is a failure on_failure decides. */
+static enum bh_acquire_result unreachable_result(void)
+{
+    return errno == EIDRM || errno == EINVAL ? BH_BYPASS : BH_FAILED;
+}
+
 enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
                                      const struct bh_permit_ask *ask)
 {
@@ -332,9 +341,9 @@ enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
     if (rc == 0)
         count_granted(ns, ask->index, got, -1);
     else
-        result = errno == EAGAIN ? BH_REJECTED
-                                 : BH_BYPASS; /* removed, or no undo space */
-    errno = saved_errno;
+        result = errno == EAGAIN ? BH_REJECTED : unreachable_result();
+    if (result != BH_FAILED)
+        errno = saved_errno;
     return result;
 }
 
@@ -440,11 +449,11 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
         result = BH_TIMED_OUT;
         atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
     } else {
-        /* EINTR: a signal ends the wait, as it ends a blocking connect();
-         * EIDRM/EINVAL: the namespace was removed (reset). */
-        result = errno == EINTR ? BH_INTERRUPTED : BH_BYPASS;
+        /* EINTR: a signal ends the wait, as it ends a blocking connect(). */
+        result = errno == EINTR ? BH_INTERRUPTED : unreachable_result();
     }
-    errno = saved_errno;
+    if (result != BH_FAILED)
+        errno = saved_errno;
     return result;
 }
 

@@ -207,6 +207,22 @@ start_server() {
     export "PORT_$name=$SERVER_PORT"
 }
 
+# Tests that act as another user (nobody) need root and setpriv.
+require_other_user() {
+    [[ $(id -u) -eq 0 ]] || skip "needs root to act as another user"
+    command -v setpriv >/dev/null || skip "no setpriv"
+}
+
+as_nobody() {
+    setpriv --reuid 65534 --regid 65534 --clear-groups "$@"
+}
+
+# A loopback port nothing listens on now, for servers that take a port
+# only on their command line or config (redis-server, nginx, haproxy).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # py_server NAME SCRIPT [ARGS...]: one of tests/server's scripts that write
 # their port to a ready file (blackhole, silentserver, badserver), in the
 # background; sets SERVER_PORT.
