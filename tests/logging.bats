@@ -97,6 +97,15 @@ print(os.getpid())' "$SERVER_PORT" "$1"
         "bulkhead: $RULES loaded: namespace \"$NS\", 1 compartment, 1 rule"
 }
 
+@test "log = info: a wrapper's tree of processes says loaded once, not once per process" {
+    start_server web -1
+    rules 0 "log = info"
+    run --separate-stderr run_shim sh -c '/bin/true; sh -c /bin/true; /bin/true'
+    assert_success
+    assert_equal "$stderr" \
+        "bulkhead: $RULES loaded: namespace \"$NS\", 1 compartment, 1 rule"
+}
+
 @test "a process whose rules.ini disagrees with the live limit says once, at warn, which it uses" {
     start_server web -1
     rules 0 "log = info"

@@ -64,19 +64,10 @@ group_gone() {
     ! pgrep -g "$1" >/dev/null
 }
 
-# listening PORT: something accepts on it (a bare connect: no request goes
-# upstream).
-listening() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-@test "nginx with user www-data: its workers stay within the upstream's limit" {
-    command -v nginx >/dev/null || fail "nginx is not installed (make deps)"
-    echo www-data >>"$T/other_users"
-    start_server srv 3000
-    rules 3
-    local port
-    port=$(free_port)
+# nginx_conf PORT: nginx on PORT, two workers as www-data, proxying to
+# the hold server; a refused upstream connect is a 502, not retried.
+nginx_conf() {
+    local port=$1
     cat >"$T/nginx.conf" <<EOF2
 daemon off;
 master_process on;
@@ -99,6 +90,22 @@ http {
     }
 }
 EOF2
+}
+
+# listening PORT: something accepts on it (a bare connect: no request goes
+# upstream).
+listening() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+@test "nginx with user www-data: its workers stay within the upstream's limit" {
+    command -v nginx >/dev/null || fail "nginx is not installed (make deps)"
+    echo www-data >>"$T/other_users"
+    start_server srv 3000
+    rules 3
+    local port
+    port=$(free_port)
+    nginx_conf "$port"
     daemon nginx nginx -c "$T/nginx.conf"
     wait_for listening "$port" || fail "nginx did not start: $(cat "$T/nginx.out" "$T/nginx.err")"
     run burst "http://127.0.0.1:$port/" 10
@@ -165,4 +172,71 @@ EOF2
     run "$BULKHEAD" stat -n "$NS" -u nobody --json
     assert_success
     assert_output --partial '"name": "up", "limit": 2, "in_use": 2'
+}
+
+# drop_raw ON_FAILURE: a python process changes its uid with a raw
+# syscall the shim cannot see, then connects three times; prints its
+# report and its stderr.
+drop_raw() {
+    write_rules "$RULES" <<EOF2
+[global]
+namespace = $NS
+on_failure = $1
+[up]
+limit = 1
+match = 127.0.0.1:$SERVER_PORT
+EOF2
+    LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" /usr/bin/python3 -c '
+import ctypes, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.syscall(105, 65534) == 0     # SYS_setuid on x86_64
+held, ok = [], 0
+for _ in range(3):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1]))); ok += 1
+    except OSError:
+        pass
+    held.append(s)
+print("ok=%d" % ok)' "$SERVER_PORT" 2>&1
+}
+
+@test "a uid change the shim cannot see is a permission failure said in one line, never a silent bypass" {
+    [[ $(uname -m) == x86_64 ]] || skip "the raw syscall number is x86_64's"
+    start_server srv -1
+    run drop_raw closed
+    assert_line ok=0
+    assert_line --regexp "^bulkhead: namespace \"$NS\" of uid 0: permission denied: python3\[[0-9]+\] runs as uid 65534 now, changed without setuid\(\) or its kin \(a raw syscall\?\); refusing what the rules match \(on_failure = closed\)$"
+    assert_equal "$(grep -c 'permission denied' <<<"$output")" 1
+    assert_equal "$(server_stat srv total)" 0
+    run drop_raw open
+    assert_line ok=3
+    assert_line --partial "permission denied: python3["
+    assert_line --partial "connections pass unlimited (on_failure = open)"
+}
+
+@test "nginx with user www-data and a root log_file: its workers' line about the uid change reaches the log" {
+    command -v nginx >/dev/null || fail "nginx is not installed (make deps)"
+    echo www-data >>"$T/other_users"
+    start_server srv -1
+    write_rules "$RULES" <<EOF2
+[global]
+namespace = $NS
+log = info
+log_file = $T/shim.log
+[up]
+limit = 3
+match = 127.0.0.1:$SERVER_PORT
+EOF2
+    local port
+    port=$(free_port)
+    nginx_conf "$port"
+    daemon nginx nginx -c "$T/nginx.conf"
+    wait_for listening "$port" || fail "nginx did not start: $(cat "$T/nginx.out" "$T/nginx.err")"
+    # One line from each of the two workers, in root's 0600 log.
+    wait_for test "$(grep -c 'changed its uid from 0 to 33' "$T/shim.log")" = 2 ||
+        fail "not a line per worker about the uid change: $(cat "$T/shim.log")"
+    assert_equal "$(stat -c %U "$T/shim.log")" root
+    # Loaded once for the whole process tree, not once per process.
+    assert_equal "$(grep -c ' loaded: ' "$T/shim.log")" 1
 }

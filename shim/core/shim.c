@@ -233,11 +233,10 @@ void bh_shim_after_uid_change(int rc)
                (unsigned)now, held, held == 1 ? "" : "s",
                bh_shim.config.namespace_name, (unsigned)was);
     join_namespace();
-    bh_log_once_per_tree("BULKHEAD_UID_SAID", BH_LOG_INFO, "%s changed its uid from "
-                         "%u to %u: its connections count in namespace \"%s\" of uid "
-                         "%u (bulkhead stat -u %u)", program_invocation_short_name,
-                         (unsigned)was, (unsigned)now, bh_shim.config.namespace_name,
-                         (unsigned)now, (unsigned)now);
+    bh_log(BH_LOG_INFO, "%s[%d] changed its uid from %u to %u: its connections count "
+           "in namespace \"%s\" of uid %u (bulkhead stat -u %u)",
+           program_invocation_short_name, (int)getpid(), (unsigned)was, (unsigned)now,
+           bh_shim.config.namespace_name, (unsigned)now, (unsigned)now);
     errno = saved_errno;
 }
 
