@@ -10,13 +10,14 @@ teardown() { bh_teardown; }
 
 BULKHEAD="$BH_ROOT/build/bulkhead"
 
+# peak_rules PORT [WAIT_MS]
 peak_rules() {
     write_rules "$RULES" <<EOF
 [global]
 namespace = $NS
 [db]
 limit = 3
-wait_ms = 0
+wait_ms = ${2:-0}
 match = 127.0.0.1:$1
 EOF
 }
@@ -84,4 +85,21 @@ server_open_is() {
     assert_equal "$(server_stat web max)" 1
     assert_equal "$(stat_peak)" 1
     assert_equal "$(prom_peak)" 1
+}
+
+@test "waiters let in by a live raise: PEAK is what the server saw" {
+    start_server web -1
+    peak_rules "$SERVER_PORT" 60000
+    local i
+    for i in 1 2 3 4 5 6; do
+        bg_shim "$T/holder.$i" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
+    done
+    wait_for server_open_is 3
+    wait_for sem_waiters_is "$NS" 3
+    run "$BULKHEAD" set -c "$RULES" db limit=6
+    assert_success
+    wait_for server_open_is 6
+    assert_equal "$(server_stat web max)" 6
+    assert_equal "$(stat_peak)" 6
+    assert_equal "$(prom_peak)" 6
 }

@@ -669,6 +669,12 @@ int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
     }
     if (rc == 0)
         atomic_store(&shared->limit, limit);
+    /* Waiters the raise let in took their permits inside our semop (the
+     * kernel completes their operations before it returns), but may have
+     * counted their peak against the old limit: count it again here. */
+    int in_use = rc == 0 && limit > old_limit ? bh_in_use_now(ns, index) : -1;
+    if (in_use > 0)
+        raise_to(&shared->peak_in_use, in_use);
     int saved = errno;
     bh_unlock_namespace(ns);
     errno = saved;
