@@ -154,6 +154,10 @@ static const struct error_case error_cases[] = {
       { "rules.ini:1: limit: appears before any [section]" } },
     { "log: unknown level", "[global]\nlog = loud\n",
       { "rules.ini:2: log: \"loud\" is not one of error, warn, info, debug" } },
+    { "on_failure: neither closed nor open", "[global]\non_failure = pass\n",
+      { "rules.ini:2: on_failure: \"pass\" is not one of closed, open" } },
+    { "on_failure: in a compartment", HEAD "match = 10.0.0.1:80\non_failure = open\n",
+      { "rules.ini:6: unknown key \"on_failure\" in [cap]" } },
     { "namespace: a bad name", "[global]\nnamespace = a/b\n",
       { "rules.ini:2: namespace: \"a/b\" is not a valid name (use 1 to 47 of A-Z a-z 0-9 _ . -)" } },
     { "bad section name", HEAD "match = 10.0.0.1:80\n[pay ments]\nlimit = 1\nmatch = 10.0.0.2:80\n",
@@ -661,6 +665,7 @@ static void defaults(void **state)
     assert_string_equal(config.namespace_name, "default");
     assert_int_equal(config.log_level, BH_LOG_WARN);
     assert_null(config.log_file);
+    assert_int_equal(config.on_failure_open, 0);
     assert_string_equal(config.path, "rules.ini");
     assert_int_equal(config.compartment_count, 1);
     const struct bh_compartment *c = &config.compartments[0];
@@ -689,6 +694,7 @@ static void every_key(void **state)
     struct bh_config config;
     parse_ok("\xEF\xBB\xBF; a byte order mark, then a comment\n"
              "[global]\nnamespace = team-a.1\nlog = debug\nlog_file = /tmp/bh.log\n"
+             "on_failure = open\n"
              "\n[slow]\nlimit = 0\nwait_ms = 3600000\nwait_nonblocking = yes\n"
              "max_waiters = 1000000\nerrno = EHOSTUNREACH\nmatch = 10.0.0.1:80\n"
              "[fast]  ; a comment after a header\nlimit = 32767\nerrno = EAGAIN\n"
@@ -698,10 +704,11 @@ static void every_key(void **state)
     assert_string_equal(config.namespace_name, "team-a.1");
     assert_int_equal(config.log_level, BH_LOG_DEBUG);
     assert_string_equal(config.log_file, "/tmp/bh.log");
+    assert_int_equal(config.on_failure_open, 1);
     assert_int_equal(config.compartment_count, 2);
     const struct bh_compartment *slow = &config.compartments[0];
     assert_string_equal(slow->name, "slow");
-    assert_int_equal(slow->line, 7);
+    assert_int_equal(slow->line, 8);
     assert_int_equal(slow->limit, 0);
     assert_int_equal(slow->wait_ms, 3600000);
     assert_int_equal(slow->wait_nonblocking, 1);
@@ -709,7 +716,7 @@ static void every_key(void **state)
     assert_int_equal(slow->refusal_errno, EHOSTUNREACH);
     const struct bh_compartment *fast = &config.compartments[1];
     assert_string_equal(fast->name, "fast");
-    assert_int_equal(fast->line, 14);
+    assert_int_equal(fast->line, 15);
     assert_int_equal(fast->limit, 32767);
     assert_int_equal(fast->wait_nonblocking, 0);
     assert_int_equal(fast->refusal_errno, EAGAIN);
