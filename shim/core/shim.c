@@ -184,21 +184,29 @@ static void unreachable(const char *err)
         bh_shim.shared_index[i] = open ? -1 : BH_SHARED_UNREACHABLE;
 }
 
+/* Opened aside and then copied in, so that the namespace a thread reads
+ * goes from the old one to the new without passing through none. */
 static void join_namespace(void)
 {
+    static struct bh_namespace joined;
     char err[512];
     for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
         bh_shim.local_index[i] = -1;
-    if (bh_namespace_open(bh_shim.config.namespace_name, 1, &bh_shim.ns,
-                          err, sizeof err) < 0) {
+    if (bh_namespace_open(bh_shim.config.namespace_name, 1, &joined, err,
+                          sizeof err) < 0) {
         if (errno == EPERM || errno == EEXIST)
             snprintf(err + strlen(err), sizeof err - strlen(err), "; %s",
                      errno == EPERM ? "ipcrm removes it (root or its owner)"
                                     : "bulkhead reset --force removes it");
+        if (bh_shim.ns.state)
+            bh_shim.ns.uid = joined.uid;  /* the old one stays mapped, unused */
+        else
+            bh_shim.ns = joined;          /* nothing attached: semid -1 */
         unreachable(err);
+        return;
     }
-    else
-        register_compartments();
+    bh_shim.ns = joined;
+    register_compartments();
 }
 
 void bh_shim_before_uid_change(void)
@@ -260,10 +268,11 @@ static void start_once_per_image(void)
         pthread_atfork(NULL, NULL, forget_after_fork);
         bh_log_once_per_tree("BULKHEAD_LOADED_SAID", BH_LOG_INFO,
                              "%s loaded: namespace \"%s\", %d compartment%s, %d rule%s",
-               bh_shim.config.path, bh_shim.config.namespace_name,
-               bh_shim.config.compartment_count,
-               bh_shim.config.compartment_count == 1 ? "" : "s",
-               bh_shim.config.rule_count, bh_shim.config.rule_count == 1 ? "" : "s");
+                             bh_shim.config.path, bh_shim.config.namespace_name,
+                             bh_shim.config.compartment_count,
+                             bh_shim.config.compartment_count == 1 ? "" : "s",
+                             bh_shim.config.rule_count,
+                             bh_shim.config.rule_count == 1 ? "" : "s");
     }
     unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
     atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
