@@ -158,13 +158,16 @@ wait_for() {
         timeout=$2
         shift 2
     fi
-    local tries=$((timeout * 50)) i
-    for ((i = 0; i < tries; i++)); do
-        "$@" && return 0
+    # A deadline on the clock, not a count of tries: on a busy machine each
+    # try can take far longer than its 20 ms sleep.
+    local deadline=$((${EPOCHREALTIME/./} + timeout * 1000000))
+    until "$@"; do
+        if ((${EPOCHREALTIME/./} >= deadline)); then
+            echo "wait_for: timed out after ${timeout}s: $*" >&2
+            return 1
+        fi
         sleep 0.02
     done
-    echo "wait_for: timed out after ${timeout}s: $*" >&2
-    return 1
 }
 
 # pid_done PID: the process has exited (gone, or a zombie not yet reaped).
