@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/copies.h"
 #include "core/log.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
@@ -196,7 +197,7 @@ static int join_namespace(void)
 
 static void forget_after_fork(void)
 {
-    bh_fd_table_reset();
+    bh_copies_after_fork_child();
     bh_log_forget_after_fork();
     bh_permits_forget_after_fork();
     bh_rule_index_after_fork(bh_shim.rules);
@@ -210,7 +211,7 @@ static void start_once_per_image(void)
     if (active) {
         bh_fd_table_reset();
         bh_handoff_adopt();
-        pthread_atfork(NULL, NULL, forget_after_fork);
+        pthread_atfork(bh_copies_before_fork, NULL, forget_after_fork);
         bh_log(BH_LOG_INFO, "%s loaded: namespace \"%s\", %d compartment%s, %d rule%s",
                bh_shim.config.path, bh_shim.config.namespace_name,
                bh_shim.config.compartment_count,

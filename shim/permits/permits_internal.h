@@ -51,4 +51,8 @@ struct bh_taken bh_holding_remove(int index, int weight);
  * the holders hint. */
 void bh_holders_reap(struct bh_namespace *ns);
 
+/* Gives back permits parked in a socket record (socket_records.c): no
+ * process's undo record names them, so no SEM_UNDO. Async-signal-safe. */
+void bh_permit_release_parked(struct bh_namespace *ns, int index, struct bh_taken taken);
+
 #endif
