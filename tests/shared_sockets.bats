@@ -132,6 +132,9 @@ EOF
     assert_lines conn1=ok conn2=refused conn3=refused conn4=refused conn5=refused
     [[ $(server_stat srv max) == 1 ]] || fail "server saw $(server_stat srv max) at once"
     [[ $(server_stat srv open) == 1 ]]
+    run "$BULKHEAD" stat -c "$RULES" --json
+    assert_output --partial '"in_use": 1,'
+    assert_output --partial '"shared": 1, "shared_permits": 1,'
     touch "$T/go"
     wait_pid "$receiver"
     run cat "$T/receiver.out"

@@ -269,7 +269,8 @@ struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd)
 }
 
 /* A free connection slot: the fd's own number first, then a scan. */
-static uint32_t allocate_connection(int fd, int compartment, int weight,
+static inline __attribute__((always_inline)) uint32_t
+allocate_connection(int fd, int compartment, int weight,
                                     uint32_t watch, int64_t since_ns, uint32_t share)
 {
     for (uint32_t tries = 0; tries < MAX_CONNECTIONS; tries++) {
@@ -289,8 +290,8 @@ static uint32_t allocate_connection(int fd, int compartment, int weight,
     return 0;
 }
 
-static int attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns,
-                  uint32_t share)
+static inline __attribute__((always_inline)) int
+attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, uint32_t share)
 {
     _Atomic uint32_t *entry = entry_for(fd, 1);
     if (!entry)

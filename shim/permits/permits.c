@@ -561,6 +561,7 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->waiting = waiting;
     view->per_process_refused = atomic_load(&shared->per_process_refused);
     view->bypassed = atomic_load(&shared->bypassed);
+    view->shared = bh_socket_count(ns, index, &view->shared_permits);
     view->peak = atomic_load(&shared->peak_in_use);
     view->acquired = atomic_load(&shared->acquired);
     view->rejected = atomic_load(&shared->rejected);

@@ -206,6 +206,9 @@ struct bh_compartment_view {
                         limit - reserved */
     int common_free; /* the common pool's semaphore: permits free now */
     int common_owes; /* permits the common pool owes (DEBT and every ROWED) */
+    int shared;      /* connections whose socket record holds their permits
+                        (their fds are in more than one process) */
+    int shared_permits;
     struct bh_fleet_view {
         int limit, grant, in_use, hosts;
         enum bh_fleet_state state;

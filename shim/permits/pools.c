@@ -533,8 +533,9 @@ static void give_reserved(struct bh_namespace *ns, int index, int reserve, int c
 }
 
 /* `weight` permits back to the pools `taken` names; undo: SEM_UNDO when
- * this process's undo record holds them, 0 for parked ones. */
-static void give_back(struct bh_namespace *ns, int index, int weight,
+ * this process's undo record holds them, 0 for parked ones. Inlined, so
+ * that an ordinary release pays nothing for the choice. */
+static inline __attribute__((always_inline)) void give_back(struct bh_namespace *ns, int index, int weight,
                       struct bh_taken taken, short undo)
 {
     int saved_errno = errno;
