@@ -20,7 +20,8 @@
  *     more from a namespace-wide pool of slots (pools.c says what they
  *     mean).
  *   - a shared memory segment: the compartment table and counters
- *     (struct bh_shared_state), and the first holder records (holders.c).
+ *     (struct bh_shared_state), the first holder records (holders.c) and
+ *     the records of sockets several processes hold (socket_records.c).
  *     Counters are atomics, written without locks.
  *
  * This file makes, attaches, registers, reads and removes; pools.c takes

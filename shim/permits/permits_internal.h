@@ -1,7 +1,8 @@
 /* What the files of shim/permits/ share among themselves and nobody else:
  * permits.c (the namespace: making, attaching, registering, reading,
  * removing), pools.c (taking and giving back permits; the common pool,
- * the reserves and their debts) and holders.c (what each process holds). */
+ * the reserves and their debts), holders.c (what each process holds) and
+ * socket_records.c (permits of sockets several processes hold). */
 #ifndef BH_PERMITS_INTERNAL_H
 #define BH_PERMITS_INTERNAL_H
 
