@@ -70,19 +70,22 @@ void bh_copies_before_fork(void)
         bh_fd_for_each_connection(share_with_child, NULL);
 }
 
-/* The probe slot is the parent's (SEM_UNDO): the child never gives it. */
-static void drop_probe(int fd, uint32_t connection, int compartment, void *ctx)
+/* The parent tells the breaker what becomes of the connection (the child
+ * would tell it twice), and the probe slot is the parent's (SEM_UNDO). */
+static void leave_outcome_to_parent(int fd, uint32_t connection, int compartment,
+                                    void *ctx)
 {
     (void)connection;
     (void)compartment;
     (void)ctx;
-    bh_fd_unwatch(fd, BH_WATCH_PROBE);
+    bh_fd_unwatch(fd, BH_WATCH_CONNECTING | BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL |
+                      BH_WATCH_PROBE);
 }
 
 void bh_copies_after_fork_child(void)
 {
     bh_fd_table_keep_shared();
-    bh_fd_for_each(drop_probe, NULL);
+    bh_fd_for_each(leave_outcome_to_parent, NULL);
 }
 
 enum { MAX_PASSED = 253 };  /* SCM_MAX_FD */
