@@ -402,6 +402,25 @@ static void print_policy(const struct snapshot *snapshot)
     }
 }
 
+/* Connections whose fds several processes hold (fork, SCM_RIGHTS): their
+ * permits stay in use until the socket's last copy closes. */
+static void print_shared(const struct snapshot *snapshot)
+{
+    int any = 0;
+    for (int i = 0; i < snapshot->count; i++)
+        any |= snapshot->rows[i].stat.view.shared > 0;
+    if (!any)
+        return;
+    printf("\n%-*s  %6s  %14s\n", BH_NAME_MAX / 3, "COMPARTMENT", "SHARED",
+           "SHARED_PERMITS");
+    for (int i = 0; i < snapshot->count; i++) {
+        const struct bh_compartment_view *view = &snapshot->rows[i].stat.view;
+        if (view->shared)
+            printf("%-*s  %6d  %14d\n", BH_NAME_MAX / 3, view->name, view->shared,
+                   view->shared_permits);
+    }
+}
+
 static const char *const table_headings[] = {
     "COMPARTMENT", "LIMIT", "IN_USE", "WAITING", "PEAK", "ACQUIRED",
     "REJECTED", "TIMED_OUT", "WAIT_MEAN_MS", "WAIT_MAX_MS",
@@ -458,6 +477,7 @@ static void print_table(const struct snapshot *snapshot)
         free(holders);
     }
     print_policy(snapshot);
+    print_shared(snapshot);
     print_outcomes(snapshot);
     print_histograms(snapshot);
     print_fleet(snapshot);
@@ -535,7 +555,8 @@ static void print_json_compartment(const struct compartment_row *row)
         printf("%s{\"pid\": %d, \"permits\": %" PRIu32 "}", i ? ", " : "",
                (int)row->holders[i].pid, row->holders[i].permits);
     printf("], \"per_process_refused\": %" PRIu64 ", \"bypassed\": %" PRIu64
-           ", \"reserves\": [", view->per_process_refused, view->bypassed);
+           ", \"shared\": %d, \"shared_permits\": %d, \"reserves\": [",
+           view->per_process_refused, view->bypassed, view->shared, view->shared_permits);
     for (int r = 0; r < view->reserve_count; r++) {
         const struct bh_reserve_view *reserve = &row->stat.reserves[r];
         printf("%s{\"who\": ", r ? ", " : "");
@@ -729,7 +750,9 @@ const struct cli_command cli_stat_command = {
         "                        \"io_timeouts\", \"connect_time\" and \"hold_time\":\n"
         "                        {\"bounds_ms\", \"counts\" (per bucket, the last\n"
         "                        past 60 s), \"count\", \"sum_ms\"},\n"
-        "                        \"per_process_refused\", \"bypassed\", \"reserves\":\n"
+        "                        \"per_process_refused\", \"bypassed\", \"shared\"\n"
+        "                        (connections whose fds several processes hold),\n"
+        "                        \"shared_permits\", \"reserves\":\n"
         "                        [{\"who\", \"permits\", \"in_use\", \"free\",\n"
         "                        \"owes\", \"waiting\"}], \"common_free\",\n"
         "                        \"common_owes\",\n"
@@ -745,7 +768,8 @@ const struct cli_command cli_stat_command = {
         "                        _breaker_opened_total, _breaker_refusals_total,\n"
         "                        _connect_failures_total, _connect_timeouts_total,\n"
         "                        _io_timeouts_total, _per_process_refused_total,\n"
-        "                        _bypassed_total; gauges bulkhead_reserve_permits\n"
+        "                        _bypassed_total; gauges bulkhead_shared_connections,\n"
+        "                        bulkhead_reserve_permits\n"
         "                        and _reserve_in_use, labelled who; the summary\n"
         "                        bulkhead_wait_seconds (_sum, _count: waits that got\n"
         "                        a permit); the histograms bulkhead_connect_seconds\n"

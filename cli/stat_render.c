@@ -45,6 +45,7 @@ VIEW_READER(connect_timeouts, v->connect_timeouts)
 VIEW_READER(io_timeouts, v->io_timeouts)
 VIEW_READER(per_process_refused, v->per_process_refused)
 VIEW_READER(bypassed, v->bypassed)
+VIEW_READER(shared, v->shared)
 VIEW_READER(fleet_limit, v->fleet.limit)
 VIEW_READER(fleet_grant, v->fleet.grant)
 VIEW_READER(fleet_in_use, v->fleet.in_use)
@@ -103,6 +104,9 @@ static const struct metric metrics[] = {
       read_per_process_refused, 0, 0 },
     { "bulkhead_bypassed_total", "", "counter",
       "connect() calls let through unlimited by a bypass = rule.", read_bypassed, 0, 0 },
+    { "bulkhead_shared_connections", "", "gauge",
+      "Counted connections whose fds several processes hold; the socket holds "
+      "their permits until its last copy closes.", read_shared, 0, 0 },
     { "bulkhead_fleet_limit", "", "gauge", "The fleet-wide limit in force.",
       read_fleet_limit, 0, 1 },
     { "bulkhead_fleet_grant", "", "gauge", "This host's share of the fleet limit.",
@@ -249,6 +253,7 @@ void bh_stat_prometheus(FILE *out, const char *namespace_name,
 
 int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row)
 {
+    bh_socket_reap(ns, index);  /* shared sockets every holder of which died */
     if (bh_compartment_read(ns, index, &row->view) < 0)
         return -1;
     bh_breaker_read(ns, index, &row->breaker);

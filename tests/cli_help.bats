@@ -61,7 +61,8 @@ setup() {
     assert_line BEHAVIOUR
     # One fact per promise, as a reader finds it.
     local fact
-    for fact in "fork(), vfork(), posix_spawn() or system()" \
+    for fact in "The permit follows the socket, not the process that connected" \
+        "(vfork(), and posix_spawn() and system() in glibc) are not counted as copies" \
         "on exit(), on a return from main()" "_exit() or _Exit()" \
         "killed by a signal cannot do this" "SO_SNDTIMEO" "EINTR" \
         "at once: limit 0" "at once: full; wait_ms = 0" \

@@ -187,6 +187,10 @@ static enum bh_acquire_result take_permit(int fd, const struct bh_compartment *c
                                           char *why, size_t whylen)
 {
     enum bh_acquire_result result = bh_permit_try(&bh_shim.ns, ask);
+    /* Full: a shared socket every holder of which died holds permits
+     * until someone asks the kernel (socket_records.c). */
+    if (result == BH_REJECTED && bh_socket_reap(&bh_shim.ns, ask->index) > 0)
+        result = bh_permit_try(&bh_shim.ns, ask);
     if (result != BH_REJECTED)
         return result;
     int wait_ms = wait_allowed_ms(fd, compartment, ask->index, why, whylen);

@@ -5,9 +5,13 @@
  * add BULKHEAD_HANDOFF to the new environment, naming:
  *   - each connection whose every fd is close-on-exec
  *     ("r<compartment>:<weight>"): the kernel closes them during exec, so
- *     the new image gives those permits back first thing;
- *   - each fd that survives exec ("<fd>:<connection>:<compartment>:<weight>"):
- *     the new image tracks it again, fds of one connection sharing one count.
+ *     the new image gives those permits back first thing; for a connection
+ *     whose socket record holds its permits (core/copies.c), "s<share>":
+ *     the new image drops the record's reference instead;
+ *   - each fd that survives exec
+ *     ("<fd>:<connection>:<compartment>:<weight>:<share>", share 0: none):
+ *     the new image tracks it again, fds of one connection sharing one
+ *     count, and a shared one names its record again.
  * Nothing is released before exec: if exec fails, nothing has changed.
  * If the new image does not load the shim, the permits go back when the
  * process exits (SEM_UNDO) - late, but never lost and never twice.
@@ -25,13 +29,15 @@
  *
  * Adopting trusts nothing it cannot check: under AT_SECURE (setuid) the
  * variable is ignored, and otherwise no compartment gets more permits
- * given back or adopted than this process's holder records say it holds. */
+ * given back or adopted than this process's holder records say it holds,
+ * and a shared fd is adopted only when its record names its socket. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -39,13 +45,14 @@
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 
-enum { ITEM_TEXT_MAX = 48 };  /* ",<fd>:<connection>:<compartment>:<weight>" */
+enum { ITEM_TEXT_MAX = 64 };  /* ",<fd>:<connection>:<compartment>:<weight>:<share>" */
 
 struct tracked_fd {
     int fd;
     uint32_t connection;
     int compartment;
     int weight;
+    uint32_t share;
     int survives_exec;
 };
 
@@ -74,8 +81,9 @@ static void collect(int fd, uint32_t connection, int compartment, void *ctx)
     int flags = libc_fcntl(fd, F_GETFD, NULL);
     if (flags < 0 || connection > collection->max_connection)
         return;  /* closed behind our back, or new since we counted */
+    struct bh_fd_state state = bh_fd_lookup(fd);
     collection->items[collection->count++] = (struct tracked_fd){
-        fd, connection, compartment, bh_fd_lookup(fd).weight, !(flags & FD_CLOEXEC) };
+        fd, connection, compartment, state.weight, state.share, !(flags & FD_CLOEXEC) };
 }
 
 static int test_and_set(unsigned char *bits, uint32_t n)
@@ -98,12 +106,14 @@ static char *encode_items(char *text, const struct collection *collection,
     for (int i = 0; i < collection->count; i++) {
         const struct tracked_fd *item = &collection->items[i];
         if (item->survives_exec)
-            text += sprintf(text, "%s%d:%u:%d:%d", comma, item->fd, item->connection,
-                            item->compartment, item->weight);
-        else if (!test_and_set(marked, item->connection))
-            text += sprintf(text, "%sr%d:%d", comma, item->compartment, item->weight);
-        else
+            text += sprintf(text, "%s%d:%u:%d:%d:%u", comma, item->fd, item->connection,
+                            item->compartment, item->weight, item->share);
+        else if (test_and_set(marked, item->connection))
             continue;
+        else if (item->share)
+            text += sprintf(text, "%ss%u", comma, item->share);
+        else
+            text += sprintf(text, "%sr%d:%d", comma, item->compartment, item->weight);
         comma = ",";
     }
     return text;
@@ -177,8 +187,19 @@ struct adoption {
     uint32_t budget[BH_MAX_COMPARTMENTS];  /* permits this process holds */
 };
 
+/* A shared fd is tracked again only if its record names its socket. */
+static int attach_shared(int fd, int compartment, int weight, uint32_t share)
+{
+    struct stat socket_stat;
+    int index, record_weight;
+    return fstat(fd, &socket_stat) == 0 &&
+           bh_socket_find(&bh_shim.ns, socket_stat.st_ino, &index, &record_weight) == share &&
+           index == compartment && record_weight == weight &&
+           bh_fd_attach_shared(fd, compartment, weight, share) == 0;
+}
+
 static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
-                     int compartment, int weight)
+                     int compartment, int weight, uint32_t share)
 {
     if (libc_fcntl(fd, F_GETFD, NULL) < 0)
         return;
@@ -188,10 +209,13 @@ static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
             return;
         }
     }
-    if (adoption->count < adoption->capacity &&
-        adoption->budget[compartment] >= (uint32_t)weight &&
-        bh_fd_attach(fd, compartment, weight, 0, 0) == 0) {
-        adoption->budget[compartment] -= (uint32_t)weight;
+    if (adoption->count == adoption->capacity)
+        return;
+    if (share ? attach_shared(fd, compartment, weight, share)
+              : adoption->budget[compartment] >= (uint32_t)weight &&
+                bh_fd_attach(fd, compartment, weight, 0, 0) == 0) {
+        if (!share)
+            adoption->budget[compartment] -= (uint32_t)weight;
         adoption->adopted[adoption->count++] = (struct adopted){ old_connection, fd };
     }
 }
@@ -208,16 +232,19 @@ static void adopt_items(char *items, struct adoption *adoption)
     for (char *item = strtok_r(items, ",", &saveptr); item;
          item = strtok_r(NULL, ",", &saveptr)) {
         int fd, compartment, weight;
-        unsigned connection;
-        if (sscanf(item, "r%d:%d", &compartment, &weight) == 2 &&
+        unsigned connection, share;
+        if (sscanf(item, "s%u", &share) == 1) {
+            bh_socket_unref(&bh_shim.ns, share);
+        } else if (sscanf(item, "r%d:%d", &compartment, &weight) == 2 &&
             valid_compartment(compartment) && weight > 0) {
             if (adoption->budget[compartment] >= (uint32_t)weight) {
                 adoption->budget[compartment] -= (uint32_t)weight;
                 bh_permit_release(&bh_shim.ns, compartment, weight);
             }
-        } else if (sscanf(item, "%d:%u:%d:%d", &fd, &connection, &compartment, &weight) == 4 &&
+        } else if (sscanf(item, "%d:%u:%d:%d:%u", &fd, &connection, &compartment,
+                          &weight, &share) == 5 &&
                    valid_compartment(compartment) && weight > 0) {
-            adopt_fd(adoption, fd, connection, compartment, weight);
+            adopt_fd(adoption, fd, connection, compartment, weight, share);
         }
     }
 }
@@ -236,8 +263,9 @@ void bh_handoff_adopt(void)
         return;
     }
     struct adoption adoption = { .count = 0 };
-    if (bh_permits_rejoin_after_exec(&bh_shim.ns, adoption.budget) < 0)
-        return;  /* no record says what we hold: keep it all until exit */
+    /* No holder record: nothing of ours to give back or adopt (budget 0),
+     * but shared connections are their records' (a forked child's). */
+    bh_permits_rejoin_after_exec(&bh_shim.ns, adoption.budget);
     char *items = strdup(value + offset);
     adoption.capacity = items ? (int)strlen(items) / 4 + 1 : 0;
     adoption.adopted = items ? calloc(adoption.capacity, sizeof *adoption.adopted) : NULL;

@@ -236,11 +236,30 @@ void bh_outcome_before_exec(void)
     bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
 }
 
-void bh_connection_ended(struct bh_fd_ended ended)
+static void hold_time(struct bh_fd_ended ended)
 {
     if (ended.since_ns)
         bh_histogram_record(&shared_of(ended.compartment)->hold_time,
                             monotonic_ns() - ended.since_ns);
+}
+
+/* One process's copy of a socket whose record holds the permit
+ * (core/copies.c): the last copy gives it back. */
+static __attribute__((noinline)) void copy_ended(struct bh_fd_ended ended)
+{
+    if (ended.watch & BH_WATCH_PROBE)
+        bh_breaker_abandon(&bh_shim.ns, ended.compartment);
+    if (bh_socket_unref(&bh_shim.ns, ended.share))
+        hold_time(ended);
+}
+
+void bh_connection_ended(struct bh_fd_ended ended)
+{
+    if (__builtin_expect(ended.share != 0, 0)) {
+        copy_ended(ended);
+        return;
+    }
+    hold_time(ended);
     if (ended.watch & BH_WATCH_PROBE)
         bh_breaker_abandon(&bh_shim.ns, ended.compartment);
     bh_permit_release(&bh_shim.ns, ended.compartment, ended.weight);

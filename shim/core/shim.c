@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/copies.h"
 #include "core/log.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
@@ -250,7 +251,7 @@ void bh_shim_after_uid_change(int rc)
 
 static void forget_after_fork(void)
 {
-    bh_fd_table_reset();
+    bh_copies_after_fork_child();
     bh_log_forget_after_fork();
     bh_permits_forget_after_fork();
     bh_rule_index_after_fork(bh_shim.rules);
@@ -265,7 +266,7 @@ static void start_once_per_image(void)
         join_namespace();
         bh_fd_table_reset();
         bh_handoff_adopt();
-        pthread_atfork(NULL, NULL, forget_after_fork);
+        pthread_atfork(bh_copies_before_fork, NULL, forget_after_fork);
         bh_log_once_per_tree("BULKHEAD_LOADED_SAID", BH_LOG_INFO,
                              "%s loaded: namespace \"%s\", %d compartment%s, %d rule%s",
                              bh_shim.config.path, bh_shim.config.namespace_name,

@@ -137,7 +137,7 @@ static struct bh_fd_connection *connection_for(uint32_t id, int create)
 
 static uint32_t entry_connection(uint32_t entry) { return entry >> KIND_BITS; }
 
-static const struct bh_fd_ended nothing_ended = { BH_FD_NOTHING_ENDED, 0, 0, 0 };
+static const struct bh_fd_ended nothing_ended = { BH_FD_NOTHING_ENDED, 0, 0, 0, 0 };
 
 /* Returns the connection this ended, if it did. */
 static struct bh_fd_ended drop_reference(uint32_t entry)
@@ -154,6 +154,7 @@ static struct bh_fd_ended drop_reference(uint32_t entry)
         .weight = atomic_load(&connection->weight),
         .since_ns = atomic_load(&connection->since_ns),
         .watch = atomic_load(&connection->watch),
+        .share = atomic_load(&connection->share),
     };
     if (atomic_fetch_sub(&connection->refs, 1) == 1)
         return ended;
@@ -182,12 +183,13 @@ struct bh_fd_state bh_fd_lookup(int fd)
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t value = entry ? atomic_load(entry) : 0;
     uint32_t id_plus_one = entry_connection(value);
-    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0, 0 };
+    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0, 0, 0 };
     if (id_plus_one) {
         struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
         state.compartment = atomic_load(&connection->compartment);
         state.weight = atomic_load(&connection->weight);
         state.since_ns = atomic_load(&connection->since_ns);
+        state.share = atomic_load(&connection->share);
     }
     return state;
 }
@@ -267,8 +269,9 @@ struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd)
 }
 
 /* A free connection slot: the fd's own number first, then a scan. */
-static uint32_t allocate_connection(int fd, int compartment, int weight,
-                                    uint32_t watch, int64_t since_ns)
+static inline __attribute__((always_inline)) uint32_t
+allocate_connection(int fd, int compartment, int weight,
+                                    uint32_t watch, int64_t since_ns, uint32_t share)
 {
     for (uint32_t tries = 0; tries < MAX_CONNECTIONS; tries++) {
         uint32_t id = ((uint32_t)fd + tries) % MAX_CONNECTIONS;
@@ -280,18 +283,21 @@ static uint32_t allocate_connection(int fd, int compartment, int weight,
             atomic_store(&connection->weight, weight);
             atomic_store(&connection->watch, watch);
             atomic_store(&connection->since_ns, since_ns);
+            atomic_store(&connection->share, share);
             return id + 1;
         }
     }
     return 0;
 }
 
-int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns)
+static inline __attribute__((always_inline)) int
+attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, uint32_t share)
 {
     _Atomic uint32_t *entry = entry_for(fd, 1);
     if (!entry)
         return -1;
-    uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns);
+    uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns,
+                                               share);
     if (!id_plus_one)
         return -1;
     uint32_t current = atomic_load(entry);
@@ -306,12 +312,42 @@ int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t si
     return 0;
 }
 
+int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns)
+{
+    return attach(fd, compartment, weight, watch, since_ns, 0);
+}
+
+int bh_fd_attach_shared(int fd, int compartment, int weight, uint32_t share)
+{
+    return attach(fd, compartment, weight, 0, 0, share);
+}
+
 /* fd's connection, or NULL. */
 static struct bh_fd_connection *connection_of(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t id_plus_one = entry ? entry_connection(atomic_load(entry)) : 0;
     return id_plus_one ? connection_for(id_plus_one - 1, 0) : NULL;
+}
+
+uint32_t bh_fd_pin(int fd)
+{
+    _Atomic uint32_t *entry = entry_for(fd, 0);
+    uint32_t id_plus_one = entry ? entry_connection(atomic_load(entry)) : 0;
+    if (!id_plus_one || !owned_here() ||
+        !take_live_reference(connection_for(id_plus_one - 1, 0)))
+        return 0;
+    return id_plus_one;
+}
+
+void bh_fd_set_share(uint32_t pinned, uint32_t share)
+{
+    atomic_store(&connection_for(pinned - 1, 0)->share, share);
+}
+
+struct bh_fd_ended bh_fd_unpin(uint32_t pinned)
+{
+    return drop_reference(pinned << KIND_BITS);
 }
 
 uint32_t bh_fd_unwatch(int fd, uint32_t bits)
@@ -342,6 +378,48 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                       atomic_load(&connection_for(id_plus_one - 1, 0)->compartment),
                       ctx);
         }
+    }
+}
+
+void bh_fd_for_each_connection(void (*visit)(int fd, void *ctx), void *ctx)
+{
+    static _Atomic uint32_t rounds;
+    uint32_t round = atomic_fetch_add(&rounds, 1) + 1;
+    if (!owned_here())
+        return;
+    unsigned chunks = atomic_load(&fd_chunks_in_use);
+    for (unsigned chunk = 0; chunk < chunks; chunk++) {
+        _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
+        for (unsigned i = 0; entries && i < CHUNK_SIZE; i++) {
+            uint32_t id_plus_one = entry_connection(atomic_load(&entries[i]));
+            if (id_plus_one &&
+                atomic_exchange(&connection_for(id_plus_one - 1, 0)->visited, round) != round)
+                visit((int)(chunk * CHUNK_SIZE + i), ctx);
+        }
+    }
+}
+
+/* Entries of connections without a share are cleared, then those
+ * connections; the others keep their fds and counts. */
+void bh_fd_table_keep_shared(void)
+{
+    atomic_store(&owner, getpid());
+    unsigned chunks = atomic_load(&fd_chunks_in_use);
+    for (unsigned chunk = 0; chunk < chunks; chunk++) {
+        _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
+        for (unsigned i = 0; entries && i < CHUNK_SIZE; i++) {
+            uint32_t id_plus_one = entry_connection(atomic_load(&entries[i]));
+            if (id_plus_one && !atomic_load(&connection_for(id_plus_one - 1, 0)->share))
+                atomic_store(&entries[i], 0);
+        }
+    }
+    for (unsigned chunk = 0; chunk < CONNECTION_CHUNKS; chunk++) {
+        struct bh_fd_connection *pool = atomic_load(&bh_fd_connections[chunk]);
+        if (!pool && chunk >= chunks)
+            break;
+        for (unsigned i = 0; pool && i < CHUNK_SIZE; i++)
+            if (!atomic_load(&pool[i].share) || !atomic_load(&pool[i].refs))
+                memset((void *)&pool[i], 0, sizeof pool[i]);
     }
 }
 

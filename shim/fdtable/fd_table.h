@@ -23,6 +23,7 @@ struct bh_fd_ended {
     int weight;         /* permits the connection holds */
     uint32_t watch;
     int64_t since_ns;
+    uint32_t share;     /* the caller's name for a record of copies; 0: none */
 };
 
 /* What the shim knows of an fd without asking the kernel. */
@@ -38,6 +39,7 @@ struct bh_fd_state {
     int compartment;
     int weight;
     int64_t since_ns;   /* the connection's attach time, as the caller gave it */
+    uint32_t share;
 };
 struct bh_fd_state bh_fd_lookup(int fd);
 
@@ -74,6 +76,26 @@ struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd);
  * already has one (another thread won: the caller gives its permits back). */
 int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns);
 
+/* The same for a connection whose permits a record of copies holds (see
+ * core/copies.c); the table keeps `share` for its callers. */
+int bh_fd_attach_shared(int fd, int compartment, int weight, uint32_t share);
+
+/* A reference to fd's connection that keeps it from ending while the
+ * caller works on it (0: none, or not the owner); bh_fd_unpin drops it and
+ * returns what ended if the fds closed meanwhile. */
+uint32_t bh_fd_pin(int fd);
+void bh_fd_set_share(uint32_t pinned, uint32_t share);
+struct bh_fd_ended bh_fd_unpin(uint32_t pinned);
+
+/* Calls visit(fd, ctx) once per connection, with one of its fds; visits
+ * nothing in a process that does not own the table. */
+void bh_fd_for_each_connection(void (*visit)(int fd, void *ctx), void *ctx);
+
+/* In a forked child: makes it the owner and keeps only the connections
+ * with a share (their records count the child in); the rest are the
+ * parent's. */
+void bh_fd_table_keep_shared(void);
+
 /* Clears `bits` on fd's connection; returns those of them that were set,
  * so of racing callers exactly one sees each bit. No owner check (it
  * would cost a getpid() per outcome): a caller about to act on a bit only
@@ -98,6 +120,8 @@ struct bh_fd_connection {
     _Atomic uint32_t watch;     /* the caller's bits (outcome.h) */
     _Atomic int32_t weight;
     _Atomic int64_t since_ns;   /* the caller's clock, at attach */
+    _Atomic uint32_t share;     /* the caller's, for copies in other processes */
+    _Atomic uint32_t visited;   /* bh_fd_for_each_connection's round */
 };
 extern _Atomic uint32_t bh_fd_first[];
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];

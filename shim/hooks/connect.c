@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <sys/socket.h>
 
+#include "core/copies.h"
 #include "core/gate.h"
 #include "core/outcome.h"
 #include "libc/libc.h"
@@ -62,10 +63,13 @@ static ssize_t bh_sendto(int fd, const void *buf, size_t n, int flags,
     return plain_sendto(fd, buf, n, flags, to, length);
 }
 
+/* A control buffer may pass fds (SCM_RIGHTS): see core/copies.c. */
 static ssize_t bh_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
     if (__builtin_expect((flags & MSG_FASTOPEN) && msg, 0))
         return sendmsg_fastopen(fd, msg, flags);
+    if (__builtin_expect(msg && msg->msg_controllen, 0))
+        return bh_copies_sendmsg(fd, msg, flags, plain_sendmsg);
     return plain_sendmsg(fd, msg, flags);
 }
 

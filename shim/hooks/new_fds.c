@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "libc/libc.h"
+#include "core/copies.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
@@ -51,8 +52,9 @@ static int bh_socket(int domain, int type, int protocol)
     return fd;
 }
 
-/* fds passed over a unix socket belong to another process's connection:
- * this one holds no permit for them. */
+/* fds passed over a unix socket: whatever was tracked on their numbers
+ * is gone, and a counted socket's copy in flight is now this process's
+ * (core/copies.c). */
 static __attribute__((noinline)) ssize_t forget_passed_fds(ssize_t received,
                                                           struct msghdr *msg)
 {
@@ -66,6 +68,7 @@ static __attribute__((noinline)) ssize_t forget_passed_fds(ssize_t received,
             int passed;
             memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
             fresh(passed);
+            bh_copies_received(passed);
         }
     }
     return received;

@@ -20,7 +20,8 @@
  *     more from a namespace-wide pool of slots (pools.c says what they
  *     mean).
  *   - a shared memory segment: the compartment table and counters
- *     (struct bh_shared_state), and the first holder records (holders.c).
+ *     (struct bh_shared_state), the first holder records (holders.c) and
+ *     the records of sockets several processes hold (socket_records.c).
  *     Counters are atomics, written without locks.
  *
  * This file makes, attaches, registers, reads and removes; pools.c takes
@@ -578,6 +579,7 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->waiting = waiting;
     view->per_process_refused = atomic_load(&shared->per_process_refused);
     view->bypassed = atomic_load(&shared->bypassed);
+    view->shared = bh_socket_count(ns, index, &view->shared_permits);
     view->peak = atomic_load(&shared->peak_in_use);
     view->acquired = atomic_load(&shared->acquired);
     view->rejected = atomic_load(&shared->rejected);

@@ -14,9 +14,10 @@
 #include <sys/types.h>
 
 #include "config/config.h"
+#include "permits/socket_records.h"
 
 enum {
-    BH_LAYOUT_VERSION = 5,
+    BH_LAYOUT_VERSION = 6,
     BH_SEM_LOCK = 0,            /* registration lock, taken with SEM_UNDO */
     BH_MAX_RESERVE_SLOTS = 256, /* reserves per namespace, all compartments */
     BH_HOLDERS_FIRST = 4096,    /* holder records in the main segment */
@@ -159,6 +160,7 @@ struct bh_shared_state {
     struct bh_shared_compartment compartments[BH_MAX_COMPARTMENTS];
     struct bh_holder holders[BH_HOLDERS_FIRST];
     _Atomic int32_t page_shmids[BH_MAX_HOLDER_PAGES];  /* shmid + 1; 0: none */
+    struct bh_socket_records sockets;  /* socket_records.c */
 };
 
 #define BH_STATE_MAGIC 0x42484b31u /* "BHK1" */
@@ -206,6 +208,9 @@ struct bh_compartment_view {
                         limit - reserved */
     int common_free; /* the common pool's semaphore: permits free now */
     int common_owes; /* permits the common pool owes (DEBT and every ROWED) */
+    int shared;      /* connections whose socket record holds their permits
+                        (their fds are in more than one process) */
+    int shared_permits;
     struct bh_fleet_view {
         int limit, grant, in_use, hosts;
         enum bh_fleet_state state;

@@ -1,7 +1,8 @@
 /* What the files of shim/permits/ share among themselves and nobody else:
  * permits.c (the namespace: making, attaching, registering, reading,
  * removing), pools.c (taking and giving back permits; the common pool,
- * the reserves and their debts) and holders.c (what each process holds). */
+ * the reserves and their debts), holders.c (what each process holds) and
+ * socket_records.c (permits of sockets several processes hold). */
 #ifndef BH_PERMITS_INTERNAL_H
 #define BH_PERMITS_INTERNAL_H
 
@@ -50,5 +51,9 @@ struct bh_taken bh_holding_remove(int index, int weight);
 /* Records of processes found dead are freed, their permits taken out of
  * the holders hint. */
 void bh_holders_reap(struct bh_namespace *ns);
+
+/* Gives back permits parked in a socket record (socket_records.c): no
+ * process's undo record names them, so no SEM_UNDO. Async-signal-safe. */
+void bh_permit_release_parked(struct bh_namespace *ns, int index, struct bh_taken taken);
 
 #endif

@@ -460,13 +460,13 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
 /* ---- giving back ---- */
 
 /* One permit back, and straight on to where the pool owes it, in one
- * semop: +1 with SEM_UNDO clears this process's undo record, -1 without
+ * semop: +1 with `undo` (SEM_UNDO) clears this process's undo record, -1 without
  * takes it out again, the debt shrinks and `to` (if any) grows. */
 static int pay_one(struct bh_namespace *ns, unsigned short from, unsigned short debt,
-                   int to)
+                   int to, short undo)
 {
     struct sembuf ops[4] = {
-        { from, +1, SEM_UNDO },
+        { from, +1, undo },
         { from, -1, 0 },
         { debt, -1, IPC_NOWAIT },
         { (unsigned short)(to < 0 ? 0 : to), +1, 0 },
@@ -502,11 +502,11 @@ static void lend_to_members(struct bh_namespace *ns, int index, int given)
     }
 }
 
-static void give_common(struct bh_namespace *ns, int index, int count)
+static void give_common(struct bh_namespace *ns, int index, int count, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     while (count > 0 && atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
-           pay_one(ns, BH_SEM_FREE(index), BH_SEM_DEBT(index), -1) == 0) {
+           pay_one(ns, BH_SEM_FREE(index), BH_SEM_DEBT(index), -1, undo) == 0) {
         atomic_fetch_sub(&shared->debt_hint, 1);
         count--;
     }
@@ -515,52 +515,66 @@ static void give_common(struct bh_namespace *ns, int index, int count)
         struct bh_reserve_shared *reserve = &shared->reserves[r];
         unsigned short slot = slot_of(shared, r);
         while (count > 0 && atomic_load(&reserve->owed_hint) &&
-               pay_one(ns, BH_SEM_FREE(index), BH_SEM_ROWED(slot), BH_SEM_RFREE(slot)) == 0) {
+               pay_one(ns, BH_SEM_FREE(index), BH_SEM_ROWED(slot), BH_SEM_RFREE(slot), undo) == 0) {
             atomic_fetch_sub(&reserve->owed_hint, 1);
             atomic_fetch_sub(&shared->owed_hint, 1);
             count--;
         }
     }
-    if (count > 0 && bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)count, SEM_UNDO) == 0 &&
+    if (count > 0 && bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)count, undo) == 0 &&
         atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
         lend_to_members(ns, index, count);
 }
 
-static void give_reserved(struct bh_namespace *ns, int index, int reserve, int count)
+static void give_reserved(struct bh_namespace *ns, int index, int reserve, int count,
+                          short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct bh_reserve_shared *pool = &shared->reserves[reserve];
     unsigned short slot = slot_of(shared, reserve);
     while (count > 0 && atomic_load(&pool->debt_hint) &&
-           pay_one(ns, BH_SEM_RFREE(slot), BH_SEM_RDEBT(slot), BH_SEM_FREE(index)) == 0) {
+           pay_one(ns, BH_SEM_RFREE(slot), BH_SEM_RDEBT(slot), BH_SEM_FREE(index), undo) == 0) {
         atomic_fetch_sub(&pool->debt_hint, 1);
         count--;
     }
     if (count > 0)
-        bh_sem_op(ns->semid, BH_SEM_RFREE(slot), (short)count, SEM_UNDO);
+        bh_sem_op(ns->semid, BH_SEM_RFREE(slot), (short)count, undo);
 }
 
-void bh_permit_release(struct bh_namespace *ns, int index, int weight)
+/* `weight` permits back to the pools `taken` names; undo: SEM_UNDO when
+ * this process's undo record holds them, 0 for parked ones. Inlined, so
+ * that an ordinary release pays nothing for the choice. */
+static inline __attribute__((always_inline)) void give_back(struct bh_namespace *ns, int index, int weight,
+                      struct bh_taken taken, short undo)
 {
     int saved_errno = errno;
     struct bh_shared_compartment *shared = shared_of(ns, index);
     /* Before the semop: the waiter it wakes counts itself in at once. */
     atomic_fetch_sub_explicit(&shared->holders_hint, weight, memory_order_relaxed);
-    struct bh_taken taken = bh_holding_remove(index, weight);
     /* Permits no count of ours names (taken before a failed record) were
      * the common pool's: all were, before reserves. */
     int common = weight - (int)taken.reserved;
     if (taken.reserved && taken.reserve >= 0 &&
         taken.reserve < atomic_load(&shared->reserve_count))
-        give_reserved(ns, index, taken.reserve, (int)taken.reserved);
+        give_reserved(ns, index, taken.reserve, (int)taken.reserved, undo);
     else
         common = weight;
     if (!atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
         !atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
-        bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)common, SEM_UNDO);  /* the common case */
+        bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)common, undo);  /* the common case */
     else
-        give_common(ns, index, common);
+        give_common(ns, index, common, undo);
     errno = saved_errno;
+}
+
+void bh_permit_release(struct bh_namespace *ns, int index, int weight)
+{
+    give_back(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
+}
+
+void bh_permit_release_parked(struct bh_namespace *ns, int index, struct bh_taken taken)
+{
+    give_back(ns, index, (int)(taken.common + taken.reserved), taken, 0);
 }
 
 /* ---- changing the limit and the reserves (under the namespace lock) ---- */

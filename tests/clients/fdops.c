@@ -537,7 +537,7 @@ static void sc_fork_child_close(void)
     int up[2], down[2];
     pid_t pid = fork_with_pipes(up, down);
     if (pid == 0) {
-        close(s); /* the child does not own the parent's permit */
+        close(s); /* the parent still holds the socket: nothing goes back */
         write_byte(up[1], 'c');
         read_byte(down[0]);
         _exit(0);

@@ -1,0 +1,350 @@
+/* Permits of sockets that more than one process holds.
+ *
+ * A permit is taken with SEM_UNDO, so it belongs to the process that
+ * connected, and the kernel gives it back when that process exits. A
+ * socket can outlive it: a forked child inherits the fd, an fd passed over
+ * SCM_RIGHTS lands in another process. So when a copy of a counted socket
+ * is about to leave its process (fork, sendmsg with SCM_RIGHTS), its
+ * permits are parked: one semop per pool, +n with SEM_UNDO and -n without
+ * (as pools.c's pay_one does), so the semaphores still count them in use
+ * but no process's undo record names them any more. From then on the
+ * socket's record holds them, and gives them back exactly once: when the
+ * last reference goes, or when the kernel says no process has the socket
+ * open any more.
+ *
+ * Shared (the namespace's memory, struct bh_socket_records):
+ *   - state: one word, changed only by compare-and-swap:
+ *       references (low 32 bits): connections in fd tables naming the
+ *         record, one per process that holds the socket through the shim,
+ *         plus copies in flight (forked but not yet running, sent but not
+ *         yet received);
+ *       generation (20 bits): bumped each time the slot is claimed, part
+ *         of the name processes keep (bh_share), so a stale name never
+ *         touches a later socket's record;
+ *       LIVE: the record holds parked permits;
+ *       BUSY: being filled, or its permits are going back (one process).
+ *   - the other fields: written by the process that claimed the slot
+ *     (BUSY) before LIVE is stored, read-only while LIVE.
+ *   - live: how many slots are LIVE or BUSY-filling; 0 spares every scan.
+ * Writers: whoever holds a reference (fork, sendmsg, recvmsg, close, exec
+ * hand-off in any process of the user running the shim), and any reaper
+ * (a connect that found its compartment full, `bulkhead stat`).
+ *
+ * Signal handlers: unref (the close path) is compare-and-swap, semop and
+ * atomics: no lock, nothing a handler could deadlock on. share, ref and
+ * find are the same plus fstat/getsockname/getpeername/stat. The reaper
+ * opens a netlink socket; it runs from connect and stat only.
+ *
+ * What a death costs, at each point:
+ *   - while claiming (BUSY, not LIVE): the process still holds its permits
+ *     by SEM_UNDO, given back by the kernel; the slot is lost (one of
+ *     BH_SOCKET_RECORDS) until `bulkhead reset`.
+ *   - after the parking semop, before LIVE is stored (the semop's return
+ *     and one store): the permits are parked and no record names them: a
+ *     leak of `weight` permits until `bulkhead reset` or `set`. This is the
+ *     one window where a SIGKILL costs a permit; the order is chosen so
+ *     that it can never give one back twice.
+ *   - holding a reference, by any signal: the reference is never dropped;
+ *     the reaper gives the permits back once the kernel has closed the
+ *     socket (every holder closed it or died).
+ *   - after the last unref's compare-and-swap, before its semop: a leak of
+ *     `weight` permits, as above; after the semop, before freeing the
+ *     slot: the slot is lost, nothing else.
+ * No path gives permits back twice: only the process whose compare-and-
+ * swap moved LIVE to BUSY gives them back, and LIVE is never set again on
+ * that generation. */
+#include "permits/permits_internal.h"
+
+#include <errno.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/sem.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "libc/libc.h"
+
+enum { SLOT_BITS = 12, GENERATION_BITS = 20 };
+#define REFERENCES 0xffffffffull
+#define LIVE (1ull << 62)
+#define BUSY (1ull << 63)
+_Static_assert(BH_SOCKET_RECORDS == 1 << SLOT_BITS, "a share names a slot in SLOT_BITS");
+
+static uint32_t generation_of(uint64_t state)
+{
+    return (uint32_t)(state >> 32) & ((1u << GENERATION_BITS) - 1);
+}
+
+static uint64_t with_generation(uint32_t generation)
+{
+    return (uint64_t)generation << 32;
+}
+
+static struct bh_socket_records *table_of(struct bh_namespace *ns)
+{
+    return ns->state ? &ns->state->sockets : NULL;
+}
+
+/* The record a share names, and the generation it names. */
+static struct bh_socket_record *named(struct bh_namespace *ns, bh_share share,
+                                      uint32_t *generation)
+{
+    struct bh_socket_records *table = table_of(ns);
+    *generation = share >> SLOT_BITS;
+    return table && share ? &table->records[share & (BH_SOCKET_RECORDS - 1)] : NULL;
+}
+
+static uint64_t net_namespace(void)
+{
+    struct stat self;
+    return stat("/proc/self/ns/net", &self) == 0 ? (uint64_t)self.st_ino : 0;
+}
+
+/* The socket's addresses, for the kernel's word on it later (sock_diag). */
+static void note_addresses(struct bh_socket_record *record, int fd)
+{
+    struct sockaddr_storage local, remote;
+    socklen_t local_length = sizeof local, remote_length = sizeof remote;
+    record->family = 0;
+    if (getsockname(fd, (struct sockaddr *)&local, &local_length) < 0 ||
+        getpeername(fd, (struct sockaddr *)&remote, &remote_length) < 0 ||
+        local.ss_family != remote.ss_family)
+        return;  /* still connecting: the references alone decide */
+    if (local.ss_family == AF_INET) {
+        const struct sockaddr_in *l = (void *)&local, *r = (void *)&remote;
+        memset(record->local, 0, sizeof record->local);
+        memset(record->remote, 0, sizeof record->remote);
+        record->local[0] = l->sin_addr.s_addr;
+        record->remote[0] = r->sin_addr.s_addr;
+        record->local_port = l->sin_port;
+        record->remote_port = r->sin_port;
+    } else if (local.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *l = (void *)&local, *r = (void *)&remote;
+        memcpy(record->local, &l->sin6_addr, sizeof record->local);
+        memcpy(record->remote, &r->sin6_addr, sizeof record->remote);
+        record->local_port = l->sin6_port;
+        record->remote_port = r->sin6_port;
+    } else {
+        return;
+    }
+    record->family = local.ss_family;
+}
+
+/* This process's permits become the record's: +n with SEM_UNDO, -n
+ * without, per pool, in one semop. */
+static int park(struct bh_namespace *ns, struct bh_socket_record *record, int index,
+                int weight)
+{
+    struct bh_taken taken = bh_holding_remove(index, weight);
+    struct sembuf ops[4];
+    int n = 0;
+    uint32_t common = (uint32_t)weight - taken.reserved;
+    if (common) {
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)common, SEM_UNDO };
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-common, 0 };
+    }
+    if (taken.reserved) {
+        unsigned short slot = (unsigned short)atomic_load(
+            &ns->state->compartments[index].reserves[taken.reserve].slot);
+        ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot), (short)taken.reserved, SEM_UNDO };
+        ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot), (short)-taken.reserved, 0 };
+    }
+    if (semop(ns->semid, ops, n) < 0) {
+        taken.common = common;
+        bh_holding_add(ns, index, taken);  /* still ours */
+        return -1;
+    }
+    record->common = common;
+    record->reserved = taken.reserved;
+    record->reserve = taken.reserve;
+    return 0;
+}
+
+/* A free slot, made BUSY under a new generation; NULL when all are taken. */
+static struct bh_socket_record *claim(struct bh_socket_records *table, uint64_t inode,
+                                      uint32_t *generation, int *slot)
+{
+    for (int i = 0; i < BH_SOCKET_RECORDS; i++) {
+        *slot = (int)((inode + (uint64_t)i) % BH_SOCKET_RECORDS);
+        struct bh_socket_record *record = &table->records[*slot];
+        uint64_t state = atomic_load(&record->state);
+        if (state & (LIVE | BUSY))
+            continue;
+        *generation = (generation_of(state) + 1) & ((1u << GENERATION_BITS) - 1);
+        if (!*generation)
+            *generation = 1;
+        if (atomic_compare_exchange_strong(&record->state, &state,
+                                           BUSY | with_generation(*generation)))
+            return record;
+    }
+    return NULL;
+}
+
+bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
+{
+    struct bh_socket_records *table = table_of(ns);
+    struct stat socket_stat;
+    uint32_t generation;
+    int slot;
+    if (!table || fstat(fd, &socket_stat) < 0)
+        return 0;
+    struct bh_socket_record *record = claim(table, socket_stat.st_ino, &generation, &slot);
+    if (!record)
+        return 0;
+    atomic_fetch_add(&table->live, 1);
+    atomic_store(&record->inode, (uint64_t)socket_stat.st_ino);
+    record->netns = net_namespace();
+    record->compartment = index;
+    record->weight = weight;
+    note_addresses(record, fd);
+    if (park(ns, record, index, weight) < 0) {
+        atomic_store(&record->inode, 0);
+        atomic_store(&record->state, with_generation(generation));
+        atomic_fetch_sub(&table->live, 1);
+        return 0;
+    }
+    atomic_store(&record->state, LIVE | with_generation(generation) | 1);
+    return (generation << SLOT_BITS) | (uint32_t)slot;
+}
+
+int bh_socket_ref(struct bh_namespace *ns, bh_share share)
+{
+    uint32_t generation;
+    struct bh_socket_record *record = named(ns, share, &generation);
+    uint64_t state = record ? atomic_load(&record->state) : 0;
+    do {
+        if (!(state & LIVE) || generation_of(state) != generation)
+            return -1;
+    } while (!atomic_compare_exchange_weak(&record->state, &state, state + 1));
+    return 0;
+}
+
+/* The parked permits go back; the caller moved the record from LIVE to
+ * BUSY, so nobody else does this for it. */
+static void give_back(struct bh_namespace *ns, struct bh_socket_record *record,
+                      uint32_t generation)
+{
+    struct bh_taken taken = { record->common, record->reserved, record->reserve };
+    bh_permit_release_parked(ns, record->compartment, taken);
+    atomic_store(&record->inode, 0);
+    atomic_store(&record->state, with_generation(generation));
+    atomic_fetch_sub(&ns->state->sockets.live, 1);
+}
+
+int bh_socket_unref(struct bh_namespace *ns, bh_share share)
+{
+    uint32_t generation;
+    struct bh_socket_record *record = named(ns, share, &generation);
+    uint64_t state = record ? atomic_load(&record->state) : 0, next;
+    do {
+        if (!(state & LIVE) || generation_of(state) != generation ||
+            !(state & REFERENCES))
+            return 0;  /* already given back (the reaper), or a stale name */
+        next = (state & REFERENCES) == 1 ? BUSY | with_generation(generation) : state - 1;
+    } while (!atomic_compare_exchange_weak(&record->state, &state, next));
+    if (!(next & BUSY))
+        return 0;
+    give_back(ns, record, generation);
+    return 1;
+}
+
+bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index, int *weight)
+{
+    struct bh_socket_records *table = table_of(ns);
+    if (!table || !atomic_load(&table->live))
+        return 0;
+    for (int i = 0; i < BH_SOCKET_RECORDS; i++) {
+        int slot = (int)((inode + (uint64_t)i) % BH_SOCKET_RECORDS);
+        struct bh_socket_record *record = &table->records[slot];
+        uint64_t state = atomic_load(&record->state);
+        if ((state & LIVE) && atomic_load(&record->inode) == inode) {
+            *index = record->compartment;
+            *weight = record->weight;
+            return (generation_of(state) << SLOT_BITS) | (uint32_t)slot;
+        }
+    }
+    return 0;
+}
+
+/* The kernel's word: 1 the socket is open in some process, 0 it is not
+ * (gone, or only an orphan finishing its close: inode 0), -1 unknown. */
+static int socket_open(const struct bh_socket_record *record)
+{
+    struct {
+        struct nlmsghdr header;
+        struct inet_diag_req_v2 request;
+    } ask = {
+        .header = { .nlmsg_len = sizeof ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                    .nlmsg_flags = NLM_F_REQUEST },
+        .request = { .sdiag_family = (uint8_t)record->family,
+                     .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
+                     .id = { .idiag_sport = record->local_port,
+                             .idiag_dport = record->remote_port,
+                             .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
+    };
+    memcpy(ask.request.id.idiag_src, record->local, sizeof record->local);
+    memcpy(ask.request.id.idiag_dst, record->remote, sizeof record->remote);
+    int fd = libc_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+    long answer[512];
+    int open = -1;
+    ssize_t length = -1;
+    if (libc_sendto(fd, &ask, sizeof ask, 0, (struct sockaddr *)&kernel,
+                    sizeof kernel) == (ssize_t)sizeof ask)
+        length = libc_recv(fd, answer, sizeof answer, 0);
+    struct nlmsghdr *header = (struct nlmsghdr *)answer;
+    if (length > 0 && NLMSG_OK(header, (size_t)length)) {
+        if (header->nlmsg_type == NLMSG_ERROR)
+            open = ((struct nlmsgerr *)NLMSG_DATA(header))->error == -ENOENT ? 0 : -1;
+        else if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY)
+            open = ((struct inet_diag_msg *)NLMSG_DATA(header))->idiag_inode ==
+                   atomic_load(&record->inode);
+    }
+    libc_close(fd);
+    return open;
+}
+
+int bh_socket_reap(struct bh_namespace *ns, int index)
+{
+    struct bh_socket_records *table = table_of(ns);
+    if (!table || !atomic_load(&table->live))
+        return 0;
+    int saved_errno = errno, given = 0;
+    uint64_t here = net_namespace();
+    for (int slot = 0; slot < BH_SOCKET_RECORDS; slot++) {
+        struct bh_socket_record *record = &table->records[slot];
+        uint64_t state = atomic_load(&record->state);
+        if (!(state & LIVE) || (index >= 0 && record->compartment != index) ||
+            record->family == 0 || record->netns != here || socket_open(record) != 0)
+            continue;
+        uint32_t generation = generation_of(state);
+        if (atomic_compare_exchange_strong(&record->state, &state,
+                                           BUSY | with_generation(generation))) {
+            given += record->weight;
+            give_back(ns, record, generation);
+        }
+    }
+    errno = saved_errno;
+    return given;
+}
+
+int bh_socket_count(struct bh_namespace *ns, int index, int *permits)
+{
+    struct bh_socket_records *table = table_of(ns);
+    int count = 0;
+    *permits = 0;
+    for (int slot = 0; table && atomic_load(&table->live) && slot < BH_SOCKET_RECORDS;
+         slot++) {
+        struct bh_socket_record *record = &table->records[slot];
+        if ((atomic_load(&record->state) & LIVE) && record->compartment == index) {
+            count++;
+            *permits += record->weight;
+        }
+    }
+    return count;
+}

@@ -1,0 +1,62 @@
+/* Counted sockets whose fds more than one process holds: their layout in
+ * the namespace's memory and what may be done with them. What the fields
+ * mean, who writes them and what a death costs is at the top of
+ * socket_records.c, the only code that writes them. */
+#ifndef BH_SOCKET_RECORDS_H
+#define BH_SOCKET_RECORDS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum { BH_SOCKET_RECORDS = 4096 };
+
+struct bh_socket_record {
+    _Atomic uint64_t state;     /* references, generation, LIVE and BUSY */
+    _Atomic uint64_t inode;     /* the socket's st_ino */
+    uint64_t netns;             /* st_ino of the net namespace it lives in */
+    int32_t compartment;
+    int32_t weight;
+    uint32_t common;            /* parked permits of the common pool */
+    uint32_t reserved;          /* ... and of reserve `reserve` */
+    int32_t reserve;
+    uint16_t family;            /* AF_INET, AF_INET6; 0: address unknown */
+    uint16_t local_port;        /* network order, as sock_diag wants them */
+    uint16_t remote_port;
+    uint16_t unused;
+    uint32_t local[4];
+    uint32_t remote[4];
+};
+
+struct bh_socket_records {
+    _Atomic uint32_t live;      /* records LIVE or being made: 0 spares scans */
+    uint32_t unused;
+    struct bh_socket_record records[BH_SOCKET_RECORDS];
+};
+
+struct bh_namespace;
+
+/* A record's name in a process's fd table: slot and generation; 0 none. */
+typedef uint32_t bh_share;
+
+/* Parks this process's `weight` permits of compartment `index`, held for
+ * the connection on fd, in a new record with one reference (the caller's
+ * connection). 0 when none could be made: the permits stay this process's. */
+bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight);
+/* One more reference (a forked child's connection, a copy in flight over
+ * SCM_RIGHTS). 0, or -1 when the record is gone. */
+int bh_socket_ref(struct bh_namespace *ns, bh_share share);
+/* One reference fewer; the last gives the parked permits back and
+ * returns 1. Async-signal-safe. */
+int bh_socket_unref(struct bh_namespace *ns, bh_share share);
+/* The live record of the socket with this inode (a received fd), with its
+ * compartment and weight; 0 when none. */
+bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index,
+                        int *weight);
+/* Records of compartment `index` (-1: all) whose socket no process has
+ * open any more, as the kernel says (sock_diag), give their permits back.
+ * Returns how many permits came back. */
+int bh_socket_reap(struct bh_namespace *ns, int index);
+/* Live records of compartment `index` and the permits they hold. */
+int bh_socket_count(struct bh_namespace *ns, int index, int *permits);
+
+#endif

@@ -1,0 +1,234 @@
+/* Socket records over a real namespace of its own (removed at the end),
+ * with real loopback connections: parking a permit, references, the last
+ * one giving it back exactly once, stale names, the kernel's word on a
+ * closed socket (sock_diag), a parked permit outliving the process that
+ * took it, and a member's permits going back to their pools. What each
+ * test observes is the kernel's semaphores, through `stat`'s own calls. */
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "permits/permits.h"
+
+static struct bh_namespace ns;
+static int next_compartment, listener;
+static struct sockaddr_in listening;
+
+static int set_up(void **state)
+{
+    (void)state;
+    char name[64], err[256];
+    socklen_t length = sizeof listening;
+    snprintf(name, sizeof name, "unit-sockets-%d", (int)getpid());
+    listening = (struct sockaddr_in){ .sin_family = AF_INET,
+                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    listener = socket(AF_INET, SOCK_STREAM, 0);
+    if (listener < 0 || bind(listener, (struct sockaddr *)&listening, sizeof listening) ||
+        listen(listener, 64) || getsockname(listener, (struct sockaddr *)&listening, &length))
+        return -1;
+    if (bh_namespace_open(name, 1, &ns, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int tear_down(void **state)
+{
+    (void)state;
+    close(listener);
+    return bh_namespace_remove(&ns);
+}
+
+static int compartment(int limit, int reserved)
+{
+    struct bh_compartment rules = { .limit = limit };
+    snprintf(rules.name, sizeof rules.name, "s%d", next_compartment++);
+    if (reserved) {
+        rules.reserve_count = 1;
+        rules.reserves[0].permits = reserved;
+        snprintf(rules.reserves[0].who.text, BH_WHO_MAX, "env=CLASS=critical");
+    }
+    int live, index = bh_compartment_register(&ns, &rules, limit, &live);
+    assert_true(index >= 0);
+    return index;
+}
+
+static int take(int index, int reserve, int weight)
+{
+    struct bh_permit_ask ask = { index, reserve, weight };
+    return bh_permit_try(&ns, &ask) == BH_ACQUIRED;
+}
+
+static int in_use(int index)
+{
+    struct bh_compartment_view view;
+    assert_int_equal(bh_compartment_read(&ns, index, &view), 0);
+    return view.in_use;
+}
+
+/* A connected loopback socket; the server's end in *peer. */
+static int connected(int *peer)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&listening, sizeof listening), 0);
+    *peer = accept(listener, NULL, NULL);
+    assert_true(*peer >= 0);
+    return fd;
+}
+
+static void test_the_last_reference_gives_back_once(void **state)
+{
+    (void)state;
+    int c = compartment(1, 0), peer, fd = connected(&peer);
+    assert_true(take(c, -1, 1));
+    bh_share share = bh_socket_share(&ns, fd, c, 1);
+    assert_true(share != 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_ref(&ns, share), 0);
+    assert_int_equal(bh_socket_ref(&ns, share), 0);
+    assert_int_equal(bh_socket_unref(&ns, share), 0);
+    assert_int_equal(bh_socket_unref(&ns, share), 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_unref(&ns, share), 1);
+    assert_int_equal(in_use(c), 0);
+    /* Gone: a further unref or ref is a stale name and changes nothing. */
+    assert_int_equal(bh_socket_unref(&ns, share), 0);
+    assert_int_equal(bh_socket_ref(&ns, share), -1);
+    assert_int_equal(in_use(c), 0);
+    assert_true(take(c, -1, 1));
+    assert_false(take(c, -1, 1));
+    bh_permit_release(&ns, c, 1);
+    close(fd);
+    close(peer);
+}
+
+static void test_a_stale_name_never_touches_a_later_record(void **state)
+{
+    (void)state;
+    int c = compartment(2, 0), peer, fd = connected(&peer);
+    assert_true(take(c, -1, 1));
+    bh_share first = bh_socket_share(&ns, fd, c, 1);
+    assert_int_equal(bh_socket_unref(&ns, first), 1);
+    assert_true(take(c, -1, 1));
+    bh_share second = bh_socket_share(&ns, fd, c, 1);  /* same inode: same slot */
+    assert_true(second != first);
+    assert_int_equal(bh_socket_unref(&ns, first), 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_unref(&ns, second), 1);
+    assert_int_equal(in_use(c), 0);
+    close(fd);
+    close(peer);
+}
+
+static void test_found_by_the_sockets_inode(void **state)
+{
+    (void)state;
+    int c = compartment(3, 0), peer, fd = connected(&peer), index = -1, weight = 0;
+    struct stat socket_stat;
+    assert_true(take(c, -1, 2));
+    bh_share share = bh_socket_share(&ns, fd, c, 2);
+    assert_int_equal(fstat(fd, &socket_stat), 0);
+    assert_int_equal(bh_socket_find(&ns, socket_stat.st_ino, &index, &weight), share);
+    assert_int_equal(index, c);
+    assert_int_equal(weight, 2);
+    assert_int_equal(bh_socket_find(&ns, socket_stat.st_ino + 1, &index, &weight), 0);
+    int permits, count = bh_socket_count(&ns, c, &permits);
+    assert_int_equal(count, 1);
+    assert_int_equal(permits, 2);
+    assert_int_equal(bh_socket_unref(&ns, share), 1);
+    assert_int_equal(bh_socket_find(&ns, socket_stat.st_ino, &index, &weight), 0);
+    close(fd);
+    close(peer);
+}
+
+/* References that nobody will drop (holders killed): the kernel says when
+ * the socket is closed everywhere, and only then. */
+static void test_the_reaper_asks_the_kernel(void **state)
+{
+    (void)state;
+    int c = compartment(1, 0), peer, fd = connected(&peer);
+    assert_true(take(c, -1, 1));
+    bh_share share = bh_socket_share(&ns, fd, c, 1);
+    assert_int_equal(bh_socket_ref(&ns, share), 0);
+    assert_int_equal(bh_socket_reap(&ns, c), 0);   /* still open here */
+    assert_int_equal(in_use(c), 1);
+    close(fd);
+    assert_int_equal(bh_socket_reap(&ns, c), 1);
+    assert_int_equal(in_use(c), 0);
+    assert_int_equal(bh_socket_reap(&ns, c), 0);
+    assert_int_equal(bh_socket_unref(&ns, share), 0);  /* once, not twice */
+    assert_int_equal(in_use(c), 0);
+    close(peer);
+}
+
+/* The parked permit no longer belongs to the process that took it: its
+ * death (SEM_UNDO) gives nothing back. */
+static void test_a_parked_permit_outlives_its_taker(void **state)
+{
+    (void)state;
+    int c = compartment(1, 0), peer, fd = connected(&peer);
+    int pipe_fds[2];
+    assert_int_equal(pipe(pipe_fds), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        bh_share share = take(c, -1, 1) ? bh_socket_share(&ns, fd, c, 1) : 0;
+        (void)!write(pipe_fds[1], &share, sizeof share);
+        _exit(0);
+    }
+    bh_share share = 0;
+    assert_int_equal(read(pipe_fds[0], &share, sizeof share), (ssize_t)sizeof share);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    assert_true(share != 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_unref(&ns, share), 1);
+    assert_int_equal(in_use(c), 0);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    close(fd);
+    close(peer);
+}
+
+/* A member's permits, from its reserve and the common pool, go back to
+ * the pools they came from. */
+static void test_a_members_permits_go_back_to_their_pools(void **state)
+{
+    (void)state;
+    int c = compartment(4, 1), peer, fd = connected(&peer);
+    assert_true(take(c, 0, 2));   /* one reserved, one common */
+    bh_share share = bh_socket_share(&ns, fd, c, 2);
+    struct bh_reserve_view reserve;
+    assert_int_equal(bh_reserve_read(&ns, c, 0, &reserve), 0);
+    assert_int_equal(reserve.in_use, 1);
+    assert_int_equal(in_use(c), 2);
+    assert_int_equal(bh_socket_unref(&ns, share), 1);
+    assert_int_equal(bh_reserve_read(&ns, c, 0, &reserve), 0);
+    assert_int_equal(reserve.in_use, 0);
+    assert_int_equal(in_use(c), 0);
+    assert_true(take(c, -1, 3));  /* the whole common pool is back */
+    bh_permit_release(&ns, c, 3);
+    close(fd);
+    close(peer);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_last_reference_gives_back_once),
+        cmocka_unit_test(test_a_stale_name_never_touches_a_later_record),
+        cmocka_unit_test(test_found_by_the_sockets_inode),
+        cmocka_unit_test(test_the_reaper_asks_the_kernel),
+        cmocka_unit_test(test_a_parked_permit_outlives_its_taker),
+        cmocka_unit_test(test_a_members_permits_go_back_to_their_pools),
+    };
+    return cmocka_run_group_tests(tests, set_up, tear_down);
+}
