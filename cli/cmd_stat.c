@@ -29,7 +29,8 @@ struct snapshot {
 
 enum output_format { FORMAT_TABLE, FORMAT_JSON, FORMAT_PROMETHEUS };
 
-static void add_holder(pid_t pid, int index, uint32_t permits, void *ctx)
+static void add_holder(pid_t pid, int index, uint32_t permits, uint32_t waiting,
+                       void *ctx)
 {
     struct cli_holders *holders = ctx;
     if (holders->count == holders->capacity) {
@@ -40,7 +41,7 @@ static void add_holder(pid_t pid, int index, uint32_t permits, void *ctx)
         holders->list = grown;
         holders->capacity = capacity;
     }
-    holders->list[holders->count++] = (struct cli_holder){ index, pid, permits };
+    holders->list[holders->count++] = (struct cli_holder){ index, pid, permits, waiting };
 }
 
 static int by_index_then_pid(const void *a, const void *b)
@@ -94,14 +95,15 @@ void cli_holders_free(struct cli_holders *holders)
 
 char *cli_format_holders(const struct cli_holder *holders, int count)
 {
-    char *text = malloc((size_t)count * 24 + 2);
+    char *text = malloc((size_t)count * 32 + 2);
     if (!text)
         return NULL;
     size_t used = 0;
     strcpy(text, "-");
-    for (int i = 0; i < count; i++)
-        used += (size_t)sprintf(text + used, "%s%d(%" PRIu32 ")", i ? "," : "",
-                                (int)holders[i].pid, holders[i].permits);
+    for (int i = 0; i < count; i++)  /* "+waits": holds, and waits for more */
+        used += (size_t)sprintf(text + used, "%s%d(%" PRIu32 "%s)", i ? "," : "",
+                                (int)holders[i].pid, holders[i].permits,
+                                holders[i].waiting ? "+waits" : "");
     return text;
 }
 
@@ -532,8 +534,9 @@ static void print_json_compartment(const struct compartment_row *row)
            view->rejected, view->timed_out, view->waits, wait_mean_ms(view),
            wait_max_ms(view));
     for (int i = 0; i < row->holder_count; i++)
-        printf("%s{\"pid\": %d, \"permits\": %" PRIu32 "}", i ? ", " : "",
-               (int)row->holders[i].pid, row->holders[i].permits);
+        printf("%s{\"pid\": %d, \"permits\": %" PRIu32 ", \"waiting\": %" PRIu32
+               "}", i ? ", " : "", (int)row->holders[i].pid,
+               row->holders[i].permits, row->holders[i].waiting);
     printf("], \"per_process_refused\": %" PRIu64 ", \"bypassed\": %" PRIu64
            ", \"reserves\": [", view->per_process_refused, view->bypassed);
     for (int r = 0; r < view->reserve_count; r++) {
@@ -721,7 +724,7 @@ const struct cli_command cli_stat_command = {
         "                        [{\"name\", \"limit\", \"in_use\", \"waiting\",\n"
         "                        \"peak\", \"acquired\", \"rejected\", \"timed_out\",\n"
         "                        \"waits\", \"wait_mean_ms\", \"wait_max_ms\",\n"
-        "                        \"holders\": [{\"pid\", \"permits\"}], \"breaker\":\n"
+        "                        \"holders\": [{\"pid\", \"permits\", \"waiting\"}], \"breaker\":\n"
         "                        {\"state\", \"forced\", \"since\" (Unix time in s;\n"
         "                        null: never changed), \"open_left_ms\",\n"
         "                        \"open_ms\", \"opened\", \"refused\", \"failures\"},\n"

@@ -516,6 +516,15 @@ int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
     return bh_compartment_set_limit(ns, index, 0) == 0;
 }
 
+int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask)
+{
+    const struct bh_shared_compartment *shared = &ns->state->compartments[ask->index];
+    int most = atomic_load(&shared->limit) - atomic_load(&shared->reserved);
+    if (ask->reserve >= 0)
+        most += atomic_load(&shared->reserves[ask->reserve].permits);
+    return most;
+}
+
 int bh_probe_take(struct bh_namespace *ns, int index)
 {
     int saved_errno = errno;

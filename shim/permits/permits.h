@@ -133,7 +133,7 @@ struct bh_holder {
     _Atomic uint32_t common;      /* permits from the common pool */
     _Atomic uint32_t reserved;    /* from the reserve `slot` */
     _Atomic int32_t slot;         /* index in the compartment's reserves */
-    uint32_t unused;
+    _Atomic uint32_t waiting;     /* its threads waiting for more permits */
     uint64_t start_time;          /* /proc/<pid>/stat field 22, against pid reuse */
 };
 
@@ -281,6 +281,15 @@ enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
 enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
                                       const struct bh_permit_ask *ask,
                                       int wait_ms, int max_waiters);
+/* Permits of compartment index this process holds now: one load each
+ * of two process-local atomics. */
+int bh_permit_held(int index);
+/* The most `ask` could ever be granted at once: the live common pool,
+ * plus the caller's own reserve for a member. */
+int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask);
+/* A process holding permits of index starts (+1) or ends (-1) a wait for
+ * more: its holder record says so, for `stat`. */
+void bh_permit_note_waiting(int index, int delta);
 /* A refusal without waiting (fail fast, or a non-blocking socket). */
 void bh_permit_count_rejected(struct bh_namespace *ns, int index);
 /* A refusal because the process was at its per_process cap. */
@@ -309,10 +318,12 @@ int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
 int bh_compartment_read(struct bh_namespace *ns, int index,
                         struct bh_compartment_view *view);
 /* Calls visit() for every live process holding permits, once per
- * compartment it holds; dead processes' records are freed on the way.
- * No limit on how many: the records live in pages added as needed. */
+ * compartment it holds, with how many of its threads wait for more;
+ * dead processes' records are freed on the way. No limit on how many:
+ * the records live in pages added as needed. */
 void bh_holders_visit(struct bh_namespace *ns,
-                      void (*visit)(pid_t pid, int index, uint32_t permits, void *ctx),
+                      void (*visit)(pid_t pid, int index, uint32_t permits,
+                                    uint32_t waiting, void *ctx),
                       void *ctx);
 /* The half-open breaker's probe slot: taken with SEM_UNDO (so the kernel
  * gives it back if the prober dies) and IPC_NOWAIT. 0 taken, -1 not. */
