@@ -505,12 +505,13 @@ static void print_json_outcomes(const struct bh_stat_row *row)
     else
         printf("null");
     printf(", \"open_left_ms\": %" PRId64 ", \"open_ms\": %d, \"opened\": %" PRIu64
-           ", \"refused\": %" PRIu64 ", \"failures\": %" PRIu32 "}, "
+           ", \"refused\": %" PRIu64 ", \"failures\": %" PRIu32
+           ", \"probes_taken_over\": %" PRIu64 "}, "
            "\"connect_failures\": %" PRIu64 ", \"connect_timeouts\": %" PRIu64
            ", \"io_timeouts\": %" PRIu64 ", ",
            breaker->open_left_ms, breaker->open_ms, breaker->opened, breaker->refused,
-           breaker->failures, view->connect_failures, view->connect_timeouts,
-           view->io_timeouts);
+           breaker->failures, breaker->probes_taken_over, view->connect_failures,
+           view->connect_timeouts, view->io_timeouts);
     print_json_histogram("connect_time", &view->connect_time);
     printf(", ");
     print_json_histogram("hold_time", &view->hold_time);
@@ -727,7 +728,8 @@ const struct cli_command cli_stat_command = {
         "                        \"holders\": [{\"pid\", \"permits\", \"waiting\"}], \"breaker\":\n"
         "                        {\"state\", \"forced\", \"since\" (Unix time in s;\n"
         "                        null: never changed), \"open_left_ms\",\n"
-        "                        \"open_ms\", \"opened\", \"refused\", \"failures\"},\n"
+        "                        \"open_ms\", \"opened\", \"refused\", \"failures\",\n"
+        "                        \"probes_taken_over\"},\n"
         "                        \"connect_failures\", \"connect_timeouts\",\n"
         "                        \"io_timeouts\", \"connect_time\" and \"hold_time\":\n"
         "                        {\"bounds_ms\", \"counts\" (per bucket, the last\n"

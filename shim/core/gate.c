@@ -203,12 +203,42 @@ static void note_failure_once(int error)
                bh_shim.config.namespace_name, strerror(error), then);
 }
 
-/* The breaker's word on this connect: BH_BREAKER_PASS or PROBE, or a
- * refusal, with why in words. */
-static enum bh_breaker_admission ask_breaker(int shared, char *why, size_t whylen)
+/* How long a probe may stay silent before the next connect takes its
+ * slot: with connect_timeout_ms, the time a probe needs to show anything
+ * (its connect, then its first bytes within io_timeout_ms); without, a
+ * connect may rightly hang for the kernel's minutes of SYN retries, and
+ * the longest the breaker ever keeps everyone out, breaker_open_max_ms,
+ * bounds what a silent probe may cost. */
+static int probe_deadline_ms(const struct bh_compartment *compartment)
 {
-    enum bh_breaker_admission admission = bh_breaker_admit(&bh_shim.ns, shared);
-    if (admission == BH_BREAKER_REFUSE_PROBING) {
+    if (compartment->connect_timeout_ms)
+        return compartment->connect_timeout_ms + compartment->io_timeout_ms;
+    return compartment->breaker_open_max_ms;
+}
+
+static void note_taken_over(const struct bh_compartment *compartment,
+                            const struct bh_probe_taken *taken)
+{
+    if (taken->replaced_gone)
+        bh_log(BH_LOG_WARN, "[%s]: the probe's process (pid %d) is gone: this "
+               "connection probes instead", compartment->name, taken->replaced_pid);
+    else
+        bh_log(BH_LOG_WARN, "[%s]: the probe (pid %d) showed nothing for %lld ms: "
+               "counted as failed; this connection probes instead",
+               compartment->name, taken->replaced_pid, (long long)taken->replaced_ms);
+}
+
+/* The breaker's word on this connect: BH_BREAKER_PASS or PROBE (then the
+ * slot's holding in taken), or a refusal, with why in words. */
+static enum bh_breaker_admission ask_breaker(const struct bh_compartment *compartment,
+                                             int shared, struct bh_probe_taken *taken,
+                                             char *why, size_t whylen)
+{
+    enum bh_breaker_admission admission = bh_breaker_admit(
+        &bh_shim.ns, shared, probe_deadline_ms(compartment), taken);
+    if (admission == BH_BREAKER_PROBE && taken->replaced_pid) {
+        note_taken_over(compartment, taken);
+    } else if (admission == BH_BREAKER_REFUSE_PROBING) {
         snprintf(why, whylen, "at once: breaker half-open; another connection "
                  "is the probe");
     } else if (admission == BH_BREAKER_REFUSE_OPEN) {
@@ -263,17 +293,21 @@ static enum bh_acquire_result take_permit(int fd, const struct bh_compartment *c
     return result;
 }
 
-/* Admitted: the fd holds the permits from now, watched as outcome.c says. */
+/* Admitted: the fd holds the permits from now, watched as outcome.c says.
+ * The probe's since_ns is its holding of the slot (breaker.h). */
 static int attach(int fd, const struct bh_compartment *compartment,
-                  const struct bh_permit_ask *ask, int probe)
+                  const struct bh_permit_ask *ask, int64_t probe)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe),
+    int64_t since_ns = probe;
+    if (!probe) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    }
+    if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe != 0),
                      since_ns) < 0) {
         if (probe)
-            bh_breaker_abandon(&bh_shim.ns, ask->index);
+            bh_breaker_abandon(&bh_shim.ns, ask->index, probe);
         /* another thread counted it */
         bh_permit_release(&bh_shim.ns, ask->index, ask->weight);
         return BH_GATE_PASS;
@@ -334,15 +368,17 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
         return refuse_per_process(local, &ask, to);
     check_fleet_lease(compartment, shared);
     char why[192];
-    enum bh_breaker_admission breaker = ask_breaker(shared, why, sizeof why);
+    struct bh_probe_taken taken = { 0, 0, 0, 0 };
+    enum bh_breaker_admission breaker = ask_breaker(compartment, shared, &taken,
+                                                    why, sizeof why);
     enum bh_acquire_result result = BH_REJECTED;
     if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE)
         result = take_permit(fd, compartment, &ask, why, sizeof why);
-    int probe = breaker == BH_BREAKER_PROBE;
+    int64_t probe = breaker == BH_BREAKER_PROBE ? taken.since_ns : 0;
     if (result != BH_ACQUIRED) {
         bh_permit_unclaim(&ask);
         if (probe)
-            bh_breaker_abandon(&bh_shim.ns, shared);
+            bh_breaker_abandon(&bh_shim.ns, shared, probe);
     }
     if (result == BH_BYPASS) {
         note_bypass_once();

@@ -16,7 +16,7 @@
 #include "config/config.h"
 
 enum {
-    BH_LAYOUT_VERSION = 5,
+    BH_LAYOUT_VERSION = 6,
     BH_SEM_LOCK = 0,            /* registration lock, taken with SEM_UNDO */
     BH_MAX_RESERVE_SLOTS = 256, /* reserves per namespace, all compartments */
     BH_HOLDERS_FIRST = 4096,    /* holder records in the main segment */
@@ -25,11 +25,10 @@ enum {
 };
 
 /* Semaphore numbers of compartment i in the set: its common pool. */
-#define BH_SEM_FREE(i)  (1 + 3 * (i))  /* permits free now */
-#define BH_SEM_DEBT(i)  (2 + 3 * (i))  /* permits to retire when given back */
-#define BH_SEM_PROBE(i) (3 + 3 * (i))  /* 1: the half-open breaker's probe slot is free */
+#define BH_SEM_FREE(i)  (1 + 2 * (i))  /* permits free now */
+#define BH_SEM_DEBT(i)  (2 + 2 * (i))  /* permits to retire when given back */
 /* ... and of reserve slot s (bh_reserve_shared.slot), after them. */
-#define BH_SEM_RESERVES   (1 + 3 * BH_MAX_COMPARTMENTS)
+#define BH_SEM_RESERVES   (1 + 2 * BH_MAX_COMPARTMENTS)
 #define BH_SEM_RFREE(s)   (BH_SEM_RESERVES + 4 * (s))      /* reserved permits free now */
 #define BH_SEM_RDEBT(s)   (BH_SEM_RESERVES + 1 + 4 * (s))  /* owed to the common pool */
 #define BH_SEM_ROWED(s)   (BH_SEM_RESERVES + 2 + 4 * (s))  /* owed by the common pool */
@@ -77,6 +76,9 @@ struct bh_breaker_shared {
     _Atomic uint32_t needs_bytes;   /* the last failure was an io failure */
     _Atomic uint64_t opened;        /* times it opened (reopens included) */
     _Atomic uint64_t refused;       /* connects it refused */
+    _Atomic int64_t probe;          /* the probe slot: who holds it since when
+                                       (breaker.c); 0: free */
+    _Atomic uint64_t probes_taken_over; /* probes silent past their deadline */
 };
 
 /* A reserve: permits of the compartment only its members may take. The
@@ -325,12 +327,6 @@ void bh_holders_visit(struct bh_namespace *ns,
                       void (*visit)(pid_t pid, int index, uint32_t permits,
                                     uint32_t waiting, void *ctx),
                       void *ctx);
-/* The half-open breaker's probe slot: taken with SEM_UNDO (so the kernel
- * gives it back if the prober dies) and IPC_NOWAIT. 0 taken, -1 not. */
-int bh_probe_take(struct bh_namespace *ns, int index);
-/* Gives it back; only the process that took it. Async-signal-safe. */
-void bh_probe_give(struct bh_namespace *ns, int index);
-
 /* The agent's figures for a fleet compartment (see bh_fleet_shared). */
 void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
                               const struct bh_fleet_view *fleet);
