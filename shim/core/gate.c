@@ -254,9 +254,16 @@ static enum bh_breaker_admission ask_breaker(const struct bh_compartment *compar
 }
 
 /* Full, or never enough: a weight above all the permits this caller may
- * ever take (the common pool, and its own reserve) can wait for nothing. */
-static int never_enough(const struct bh_permit_ask *ask, char *why, size_t whylen)
+ * ever take (the common pool, and its own reserve) can wait for nothing.
+ * Not asked for a weight of 1, nor at limit 0 (both have their own
+ * lines), nor for a fleet compartment, whose share grows when callers
+ * wait for it. */
+static int never_enough(const struct bh_compartment *compartment,
+                        const struct bh_permit_ask *ask, char *why, size_t whylen)
 {
+    if (ask->weight == 1 || compartment->fleet_limit > 0 ||
+        atomic_load(&bh_shim.ns.state->compartments[ask->index].limit) == 0)
+        return 0;
     int most = bh_permit_most(&bh_shim.ns, ask);
     if (ask->weight <= most)
         return 0;
@@ -275,7 +282,7 @@ static enum bh_acquire_result take_permit(int fd, const struct bh_compartment *c
     if (result != BH_REJECTED)
         return result;
     int wait_ms = 0;
-    if (ask->weight == 1 || !never_enough(ask, why, whylen))
+    if (!never_enough(compartment, ask, why, whylen))
         wait_ms = wait_allowed_ms(fd, compartment, ask->index, why, whylen);
     if (wait_ms == 0) {
         bh_permit_count_rejected(&bh_shim.ns, ask->index);
