@@ -19,9 +19,9 @@
  * Linux's 2^22 ceiling). Taking it is a compare-and-swap from 0. A probe
  * may never report: a pool's socket connected and never used, a stopped or
  * dead process. It cannot run code to give the slot up, so the next
- * connect does it for it: past the deadline the compartment gives
- * (deadline_ms), or at once when kill(pid, 0) says the process is gone, it
- * swaps the word it saw for its own. One swap wins; the silent probe is
+ * connect does it for it: past the probe's deadline (probe_deadline_ms
+ * below), or at once when kill(pid, 0) says the process is gone, it swaps
+ * the word it saw for its own. One swap wins; the silent probe is
  * counted as a failure. Giving back is a compare-and-swap from the
  * holder's own word to 0, so a probe that was taken over and reports
  * late finds another word there and changes nothing: the slot is released
@@ -125,6 +125,20 @@ static int probe_expired(int64_t word, int64_t now_ns, int deadline_ms,
     return gone || silent_ms >= deadline_ms;
 }
 
+/* How long a probe may stay silent before the next connect takes its
+ * slot: with connect_timeout_ms, the time a live probe needs to show
+ * anything (its connect, then its first bytes within io_timeout_ms);
+ * without, a connect may rightly hang for the kernel's minutes of SYN
+ * retries, and the longest the breaker ever keeps everyone out,
+ * breaker_open_max_ms, bounds what a silent probe may cost. The taker's
+ * rules decide: each process applies its own. */
+static int probe_deadline_ms(const struct bh_compartment *compartment)
+{
+    if (compartment->connect_timeout_ms)
+        return compartment->connect_timeout_ms + compartment->io_timeout_ms;
+    return compartment->breaker_open_max_ms;
+}
+
 /* Half-open: the slot if it is free, or if its holder has had its time. */
 static int take_probe(struct bh_breaker_shared *breaker, int64_t now_ns,
                       int deadline_ms, struct bh_probe_taken *taken)
@@ -145,7 +159,7 @@ static int take_probe(struct bh_breaker_shared *breaker, int64_t now_ns,
 }
 
 enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index,
-                                           int deadline_ms,
+                                           const struct bh_compartment *compartment,
                                            struct bh_probe_taken *taken)
 {
     struct bh_breaker_shared *breaker = breaker_of(ns, index);
@@ -155,7 +169,7 @@ enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index,
     enum bh_breaker_admission refusal = BH_BREAKER_REFUSE_OPEN;
     int64_t now = until != FORCED_OPEN ? clock_ns(CLOCK_MONOTONIC) : 0;
     if (until != FORCED_OPEN && now >= until) {
-        if (take_probe(breaker, now, deadline_ms, taken))
+        if (take_probe(breaker, now, probe_deadline_ms(compartment), taken))
             return BH_BREAKER_PROBE;
         refusal = BH_BREAKER_REFUSE_PROBING;
     }

@@ -39,12 +39,13 @@ struct bh_probe_taken {
     int64_t replaced_ms;  /* ... silent that long */
 };
 
-/* Before a connect is admitted. PROBE holds the probe slot: the caller
- * gives it back through bh_breaker_failure/success/abandon. A probe silent
- * for deadline_ms, or whose process is gone, is taken over by this
- * connect and counted as a failure; its own report later changes nothing. */
+/* Before a connect is admitted. PROBE holds the probe slot (taken says
+ * how): the caller gives it back through bh_breaker_failure/success/
+ * abandon. A probe silent past the compartment's probe deadline
+ * (breaker.c), or whose process is gone, is taken over by this connect
+ * and counted as a failure; its own report later changes nothing. */
 enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index,
-                                           int deadline_ms,
+                                           const struct bh_compartment *compartment,
                                            struct bh_probe_taken *taken);
 
 /* A connection failed: refused, unreachable, timed out or reset before its

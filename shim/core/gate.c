@@ -203,19 +203,6 @@ static void note_failure_once(int error)
                bh_shim.config.namespace_name, strerror(error), then);
 }
 
-/* How long a probe may stay silent before the next connect takes its
- * slot: with connect_timeout_ms, the time a probe needs to show anything
- * (its connect, then its first bytes within io_timeout_ms); without, a
- * connect may rightly hang for the kernel's minutes of SYN retries, and
- * the longest the breaker ever keeps everyone out, breaker_open_max_ms,
- * bounds what a silent probe may cost. */
-static int probe_deadline_ms(const struct bh_compartment *compartment)
-{
-    if (compartment->connect_timeout_ms)
-        return compartment->connect_timeout_ms + compartment->io_timeout_ms;
-    return compartment->breaker_open_max_ms;
-}
-
 static void note_taken_over(const struct bh_compartment *compartment,
                             const struct bh_probe_taken *taken)
 {
@@ -234,8 +221,8 @@ static enum bh_breaker_admission ask_breaker(const struct bh_compartment *compar
                                              int shared, struct bh_probe_taken *taken,
                                              char *why, size_t whylen)
 {
-    enum bh_breaker_admission admission = bh_breaker_admit(
-        &bh_shim.ns, shared, probe_deadline_ms(compartment), taken);
+    enum bh_breaker_admission admission = bh_breaker_admit(&bh_shim.ns, shared,
+                                                           compartment, taken);
     if (admission == BH_BREAKER_PROBE && taken->replaced_pid) {
         note_taken_over(compartment, taken);
     } else if (admission == BH_BREAKER_REFUSE_PROBING) {
@@ -375,7 +362,7 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
         return refuse_per_process(local, &ask, to);
     check_fleet_lease(compartment, shared);
     char why[192];
-    struct bh_probe_taken taken = { 0, 0, 0, 0 };
+    struct bh_probe_taken taken;  /* filled in for PROBE only */
     enum bh_breaker_admission breaker = ask_breaker(compartment, shared, &taken,
                                                     why, sizeof why);
     enum bh_acquire_result result = BH_REJECTED;

@@ -20,9 +20,10 @@
 static struct bh_namespace ns;
 static int index_;
 static const struct bh_breaker_config config = { 3, 5, 12 };
-/* The probe slot's deadline: long enough never to pass by itself here,
- * but where a test waits it out. */
-static const int deadline_ms = 60000;
+/* The probe slot's deadline is breaker_open_max_ms (no connect_timeout_ms):
+ * long enough never to pass by itself here, but where a test waits it out. */
+static const struct bh_compartment db = { .name = "db", .limit = 10,
+                                          .breaker_open_max_ms = 60000 };
 
 static int set_up(void **state)
 {
@@ -34,7 +35,6 @@ static int set_up(void **state)
         return -1;
     }
     int live;
-    static const struct bh_compartment db = { .name = "db", .limit = 10 };
     index_ = bh_compartment_register(&ns, &db, 10, &live);
     return index_ < 0 ? -1 : 0;
 }
@@ -60,14 +60,16 @@ static enum bh_breaker_change failed(int64_t probe, int io)
 /* The last probe admitted: its holding of the slot. */
 static struct bh_probe_taken probe;
 
-static enum bh_breaker_admission admit_within(int deadline)
+static enum bh_breaker_admission admit_within(int deadline_ms)
 {
-    return bh_breaker_admit(&ns, index_, deadline, &probe);
+    struct bh_compartment quick = db;
+    quick.breaker_open_max_ms = deadline_ms;
+    return bh_breaker_admit(&ns, index_, &quick, &probe);
 }
 
 static enum bh_breaker_admission admit(void)
 {
-    return admit_within(deadline_ms);
+    return bh_breaker_admit(&ns, index_, &db, &probe);
 }
 
 static struct bh_breaker_view seen(void)
