@@ -111,6 +111,7 @@ struct cli_holder {
     int index;
     pid_t pid;
     uint32_t permits;
+    uint32_t waiting;  /* its threads waiting for more: hold and wait */
 };
 struct cli_holders {
     struct cli_holder *list;

@@ -74,6 +74,48 @@ static void print_policy(const struct bh_compartment *compartment)
                user_uid_note(&compartment->bypasses[i], note, sizeof note));
 }
 
+/* How a wait is cut short: a non-blocking socket, a process that holds. */
+static void print_wait_bounds(const struct bh_compartment *compartment)
+{
+    printf("  wait_nonblocking %s\n", compartment->wait_nonblocking
+           ? "yes (non-blocking connects wait too)"
+           : "no (non-blocking connects are refused at once)");
+    if (compartment->wait_nonblocking)
+        printf("  nonblocking_wait_ms %d (the most a non-blocking connect waits, "
+               "not to stall its program)\n", compartment->nonblocking_wait_ms);
+    if (compartment->hold_wait_ms == 0)
+        printf("  hold_wait_ms 0 (a process already holding its permits is "
+               "refused at once rather than wait for more)\n");
+    else
+        printf("  hold_wait_ms %d (the most a process already holding its "
+               "permits waits for more)\n", compartment->hold_wait_ms);
+}
+
+/* The common pool: the limit less every reserve. */
+static int common_pool(const struct bh_compartment *compartment)
+{
+    int common = compartment->limit;
+    for (int i = 0; i < compartment->reserve_count; i++)
+        common -= compartment->reserves[i].permits;
+    return common;
+}
+
+/* A rule heavier than the common pool: only a reserve's members can ever
+ * connect through it. Valid (they can), but said on stderr. */
+static void warn_heavy_rules(const struct bh_config *config)
+{
+    for (int i = 0; i < config->rule_count; i++) {
+        const struct bh_rule *rule = &config->rules[i];
+        const struct bh_compartment *c = &config->compartments[rule->compartment];
+        int common = common_pool(c);
+        if (c->limit > 0 && rule->weight > common)
+            fprintf(stderr, "bulkhead: %s:%d: warning: match: weight=%d exceeds "
+                    "the %d permit%s of [%s]'s common pool: only its reserves' "
+                    "members can connect through it\n", config->path, rule->line,
+                    rule->weight, common, common == 1 ? "" : "s", c->name);
+    }
+}
+
 static void print_compartment(const struct bh_config *config, int index)
 {
     const struct bh_compartment *compartment = &config->compartments[index];
@@ -83,9 +125,7 @@ static void print_compartment(const struct bh_config *config, int index)
     printf("  wait_ms      %d%s\n", compartment->wait_ms,
            compartment->wait_ms == 0 ? " (fail fast)" : "");
     if (compartment->wait_ms > 0)
-        printf("  wait_nonblocking %s\n", compartment->wait_nonblocking
-               ? "yes (non-blocking connects wait too)"
-               : "no (non-blocking connects are refused at once)");
+        print_wait_bounds(compartment);
     printf("  max_waiters  %d\n", compartment->max_waiters);
     printf("  errno        %s\n", bh_errno_name(compartment->refusal_errno));
     if (compartment->fleet_limit)
@@ -200,8 +240,10 @@ static int check(int argc, char **argv)
     int errors = cli_load_rules(given, &config);
     if (errors == 0 && config.fleet_url)
         errors = check_fleet(&config);
-    if (errors == 0)
+    if (errors == 0) {
+        warn_heavy_rules(&config);
         print_config(&config);
+    }
     else if (errors > 0)
         cli_error("%s: %d error%s", config.path ? config.path : given, errors,
                   errors == 1 ? "" : "s");
@@ -215,7 +257,8 @@ const struct cli_command cli_check_command = {
     .help =
         "Validates a rules file (default: the one the shim would load) and\n"
         "prints the settings in effect: the namespace, the log level, and for\n"
-        "each compartment its limit, wait_ms, wait_nonblocking, max_waiters,\n"
+        "each compartment its limit, wait_ms, wait_nonblocking,\n"
+        "nonblocking_wait_ms, hold_wait_ms, max_waiters,\n"
         "errno, deadlines and breaker (connect_timeout_ms, io_timeout_ms,\n"
         "breaker_failures and its periods, when set), fleet_limit, and match\n"
         "rules with their line numbers. With fleet = in [global], it prints the\n"
@@ -225,7 +268,9 @@ const struct cli_command cli_check_command = {
         "line when it cannot.\n"
         "\n"
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
-        "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not.\n",
+        "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not. A\n"
+        "valid file may still draw a warning on stderr: a match weight above\n"
+        "its common pool (only the reserves' members can connect through it).\n",
     .run = check,
 };
 
@@ -343,6 +388,10 @@ static void explain_policy(const struct bh_rule *rule,
     if (rule->weight != 1)
         printf("  weight %d: a connection through this rule takes %d permits\n",
                rule->weight, rule->weight);
+    if (rule->weight > common_pool(compartment) && compartment->limit > 0)
+        printf("  weight %d exceeds the %d permits of the common pool: only "
+               "a reserve's members can connect through it\n", rule->weight,
+               common_pool(compartment));
     if (compartment->per_process)
         printf("  per_process %d: one process holds at most %d of its permits\n",
                compartment->per_process, compartment->per_process);
@@ -359,6 +408,25 @@ static void explain_policy(const struct bh_rule *rule,
                bh_who_matches(who, identity)
                ? ": this compartment does not limit the connection" : "");
     }
+}
+
+/* How long a connect waits when the compartment is full, in plain words. */
+static void explain_waits(const struct bh_compartment *c)
+{
+    printf("  when full: a blocking connect waits up to %d ms\n", c->wait_ms);
+    if (!c->wait_nonblocking)
+        printf("  a non-blocking connect is refused at once (wait_nonblocking no)\n");
+    else
+        printf("  a non-blocking connect waits at most %d ms, then is refused: "
+               "the wait stalls its whole program (nonblocking_wait_ms)\n",
+               c->nonblocking_wait_ms);
+    if (c->hold_wait_ms == 0)
+        printf("  a process already holding some of its permits is refused at "
+               "once rather than wait for more: waiting while holding can "
+               "deadlock (hold_wait_ms 0)\n");
+    else
+        printf("  a process already holding some of its permits waits at most "
+               "%d ms for more (hold_wait_ms)\n", c->hold_wait_ms);
 }
 
 static void print_verdict(const struct bh_config *config,
@@ -384,6 +452,8 @@ static void print_verdict(const struct bh_config *config,
     if (deadlines[0])
         printf("  %s\n", deadlines);
     explain_policy(matched, compartment, identity);
+    if (compartment->wait_ms > 0)
+        explain_waits(compartment);
 }
 
 static void print_verdicts(const struct bh_config *config,

@@ -29,7 +29,8 @@ struct snapshot {
 
 enum output_format { FORMAT_TABLE, FORMAT_JSON, FORMAT_PROMETHEUS };
 
-static void add_holder(pid_t pid, int index, uint32_t permits, void *ctx)
+static void add_holder(pid_t pid, int index, uint32_t permits, uint32_t waiting,
+                       void *ctx)
 {
     struct cli_holders *holders = ctx;
     if (holders->count == holders->capacity) {
@@ -40,7 +41,7 @@ static void add_holder(pid_t pid, int index, uint32_t permits, void *ctx)
         holders->list = grown;
         holders->capacity = capacity;
     }
-    holders->list[holders->count++] = (struct cli_holder){ index, pid, permits };
+    holders->list[holders->count++] = (struct cli_holder){ index, pid, permits, waiting };
 }
 
 static int by_index_then_pid(const void *a, const void *b)
@@ -94,14 +95,15 @@ void cli_holders_free(struct cli_holders *holders)
 
 char *cli_format_holders(const struct cli_holder *holders, int count)
 {
-    char *text = malloc((size_t)count * 24 + 2);
+    char *text = malloc((size_t)count * 32 + 2);
     if (!text)
         return NULL;
     size_t used = 0;
     strcpy(text, "-");
-    for (int i = 0; i < count; i++)
-        used += (size_t)sprintf(text + used, "%s%d(%" PRIu32 ")", i ? "," : "",
-                                (int)holders[i].pid, holders[i].permits);
+    for (int i = 0; i < count; i++)  /* "+waits": holds, and waits for more */
+        used += (size_t)sprintf(text + used, "%s%d(%" PRIu32 "%s)", i ? "," : "",
+                                (int)holders[i].pid, holders[i].permits,
+                                holders[i].waiting ? "+waits" : "");
     return text;
 }
 
@@ -523,12 +525,13 @@ static void print_json_outcomes(const struct bh_stat_row *row)
     else
         printf("null");
     printf(", \"open_left_ms\": %" PRId64 ", \"open_ms\": %d, \"opened\": %" PRIu64
-           ", \"refused\": %" PRIu64 ", \"failures\": %" PRIu32 "}, "
+           ", \"refused\": %" PRIu64 ", \"failures\": %" PRIu32
+           ", \"probes_taken_over\": %" PRIu64 "}, "
            "\"connect_failures\": %" PRIu64 ", \"connect_timeouts\": %" PRIu64
            ", \"io_timeouts\": %" PRIu64 ", ",
            breaker->open_left_ms, breaker->open_ms, breaker->opened, breaker->refused,
-           breaker->failures, view->connect_failures, view->connect_timeouts,
-           view->io_timeouts);
+           breaker->failures, breaker->probes_taken_over, view->connect_failures,
+           view->connect_timeouts, view->io_timeouts);
     print_json_histogram("connect_time", &view->connect_time);
     printf(", ");
     print_json_histogram("hold_time", &view->hold_time);
@@ -552,8 +555,9 @@ static void print_json_compartment(const struct compartment_row *row)
            view->rejected, view->timed_out, view->waits, wait_mean_ms(view),
            wait_max_ms(view));
     for (int i = 0; i < row->holder_count; i++)
-        printf("%s{\"pid\": %d, \"permits\": %" PRIu32 "}", i ? ", " : "",
-               (int)row->holders[i].pid, row->holders[i].permits);
+        printf("%s{\"pid\": %d, \"permits\": %" PRIu32 ", \"waiting\": %" PRIu32
+               "}", i ? ", " : "", (int)row->holders[i].pid,
+               row->holders[i].permits, row->holders[i].waiting);
     printf("], \"per_process_refused\": %" PRIu64 ", \"bypassed\": %" PRIu64
            ", \"shared\": %d, \"shared_permits\": %d, \"reserves\": [",
            view->per_process_refused, view->bypassed, view->shared, view->shared_permits);
@@ -742,10 +746,11 @@ const struct cli_command cli_stat_command = {
         "                        [{\"name\", \"limit\", \"in_use\", \"waiting\",\n"
         "                        \"peak\", \"acquired\", \"rejected\", \"timed_out\",\n"
         "                        \"waits\", \"wait_mean_ms\", \"wait_max_ms\",\n"
-        "                        \"holders\": [{\"pid\", \"permits\"}], \"breaker\":\n"
+        "                        \"holders\": [{\"pid\", \"permits\", \"waiting\"}], \"breaker\":\n"
         "                        {\"state\", \"forced\", \"since\" (Unix time in s;\n"
         "                        null: never changed), \"open_left_ms\",\n"
-        "                        \"open_ms\", \"opened\", \"refused\", \"failures\"},\n"
+        "                        \"open_ms\", \"opened\", \"refused\", \"failures\",\n"
+        "                        \"probes_taken_over\"},\n"
         "                        \"connect_failures\", \"connect_timeouts\",\n"
         "                        \"io_timeouts\", \"connect_time\" and \"hold_time\":\n"
         "                        {\"bounds_ms\", \"counts\" (per bucket, the last\n"

@@ -377,3 +377,67 @@ while time.monotonic() < give_up:
     run log_lines
     refute_output --partial "closed"
 }
+
+# SILENT_PROBE PORT GO_FILE: a non-blocking connect that reports nothing
+# (a pool's socket, connected ahead and not used): prints "connected" once
+# admitted, then does nothing with the socket until GO_FILE exists; then
+# sends a request head and reads, and prints "reply" when bytes came back.
+SILENT_PROBE='
+import os, select, socket, sys, time
+s = socket.socket()
+s.setblocking(False)
+err = s.connect_ex(("127.0.0.1", int(sys.argv[1])))
+if err not in (0, 115):
+    print("connect=%d" % err, flush=True)
+    sys.exit(1)
+print("connected", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+select.select([], [s], [], 10)
+s.setblocking(True)
+s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+print("reply" if s.recv(100) else "eof", flush=True)
+'
+
+@test "a probe that never reports is taken over after its deadline and counted failed; its late report changes nothing" {
+    ns_holdserver srv -1
+    local srv=$SERVER_PORT
+    # The probe's deadline is breaker_open_max_ms (no connect_timeout_ms),
+    # as the connecting process's own rules say: a minute where a step must
+    # not depend on how fast this machine is, 3 s where it is waited out.
+    deadline() { sed -i "s/^breaker_open_max_ms=.*/breaker_open_max_ms=$1/" "$RULES"; }
+    rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=1 \
+        breaker_open_ms=500 breaker_open_max_ms=60000
+    run seq_shim "$CLOSED_PORT"
+    assert_output "111"
+    start_probe "$T/silent1" python3 -c "$SILENT_PROBE" "$srv" "$T/go1"
+    local silent1=$PROBE_PID started=$SECONDS
+    # Within the deadline the silent probe is still the one probe.
+    run seq_shim "$srv"
+    assert_output "113"
+    # Past it, the next connect probes, gets bytes back and closes it.
+    deadline 3000
+    : >"$T/shim.log"
+    local give_up=$((SECONDS + 15)) out=""
+    while [[ "$out" != ok ]] && ((SECONDS < give_up)); do
+        out=$(seq_shim "${srv}x")
+    done
+    assert_equal "$out" ok
+    ((SECONDS - started >= 2)) || fail "taken over before the 3 s deadline"
+    run cat "$T/shim.log"
+    assert_line --regexp "\[down\]: the probe \(pid [0-9]+\) showed nothing for [0-9]+ ms: counted as failed"
+    # Open again, with a new probe holding the slot; then the old one
+    # reports a success late: it must not close the breaker nor free the
+    # slot, so the next connect is still refused as a second probe.
+    deadline 60000
+    run seq_shim "$CLOSED_PORT" "$srv"
+    assert_output "111 113"
+    start_probe "$T/silent2" python3 -c "$SILENT_PROBE" "$srv" "$T/go2"
+    touch "$T/go1"
+    wait_pid "$silent1" 10
+    run cat "$T/silent1"
+    assert_output "$(printf 'connected\nreply')"
+    run seq_shim "$srv"
+    assert_output "113"
+    assert_equal "$(ns_server_stat srv total)" 3  # the two silent probes, one exchange
+}

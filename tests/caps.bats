@@ -66,9 +66,11 @@ refusals_are() {
     assert_equal "$(server_stat web total)" 1
 }
 
-@test "20 parallel curls, limit 3, wait_ms with wait_nonblocking = yes: all succeed, 3 at once" {
-    # curl's connects are non-blocking; wait_nonblocking lets them wait.
-    start_server web 400
+@test "6 parallel curls, limit 3, wait_nonblocking = yes: each waits up to nonblocking_wait_ms, all succeed, 3 at once" {
+    # curl's connects are non-blocking; wait_nonblocking lets them wait, for
+    # nonblocking_wait_ms at most (it stalls the program): here a second,
+    # longer than the server holds the first three.
+    start_server web 300
     write_rules "$RULES" <<EOF
 [global]
 namespace = $NS
@@ -76,19 +78,20 @@ namespace = $NS
 limit = 3
 wait_ms = 20000
 wait_nonblocking = yes
+nonblocking_wait_ms = 1000
 match = 127.0.0.1:$SERVER_PORT
 EOF
     local i pids=()
-    for i in $(seq 1 20); do
+    for i in $(seq 1 6); do
         run_rc "$T/curl.$i" run_shim curl -s -o /dev/null --noproxy '*' --max-time 15 \
             "http://127.0.0.1:$SERVER_PORT/" 3>&- &
         pids+=($!)
         track_pid $!
     done
     wait "${pids[@]}" || true
-    assert_equal "$(count_rc 0 "$T"/curl.*)" 20
+    assert_equal "$(count_rc 0 "$T"/curl.*)" 6
     assert_equal "$(server_stat web max)" 3
-    assert_equal "$(server_stat web total)" 20
+    assert_equal "$(server_stat web total)" 6
 }
 
 @test "20 parallel wgets, limit 3, long wait: all succeed, never more than 3 at once" {
@@ -277,6 +280,9 @@ server_open_is() {
 @test "64 threads, limit 4, waiting: all 64 connect, never more than 4 at once" {
     start_server web 150
     caps_rules 4 30000
+    # The threads are one process: once some hold permits, the others wait
+    # only as long as hold_wait_ms allows (wait_bounds.bats).
+    echo "hold_wait_ms = 30000" >>"$RULES"
     run run_shim "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 64 -1
     assert_success
     assert_lines threads=64 ok=64

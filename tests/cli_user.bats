@@ -89,7 +89,7 @@ ipc_owners() {
     assert_success
     assert_line --regexp "^c +1 +1 +0 +1 +1 +0 +0 .* $holder\\(1\\)$"
     run "$BULKHEAD" stat --user nobody -n "$NS" --json
-    assert_output --partial "\"holders\": [{\"pid\": $holder, \"permits\": 1}]"
+    assert_output --partial "\"holders\": [{\"pid\": $holder, \"permits\": 1, \"waiting\": 0}]"
 
     # Full at 1: a second nobody connect is refused.
     nobody_connect

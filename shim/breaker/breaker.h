@@ -29,15 +29,30 @@ enum bh_breaker_change {
     BH_BREAKER_CLOSED,    /* the probe succeeded */
 };
 
-/* Before a connect is admitted. PROBE holds the probe slot: the caller
- * gives it back through bh_breaker_failure/success/abandon, exactly once. */
-enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index);
+/* A probe slot just taken: since_ns (CLOCK_MONOTONIC) names this holding
+ * and is what the caller records as its connection's since_ns and hands
+ * back below (`probe`, 0 for a connection that is not the probe). */
+struct bh_probe_taken {
+    int64_t since_ns;
+    int replaced_pid;     /* > 0: taken over from that process's probe */
+    int replaced_gone;    /* ... whose process had exited */
+    int64_t replaced_ms;  /* ... silent that long */
+};
+
+/* Before a connect is admitted. PROBE holds the probe slot (taken says
+ * how): the caller gives it back through bh_breaker_failure/success/
+ * abandon. A probe silent past the compartment's probe deadline
+ * (breaker.c), or whose process is gone, is taken over by this connect
+ * and counted as a failure; its own report later changes nothing. */
+enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index,
+                                           const struct bh_compartment *compartment,
+                                           struct bh_probe_taken *taken);
 
 /* A connection failed: refused, unreachable, timed out or reset before its
  * first byte (io = 0 for connect failures, 1 for io failures). */
 enum bh_breaker_change bh_breaker_failure(struct bh_namespace *ns, int index,
                                           const struct bh_breaker_config *config,
-                                          int probe, int io);
+                                          int64_t probe, int io);
 /* Whether a success counts now: connected (bytes = 0) or first bytes back
  * (bytes = 1). After an io failure only bytes do: a server that accepts
  * and never answers must not close the breaker by accepting. */
@@ -45,10 +60,10 @@ int bh_breaker_wants(const struct bh_namespace *ns, int index, int bytes);
 /* A success that counts: resets the failures; the probe, if this was it,
  * closes the breaker and gives its slot back. */
 enum bh_breaker_change bh_breaker_success(struct bh_namespace *ns, int index,
-                                          int probe);
+                                          int64_t probe);
 /* The probe ended without an outcome (refused by the gate, closed before
  * it showed anything): the slot goes back and the breaker stays half-open. */
-void bh_breaker_abandon(struct bh_namespace *ns, int index);
+void bh_breaker_abandon(struct bh_namespace *ns, int index, int64_t probe);
 
 /* `bulkhead set NAME breaker=open|closed`: open stays open until closed. */
 void bh_breaker_force(struct bh_namespace *ns, int index, int open);
@@ -62,6 +77,7 @@ struct bh_breaker_view {
     int open_ms;              /* the period it last opened for */
     uint32_t failures;        /* consecutive failures now */
     uint64_t opened, refused;
+    uint64_t probes_taken_over;  /* silent probes replaced by the next connect */
 };
 void bh_breaker_read(const struct bh_namespace *ns, int index,
                      struct bh_breaker_view *view);

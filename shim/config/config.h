@@ -67,6 +67,11 @@ struct bh_compartment {
     int wait_ms;           /* 0 = fail fast */
     int wait_nonblocking;  /* 1: a non-blocking connect may wait too (stalls
                               the caller: only for one-connection clients) */
+    int nonblocking_wait_ms; /* with wait_nonblocking: the most one such wait
+                                takes, since it stalls the whole program */
+    int hold_wait_ms;      /* the most a process already holding permits of
+                              the compartment waits for more: waiting while
+                              holding deadlocks a fleet of such processes */
     int max_waiters;
     int refusal_errno;     /* ECONNREFUSED, ETIMEDOUT, EAGAIN or EHOSTUNREACH */
     /* Deadlines and the circuit breaker (issue 9); 0 = off. */
@@ -101,6 +106,7 @@ struct bh_config {
     int compartment_count;
     struct bh_rule *rules; /* in file order: the first match wins */
     int rule_count;
+    int hold_wait_ms;      /* [global]: for compartments that give none */
     /* The fleet (issue 10): read by `bulkhead agent`; the shim only uses
      * fleet_limit's compartments' starting limit. */
     char *fleet_url;            /* redis://HOST:PORT[/DB]; NULL: no fleet */

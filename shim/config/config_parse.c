@@ -32,6 +32,8 @@ enum {
     WAIT_MS_MAX = 3600000,
     MAX_WAITERS_MAX = 1000000,
     DEFAULT_MAX_WAITERS = 64,
+    NONBLOCKING_WAIT_MS_MAX = 1000, /* longer stalls an event loop for good */
+    DEFAULT_NONBLOCKING_WAIT_MS = 10,
     DEADLINE_MS_MAX = 86400000,     /* a day, for every deadline and period */
     CONNECT_TIMEOUT_MIN_MS = 1000,  /* Linux's first SYN retransmission */
     BREAKER_FAILURES_MAX = 1000000,
@@ -60,6 +62,7 @@ enum key_id {
     KEY_FLEET, KEY_FLEET_PASSWORD_FILE, KEY_FLEET_HOST, KEY_FLEET_REFRESH_MS,
     KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_LIMIT, KEY_FLEET_NAME,
     KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
+    KEY_NONBLOCKING_WAIT_MS, KEY_HOLD_WAIT_MS,
     KEY_COUNT
 };
 
@@ -401,6 +404,26 @@ static int set_wait_nonblocking(struct parser *p, const char *key,
     }
     report(p, p->line, "%s: \"%s\" is not one of yes, no", key, value);
     return -1;
+}
+
+static int set_nonblocking_wait_ms(struct parser *p, const char *key,
+                                   const char *value)
+{
+    return set_number(p, key, value, 0, NONBLOCKING_WAIT_MS_MAX,
+                      &p->section.compartment->nonblocking_wait_ms);
+}
+
+static int set_hold_wait_ms(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 0, WAIT_MS_MAX,
+                      &p->section.compartment->hold_wait_ms);
+}
+
+/* [global]'s hold_wait_ms: for every compartment that gives none. */
+static int set_global_hold_wait_ms(struct parser *p, const char *key,
+                                   const char *value)
+{
+    return set_number(p, key, value, 0, WAIT_MS_MAX, &p->config->hold_wait_ms);
 }
 
 static int set_max_waiters(struct parser *p, const char *key,
@@ -840,6 +863,10 @@ static const struct key_spec key_specs[] = {
     { "wait_nonblocking", KEY_WAIT_NONBLOCKING, SECTION_COMPARTMENT,
       set_wait_nonblocking },
     { "max_waiters", KEY_MAX_WAITERS, SECTION_COMPARTMENT, set_max_waiters },
+    { "nonblocking_wait_ms", KEY_NONBLOCKING_WAIT_MS, SECTION_COMPARTMENT,
+      set_nonblocking_wait_ms },
+    { "hold_wait_ms", KEY_HOLD_WAIT_MS, SECTION_COMPARTMENT, set_hold_wait_ms },
+    { "hold_wait_ms", KEY_HOLD_WAIT_MS, SECTION_GLOBAL, set_global_hold_wait_ms },
     { "errno", KEY_ERRNO, SECTION_COMPARTMENT, set_errno },
     { "match", KEY_MATCH, SECTION_COMPARTMENT, add_match },
     { "connect_timeout_ms", KEY_CONNECT_TIMEOUT_MS, SECTION_COMPARTMENT,
@@ -1031,6 +1058,8 @@ static void begin_compartment(struct parser *p, const char *name,
     begin_section(p, SECTION_COMPARTMENT, name, length);
     *compartment = (struct bh_compartment) {
         .max_waiters = DEFAULT_MAX_WAITERS,
+        .nonblocking_wait_ms = DEFAULT_NONBLOCKING_WAIT_MS,
+        .hold_wait_ms = -1,  /* [global]'s, once the whole file is read */
         .refusal_errno = ECONNREFUSED,
         .breaker_open_ms = DEFAULT_BREAKER_OPEN_MS,
         .breaker_open_max_ms = DEFAULT_BREAKER_OPEN_MAX_MS,
@@ -1297,6 +1326,14 @@ static void check_fleet(struct parser *p)
         snprintf(config->fleet_name, BH_NAME_MAX, "%s", config->namespace_name);
 }
 
+/* [global] may come after the compartments: its default is given out last. */
+static void inherit_hold_wait(struct bh_config *config)
+{
+    for (int i = 0; i < config->compartment_count; i++)
+        if (config->compartments[i].hold_wait_ms < 0)
+            config->compartments[i].hold_wait_ms = config->hold_wait_ms;
+}
+
 static void parse_file(struct parser *p)
 {
     int inih_error_line;
@@ -1311,6 +1348,7 @@ static void parse_file(struct parser *p)
     finish_line(p);
     close_section(p);
     check_fleet(p);
+    inherit_hold_wait(p->config);
     if (p->read_errno)
         report(p, 0, "cannot read: %s", strerror(p->read_errno));
     /* Only if the reader's idea of a line ever differs from inih's. */

@@ -100,12 +100,55 @@ static int refuse(int local, int shared, const struct sockaddr *to,
     return BH_GATE_REFUSED;
 }
 
+/* The shortest of the bounds on a wait, and what set it, in words. */
+struct wait_bound {
+    int ms;
+    char because[112];  /* empty: wait_ms itself */
+};
+
+static void bound_by(struct wait_bound *bound, int ms, const char *because)
+{
+    if (ms >= bound->ms)
+        return;
+    bound->ms = ms;
+    snprintf(bound->because, sizeof bound->because, "%s", because);
+}
+
+/* A non-blocking connect that waits stalls the whole program (its event
+ * loop, every other connection): a few ms at most, then refused. */
+static void bound_nonblocking(struct wait_bound *bound,
+                              const struct bh_compartment *compartment)
+{
+    char because[112];
+    if (!compartment->wait_nonblocking) {
+        bound_by(bound, 0, "non-blocking socket and wait_nonblocking = no");
+        return;
+    }
+    snprintf(because, sizeof because, "a non-blocking connect waits at most "
+             "nonblocking_wait_ms = %d, not to stall its program",
+             compartment->nonblocking_wait_ms);
+    bound_by(bound, compartment->nonblocking_wait_ms, because);
+}
+
+/* A process holding some of the compartment's permits and waiting for
+ * more can deadlock with others doing the same (each holds what the
+ * others wait for): hold_wait_ms bounds that wait. */
+static void bound_hold_wait(struct wait_bound *bound, const struct bh_compartment *compartment,
+                            int held)
+{
+    char because[112];
+    if (held <= 0 || compartment->hold_wait_ms >= bound->ms)
+        return;
+    snprintf(because, sizeof because, "this process already holds %d of its "
+             "permits; hold_wait_ms = %d", held, compartment->hold_wait_ms);
+    bound_by(bound, compartment->hold_wait_ms, because);
+}
+
 /* The compartment is full: how long this caller may wait for a permit, and
  * when it may not (0), why, in words for the refusal line. */
 static int wait_allowed_ms(int fd, const struct bh_compartment *compartment,
                            int shared, char *why, size_t whylen)
 {
-    int wait_ms = compartment->wait_ms;
     /* A fleet compartment at 0 has no share yet: its waiters are how the
      * agent learns this host wants one. */
     if (atomic_load(&bh_shim.ns.state->compartments[shared].limit) == 0 &&
@@ -113,24 +156,23 @@ static int wait_allowed_ms(int fd, const struct bh_compartment *compartment,
         snprintf(why, whylen, "at once: limit 0");
         return 0;
     }
-    if (wait_ms == 0) {
-        snprintf(why, whylen, "at once: full; wait_ms = 0");
-        return 0;
-    }
-    int blocking = may_block(fd);
-    if (!blocking && !compartment->wait_nonblocking) {
-        snprintf(why, whylen, "at once: full; non-blocking socket and "
-                 "wait_nonblocking = no");
-        return 0;
-    }
-    int own_ms = blocking ? own_timeout_ms(fd) : 0;
-    if (own_ms > 0 && own_ms < wait_ms) {
-        snprintf(why, whylen, "after waiting %d ms (the socket's SO_SNDTIMEO)",
-                 own_ms);
-        return own_ms;
-    }
-    snprintf(why, whylen, "after waiting %d ms", wait_ms);
-    return wait_ms;
+    struct wait_bound bound = { compartment->wait_ms, "" };
+    if (bound.ms == 0)
+        snprintf(bound.because, sizeof bound.because, "wait_ms = 0");
+    int blocking = bound.ms > 0 ? may_block(fd) : 1;
+    if (!blocking)
+        bound_nonblocking(&bound, compartment);
+    bound_hold_wait(&bound, compartment, bh_permit_held(shared));
+    int own_ms = blocking && bound.ms > 0 ? own_timeout_ms(fd) : 0;
+    if (own_ms > 0)
+        bound_by(&bound, own_ms, "the socket's SO_SNDTIMEO");
+    if (bound.ms == 0)
+        snprintf(why, whylen, "at once: full; %s", bound.because);
+    else if (bound.because[0])
+        snprintf(why, whylen, "after waiting %d ms (%s)", bound.ms, bound.because);
+    else
+        snprintf(why, whylen, "after waiting %d ms", bound.ms);
+    return bound.ms;
 }
 
 static void note_bypass_once(void)
@@ -161,12 +203,29 @@ static void note_failure_once(int error)
                bh_shim.config.namespace_name, strerror(error), then);
 }
 
-/* The breaker's word on this connect: BH_BREAKER_PASS or PROBE, or a
- * refusal, with why in words. */
-static enum bh_breaker_admission ask_breaker(int shared, char *why, size_t whylen)
+static void note_taken_over(const struct bh_compartment *compartment,
+                            const struct bh_probe_taken *taken)
 {
-    enum bh_breaker_admission admission = bh_breaker_admit(&bh_shim.ns, shared);
-    if (admission == BH_BREAKER_REFUSE_PROBING) {
+    if (taken->replaced_gone)
+        bh_log(BH_LOG_WARN, "[%s]: the probe's process (pid %d) is gone: this "
+               "connection probes instead", compartment->name, taken->replaced_pid);
+    else
+        bh_log(BH_LOG_WARN, "[%s]: the probe (pid %d) showed nothing for %lld ms: "
+               "counted as failed; this connection probes instead",
+               compartment->name, taken->replaced_pid, (long long)taken->replaced_ms);
+}
+
+/* The breaker's word on this connect: BH_BREAKER_PASS or PROBE (then the
+ * slot's holding in taken), or a refusal, with why in words. */
+static enum bh_breaker_admission ask_breaker(const struct bh_compartment *compartment,
+                                             int shared, struct bh_probe_taken *taken,
+                                             char *why, size_t whylen)
+{
+    enum bh_breaker_admission admission = bh_breaker_admit(&bh_shim.ns, shared,
+                                                           compartment, taken);
+    if (admission == BH_BREAKER_PROBE && taken->replaced_pid) {
+        note_taken_over(compartment, taken);
+    } else if (admission == BH_BREAKER_REFUSE_PROBING) {
         snprintf(why, whylen, "at once: breaker half-open; another connection "
                  "is the probe");
     } else if (admission == BH_BREAKER_REFUSE_OPEN) {
@@ -181,6 +240,26 @@ static enum bh_breaker_admission ask_breaker(int shared, char *why, size_t whyle
     return admission;
 }
 
+/* Full, or never enough: a weight above all the permits this caller may
+ * ever take (the common pool, and its own reserve) can wait for nothing.
+ * Not asked for a weight of 1, nor at limit 0 (both have their own
+ * lines), nor for a fleet compartment, whose share grows when callers
+ * wait for it. */
+static int never_enough(const struct bh_compartment *compartment,
+                        const struct bh_permit_ask *ask, char *why, size_t whylen)
+{
+    if (ask->weight == 1 || compartment->fleet_limit > 0 ||
+        atomic_load(&bh_shim.ns.state->compartments[ask->index].limit) == 0)
+        return 0;
+    int most = bh_permit_most(&bh_shim.ns, ask);
+    if (ask->weight <= most)
+        return 0;
+    snprintf(why, whylen, "at once: weight %d exceeds the %d permit%s of the "
+             "common pool%s", ask->weight, most, most == 1 ? "" : "s",
+             ask->reserve >= 0 ? " and its reserve" : "");
+    return 1;
+}
+
 /* Permits, now or after a wait; BH_ACQUIRED or why not. */
 static enum bh_acquire_result take_permit(int fd, const struct bh_compartment *compartment,
                                           const struct bh_permit_ask *ask,
@@ -193,29 +272,40 @@ static enum bh_acquire_result take_permit(int fd, const struct bh_compartment *c
         result = bh_permit_try(&bh_shim.ns, ask);
     if (result != BH_REJECTED)
         return result;
-    int wait_ms = wait_allowed_ms(fd, compartment, ask->index, why, whylen);
+    int wait_ms = 0;
+    if (!never_enough(compartment, ask, why, whylen))
+        wait_ms = wait_allowed_ms(fd, compartment, ask->index, why, whylen);
     if (wait_ms == 0) {
         bh_permit_count_rejected(&bh_shim.ns, ask->index);
         return BH_REJECTED;
     }
+    int holding = bh_permit_held(ask->index) > 0;
+    if (holding)  /* hold and wait: stat names it */
+        bh_permit_note_waiting(ask->index, +1);
     result = bh_permit_wait(&bh_shim.ns, ask, wait_ms, compartment->max_waiters);
+    if (holding)
+        bh_permit_note_waiting(ask->index, -1);
     if (result == BH_REJECTED)
         snprintf(why, whylen, "at once: full; max_waiters = %d already waiting",
                  compartment->max_waiters);
     return result;
 }
 
-/* Admitted: the fd holds the permits from now, watched as outcome.c says. */
+/* Admitted: the fd holds the permits from now, watched as outcome.c says.
+ * The probe's since_ns is its holding of the slot (breaker.h). */
 static int attach(int fd, const struct bh_compartment *compartment,
-                  const struct bh_permit_ask *ask, int probe)
+                  const struct bh_permit_ask *ask, int64_t probe)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe),
+    int64_t since_ns = probe;
+    if (!probe) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    }
+    if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe != 0),
                      since_ns) < 0) {
         if (probe)
-            bh_breaker_abandon(&bh_shim.ns, ask->index);
+            bh_breaker_abandon(&bh_shim.ns, ask->index, probe);
         /* another thread counted it */
         bh_permit_release(&bh_shim.ns, ask->index, ask->weight);
         return BH_GATE_PASS;
@@ -275,16 +365,18 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
     if (bh_permit_claim(&ask, compartment->per_process) < 0)
         return refuse_per_process(local, &ask, to);
     check_fleet_lease(compartment, shared);
-    char why[96];
-    enum bh_breaker_admission breaker = ask_breaker(shared, why, sizeof why);
+    char why[192];
+    struct bh_probe_taken taken;  /* filled in for PROBE only */
+    enum bh_breaker_admission breaker = ask_breaker(compartment, shared, &taken,
+                                                    why, sizeof why);
     enum bh_acquire_result result = BH_REJECTED;
     if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE)
         result = take_permit(fd, compartment, &ask, why, sizeof why);
-    int probe = breaker == BH_BREAKER_PROBE;
+    int64_t probe = breaker == BH_BREAKER_PROBE ? taken.since_ns : 0;
     if (result != BH_ACQUIRED) {
         bh_permit_unclaim(&ask);
         if (probe)
-            bh_breaker_abandon(&bh_shim.ns, shared);
+            bh_breaker_abandon(&bh_shim.ns, shared, probe);
     }
     if (result == BH_BYPASS) {
         note_bypass_once();

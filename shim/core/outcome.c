@@ -7,11 +7,12 @@
  * it and nobody reports it twice: one connect outcome, one first byte, at
  * most one failure per connection.
  *
- * The probe slot is a SEM_UNDO semaphore: only the process that took it
- * may give it back, so the PROBE bit is acted on only after the fd table
- * says this process owns it (a vfork child shares our memory, not our
- * semaphore adjustments). A probe that ends without an outcome (closed
- * early, refused by the gate) gives the slot back through bh_give_back.
+ * The probe slot names the process that took it and when (breaker.c), and
+ * the connection's since_ns is that when: only that process may give it
+ * back, so the PROBE bit is acted on only after the fd table says this
+ * process owns it (a vfork child shares our memory, not our pid). A probe
+ * that ends without an outcome (closed early, refused by the gate) gives
+ * the slot back through bh_give_back.
  *
  * Everything here is atomics, clock_gettime, semop and socket options,
  * except the log lines on breaker changes: safe wherever the hooks run,
@@ -60,10 +61,14 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
     return watch;
 }
 
-static int take_probe(int fd)
+/* The probe's holding (its since_ns, see breaker.h) if fd is the probe
+ * and this process owns it; 0 otherwise. */
+static int64_t take_probe(int fd)
 {
-    return (bh_fd_watched(fd) & BH_WATCH_PROBE) && bh_fd_table_owned_here() &&
-           bh_fd_unwatch(fd, BH_WATCH_PROBE);
+    if ((bh_fd_watched(fd) & BH_WATCH_PROBE) && bh_fd_table_owned_here() &&
+        bh_fd_unwatch(fd, BH_WATCH_PROBE))
+        return bh_fd_lookup(fd).since_ns;
+    return 0;
 }
 
 static void log_change(int shared, enum bh_breaker_change change, int err)
@@ -85,7 +90,7 @@ static void log_change(int shared, enum bh_breaker_change change, int err)
 static void tell_failure(int fd, int shared, int err, int io)
 {
     uint32_t bits = bh_fd_unwatch(fd, BH_WATCH_MAY_FAIL | BH_WATCH_FIRST_BYTE);
-    int probe = take_probe(fd);
+    int64_t probe = take_probe(fd);
     if (!(bits & BH_WATCH_MAY_FAIL) && !probe)
         return;
     const struct bh_compartment *compartment = bh_rules_of(shared);
@@ -101,7 +106,7 @@ static void tell_success(int fd, int shared, int bytes)
 {
     if (!bh_breaker_wants(&bh_shim.ns, shared, bytes))
         return;
-    int probe = take_probe(fd);
+    int64_t probe = take_probe(fd);
     log_change(shared, bh_breaker_success(&bh_shim.ns, shared, probe), 0);
 }
 
@@ -228,7 +233,7 @@ static void give_up_probe(int fd, uint32_t connection, int compartment, void *ct
     (void)connection;
     (void)ctx;
     if (bh_fd_unwatch(fd, BH_WATCH_PROBE))
-        bh_breaker_abandon(&bh_shim.ns, compartment);
+        bh_breaker_abandon(&bh_shim.ns, compartment, bh_fd_lookup(fd).since_ns);
 }
 
 void bh_outcome_before_exec(void)
@@ -248,7 +253,7 @@ static void hold_time(struct bh_fd_ended ended)
 static __attribute__((noinline)) void copy_ended(struct bh_fd_ended ended)
 {
     if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(&bh_shim.ns, ended.compartment);
+        bh_breaker_abandon(&bh_shim.ns, ended.compartment, ended.since_ns);
     if (bh_socket_unref(&bh_shim.ns, ended.share))
         hold_time(ended);
 }
@@ -261,6 +266,6 @@ void bh_connection_ended(struct bh_fd_ended ended)
     }
     hold_time(ended);
     if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(&bh_shim.ns, ended.compartment);
+        bh_breaker_abandon(&bh_shim.ns, ended.compartment, ended.since_ns);
     bh_permit_release(&bh_shim.ns, ended.compartment, ended.weight);
 }

@@ -69,6 +69,18 @@ void bh_permit_unclaim(const struct bh_permit_ask *ask)
     atomic_fetch_sub(&mine[ask->index].claimed, (uint32_t)ask->weight);
 }
 
+int bh_permit_held(int index)
+{
+    return (int)(atomic_load(&mine[index].common) + atomic_load(&mine[index].reserved));
+}
+
+void bh_permit_note_waiting(int index, int delta)
+{
+    struct bh_holder *record = atomic_load(&mine[index].record);
+    if (record)
+        atomic_fetch_add(&record->waiting, (uint32_t)delta);
+}
+
 int bh_holding_reserve(int index)
 {
     return atomic_load(&mine[index].reserved) ? atomic_load(&mine[index].reserve) : -1;
@@ -207,6 +219,7 @@ static struct bh_holder *claim_in(struct bh_holder *holders, int count, pid_t pi
             atomic_store(&holder->common, 0);
             atomic_store(&holder->reserved, 0);
             atomic_store(&holder->slot, -1);
+            atomic_store(&holder->waiting, 0);
             holder->start_time = start_time_of_self(pid);
             atomic_store(&holder->pid, pid);
             return holder;
@@ -333,7 +346,8 @@ void bh_holders_reap(struct bh_namespace *ns)
 }
 
 void bh_holders_visit(struct bh_namespace *ns,
-                      void (*visit)(pid_t pid, int index, uint32_t permits, void *ctx),
+                      void (*visit)(pid_t pid, int index, uint32_t permits,
+                                    uint32_t waiting, void *ctx),
                       void *ctx)
 {
     bh_holders_reap(ns);
@@ -346,7 +360,7 @@ void bh_holders_visit(struct bh_namespace *ns,
                                atomic_load(&holders[i].reserved);
             int index = atomic_load(&holders[i].compartment);
             if (pid > 0 && permits > 0 && index >= 0 && index < BH_MAX_COMPARTMENTS)
-                visit(pid, index, permits, ctx);
+                visit(pid, index, permits, atomic_load(&holders[i].waiting), ctx);
         }
     }
 }
@@ -397,6 +411,7 @@ int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
             atomic_store(&holding->common, atomic_load(&holders[i].common));
             atomic_store(&holding->reserved, atomic_load(&holders[i].reserved));
             atomic_store(&holding->reserve, atomic_load(&holders[i].slot));
+            atomic_store(&holders[i].waiting, 0);  /* exec ended every wait */
             held[index] = holding->common + holding->reserved;
             atomic_store(&holding->claimed, held[index]);
             found = 1;

@@ -15,8 +15,9 @@
  *     and a process dying inside the lock cannot wedge the namespace);
  *     compartment i owns BH_SEM_FREE(i) (its common pool's permits free
  *     now), BH_SEM_DEBT(i) (permits to retire as they are given back,
- *     after `bulkhead set` lowered the limit while they were in use) and
- *     BH_SEM_PROBE(i) (the breaker's probe slot); each reserve owns three
+ *     after `bulkhead set` lowered the limit while they were in use); the
+ *     breaker's probe slot is a word of shared memory (breaker.c says
+ *     why not a semaphore); each reserve owns three
  *     more from a namespace-wide pool of slots (pools.c says what they
  *     mean).
  *   - a shared memory segment: the compartment table and counters
@@ -431,8 +432,7 @@ static int add_compartment(struct bh_namespace *ns, const struct bh_compartment 
     int reserved = add_reserves(ns, shared, rules, limit);
     if (reserved < 0 ||
         semctl(ns->semid, BH_SEM_FREE(index), SETVAL, limit - reserved) < 0 ||
-        semctl(ns->semid, BH_SEM_DEBT(index), SETVAL, 0) < 0 ||
-        semctl(ns->semid, BH_SEM_PROBE(index), SETVAL, 1) < 0)
+        semctl(ns->semid, BH_SEM_DEBT(index), SETVAL, 0) < 0)
         return -1;
     atomic_store(&shared->registered, 1);
     atomic_store(&ns->state->compartment_count, index + 1);
@@ -517,19 +517,13 @@ int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
     return bh_compartment_set_limit(ns, index, 0) == 0;
 }
 
-int bh_probe_take(struct bh_namespace *ns, int index)
+int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask)
 {
-    int saved_errno = errno;
-    int rc = bh_sem_op(ns->semid, BH_SEM_PROBE(index), -1, SEM_UNDO | IPC_NOWAIT);
-    errno = saved_errno;
-    return rc;
-}
-
-void bh_probe_give(struct bh_namespace *ns, int index)
-{
-    int saved_errno = errno;
-    bh_sem_op(ns->semid, BH_SEM_PROBE(index), +1, SEM_UNDO);
-    errno = saved_errno;
+    const struct bh_shared_compartment *shared = &ns->state->compartments[ask->index];
+    int most = atomic_load(&shared->limit) - atomic_load(&shared->reserved);
+    if (ask->reserve >= 0)
+        most += atomic_load(&shared->reserves[ask->reserve].permits);
+    return most;
 }
 
 const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS] = {

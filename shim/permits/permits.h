@@ -26,11 +26,10 @@ enum {
 };
 
 /* Semaphore numbers of compartment i in the set: its common pool. */
-#define BH_SEM_FREE(i)  (1 + 3 * (i))  /* permits free now */
-#define BH_SEM_DEBT(i)  (2 + 3 * (i))  /* permits to retire when given back */
-#define BH_SEM_PROBE(i) (3 + 3 * (i))  /* 1: the half-open breaker's probe slot is free */
+#define BH_SEM_FREE(i)  (1 + 2 * (i))  /* permits free now */
+#define BH_SEM_DEBT(i)  (2 + 2 * (i))  /* permits to retire when given back */
 /* ... and of reserve slot s (bh_reserve_shared.slot), after them. */
-#define BH_SEM_RESERVES   (1 + 3 * BH_MAX_COMPARTMENTS)
+#define BH_SEM_RESERVES   (1 + 2 * BH_MAX_COMPARTMENTS)
 #define BH_SEM_RFREE(s)   (BH_SEM_RESERVES + 4 * (s))      /* reserved permits free now */
 #define BH_SEM_RDEBT(s)   (BH_SEM_RESERVES + 1 + 4 * (s))  /* owed to the common pool */
 #define BH_SEM_ROWED(s)   (BH_SEM_RESERVES + 2 + 4 * (s))  /* owed by the common pool */
@@ -78,6 +77,9 @@ struct bh_breaker_shared {
     _Atomic uint32_t needs_bytes;   /* the last failure was an io failure */
     _Atomic uint64_t opened;        /* times it opened (reopens included) */
     _Atomic uint64_t refused;       /* connects it refused */
+    _Atomic int64_t probe;          /* the probe slot: who holds it since when
+                                       (breaker.c); 0: free */
+    _Atomic uint64_t probes_taken_over; /* probes silent past their deadline */
 };
 
 /* A reserve: permits of the compartment only its members may take. The
@@ -134,7 +136,7 @@ struct bh_holder {
     _Atomic uint32_t common;      /* permits from the common pool */
     _Atomic uint32_t reserved;    /* from the reserve `slot` */
     _Atomic int32_t slot;         /* index in the compartment's reserves */
-    uint32_t unused;
+    _Atomic uint32_t waiting;     /* its threads waiting for more permits */
     uint64_t start_time;          /* /proc/<pid>/stat field 22, against pid reuse */
 };
 
@@ -286,6 +288,15 @@ enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
 enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
                                       const struct bh_permit_ask *ask,
                                       int wait_ms, int max_waiters);
+/* Permits of compartment index this process holds now: one load each
+ * of two process-local atomics. */
+int bh_permit_held(int index);
+/* The most `ask` could ever be granted at once: the live common pool,
+ * plus the caller's own reserve for a member. */
+int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask);
+/* A process holding permits of index starts (+1) or ends (-1) a wait for
+ * more: its holder record says so, for `stat`. */
+void bh_permit_note_waiting(int index, int delta);
 /* A refusal without waiting (fail fast, or a non-blocking socket). */
 void bh_permit_count_rejected(struct bh_namespace *ns, int index);
 /* A refusal because the process was at its per_process cap. */
@@ -314,17 +325,13 @@ int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
 int bh_compartment_read(struct bh_namespace *ns, int index,
                         struct bh_compartment_view *view);
 /* Calls visit() for every live process holding permits, once per
- * compartment it holds; dead processes' records are freed on the way.
- * No limit on how many: the records live in pages added as needed. */
+ * compartment it holds, with how many of its threads wait for more;
+ * dead processes' records are freed on the way. No limit on how many:
+ * the records live in pages added as needed. */
 void bh_holders_visit(struct bh_namespace *ns,
-                      void (*visit)(pid_t pid, int index, uint32_t permits, void *ctx),
+                      void (*visit)(pid_t pid, int index, uint32_t permits,
+                                    uint32_t waiting, void *ctx),
                       void *ctx);
-/* The half-open breaker's probe slot: taken with SEM_UNDO (so the kernel
- * gives it back if the prober dies) and IPC_NOWAIT. 0 taken, -1 not. */
-int bh_probe_take(struct bh_namespace *ns, int index);
-/* Gives it back; only the process that took it. Async-signal-safe. */
-void bh_probe_give(struct bh_namespace *ns, int index);
-
 /* The agent's figures for a fleet compartment (see bh_fleet_shared). */
 void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
                               const struct bh_fleet_view *fleet);

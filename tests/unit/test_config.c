@@ -112,6 +112,14 @@ static const struct error_case error_cases[] = {
       { "rules.ini:6: max_waiters: \"many\" is not a whole number" } },
     { "max_waiters: too many", HEAD "match = 10.0.0.1:80\nmax_waiters = 1000001\n",
       { "rules.ini:6: max_waiters: 1000001 is out of range (0 to 1000000)" } },
+    { "nonblocking_wait_ms: past a second", HEAD "match = 10.0.0.1:80\nnonblocking_wait_ms = 1001\n",
+      { "rules.ini:6: nonblocking_wait_ms: 1001 is out of range (0 to 1000)" } },
+    { "nonblocking_wait_ms: not a number", HEAD "match = 10.0.0.1:80\nnonblocking_wait_ms = short\n",
+      { "rules.ini:6: nonblocking_wait_ms: \"short\" is not a whole number" } },
+    { "hold_wait_ms: negative", HEAD "match = 10.0.0.1:80\nhold_wait_ms = -5\n",
+      { "rules.ini:6: hold_wait_ms: \"-5\" is not a whole number" } },
+    { "hold_wait_ms: [global] past an hour", "[global]\nhold_wait_ms = 3600001\n[cap]\nlimit = 0\nmatch = 10.0.0.1:80\n",
+      { "rules.ini:2: hold_wait_ms: 3600001 is out of range (0 to 3600000)" } },
     { "errno: unknown name", HEAD "match = 10.0.0.1:80\nerrno = ENOSUCH\n",
       { "rules.ini:6: errno: \"ENOSUCH\" is not one of ECONNREFUSED, ETIMEDOUT, EAGAIN, EHOSTUNREACH" } },
     { "errno: a real errno that is not allowed", HEAD "match = 10.0.0.1:80\nerrno = EPERM\n",
@@ -674,6 +682,8 @@ static void defaults(void **state)
     assert_int_equal(c->wait_ms, 0);
     assert_int_equal(c->wait_nonblocking, 0);
     assert_int_equal(c->max_waiters, 64);
+    assert_int_equal(c->nonblocking_wait_ms, 10);
+    assert_int_equal(c->hold_wait_ms, 0);
     assert_int_equal(c->refusal_errno, ECONNREFUSED);
     assert_int_equal(c->connect_timeout_ms, 0);
     assert_int_equal(c->io_timeout_ms, 0);
@@ -688,6 +698,20 @@ static void defaults(void **state)
     bh_config_free(&config);
 }
 
+/* [global]'s hold_wait_ms is for compartments without their own, wherever
+ * in the file [global] is. */
+static void hold_wait_inherited(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[own]\nlimit = 5\nhold_wait_ms = 0\nmatch = 10.0.0.1:80\n"
+             "[other]\nlimit = 5\nmatch = 10.0.0.2:80\n"
+             "[global]\nhold_wait_ms = 250\n", &config);
+    assert_int_equal(config.compartments[0].hold_wait_ms, 0);
+    assert_int_equal(config.compartments[1].hold_wait_ms, 250);
+    bh_config_free(&config);
+}
+
 static void every_key(void **state)
 {
     (void)state;
@@ -697,6 +721,7 @@ static void every_key(void **state)
              "on_failure = open\n"
              "\n[slow]\nlimit = 0\nwait_ms = 3600000\nwait_nonblocking = yes\n"
              "max_waiters = 1000000\nerrno = EHOSTUNREACH\nmatch = 10.0.0.1:80\n"
+             "nonblocking_wait_ms = 1000\nhold_wait_ms = 3600000\n"
              "[fast]  ; a comment after a header\nlimit = 32767\nerrno = EAGAIN\n"
              "wait_nonblocking = no\nmatch = 10.0.0.2:80\n"
              "connect_timeout_ms = 1000\nio_timeout_ms = 500\nbreaker_failures = 3\n"
@@ -714,9 +739,11 @@ static void every_key(void **state)
     assert_int_equal(slow->wait_nonblocking, 1);
     assert_int_equal(slow->max_waiters, 1000000);
     assert_int_equal(slow->refusal_errno, EHOSTUNREACH);
+    assert_int_equal(slow->nonblocking_wait_ms, 1000);
+    assert_int_equal(slow->hold_wait_ms, 3600000);
     const struct bh_compartment *fast = &config.compartments[1];
     assert_string_equal(fast->name, "fast");
-    assert_int_equal(fast->line, 15);
+    assert_int_equal(fast->line, 17);
     assert_int_equal(fast->limit, 32767);
     assert_int_equal(fast->wait_nonblocking, 0);
     assert_int_equal(fast->refusal_errno, EAGAIN);
@@ -1210,6 +1237,7 @@ int main(void)
         cmocka_unit_test(most_compartments),
         cmocka_unit_test(defaults),
         cmocka_unit_test(every_key),
+        cmocka_unit_test(hold_wait_inherited),
         cmocka_unit_test(log_file_stderr),
         cmocka_unit_test(rules_in_file_order),
         cmocka_unit_test(fleet_global_after_compartments),

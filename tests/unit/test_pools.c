@@ -237,9 +237,11 @@ static void test_a_waiting_member_gets_a_common_permit(void **state)
 }
 
 static int holders_of;
-static void count_holder(pid_t pid, int index, uint32_t permits, void *ctx)
+static void count_holder(pid_t pid, int index, uint32_t permits, uint32_t waiting,
+                         void *ctx)
 {
     (void)pid;
+    (void)waiting;
     if (index == holders_of)
         *(uint32_t *)ctx += permits;
 }

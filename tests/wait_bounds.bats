@@ -1,0 +1,128 @@
+#!/usr/bin/env bats
+# Waits that cannot end, cut short: a non-blocking connect (it stalls its
+# whole program), a process already holding permits of the compartment
+# (hold and wait deadlocks a fleet of such processes), and a weight the
+# caller's pools can never grant. Each compartment waits an hour, so a
+# client that comes back within its timeout did not wait it out.
+
+load helpers/common
+
+setup() { bh_setup; }
+teardown() { bh_teardown; }
+
+# rules_with LIMIT KEY=VALUE...: [downstream] over the server (its match at
+# line 7, weighted $WEIGHT when set), waiting an hour; the shim's lines go
+# to $T/shim.log.
+rules_with() {
+    local limit=$1
+    shift
+    {
+        printf '[global]\nnamespace = %s\nlog_file = %s\n' "$NS" "$T/shim.log"
+        printf '[downstream]\nlimit = %s\nwait_ms = 3600000\n' "$limit"
+        printf 'match = 127.0.0.1:%s%s\n' "$SERVER_PORT" "${WEIGHT:+ weight=$WEIGHT}"
+        printf '%s\n' "$@" | sed 's/=/ = /'
+    } >"$RULES"
+}
+
+# HOLD_THEN_MORE PORT READY GO: connects once and keeps it, writes READY,
+# waits for GO to exist, then connects again; prints "first=R second=R",
+# each R "ok" or the errno number.
+HOLD_THEN_MORE='
+import os, socket, sys, time
+def connect():
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+        return s, "ok"
+    except OSError as e:
+        return s, str(e.errno)
+first, r1 = connect()
+open(sys.argv[2], "w").close()
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.01)
+second, r2 = connect()
+print("first=%s second=%s" % (r1, r2), flush=True)
+'
+
+@test "wait_nonblocking = yes: an asyncio connect waits at most nonblocking_wait_ms, then is refused, and the log says why" {
+    start_server srv -1
+    rules_with 1 wait_nonblocking=yes nonblocking_wait_ms=50
+    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
+    wait_for file_has "$T/holder" '^ok$'
+    run timeout 20 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" python3 -c '
+import asyncio, sys
+async def main():
+    try:
+        await asyncio.open_connection("127.0.0.1", int(sys.argv[1]))
+        print("connected")
+    except OSError as e:
+        print("refused=%d" % e.errno)
+asyncio.run(main())
+' "$SERVER_PORT"
+    assert_success
+    assert_output "refused=111"
+    run cat "$T/shim.log"
+    assert_line --partial "after waiting 50 ms (a non-blocking connect waits at most nonblocking_wait_ms = 50, not to stall its program)"
+    assert_equal "$(server_stat srv total)" 1
+}
+
+@test "hold and wait: processes that hold permits and want more are refused at once, not deadlocked (hold_wait_ms 0)" {
+    start_server srv -1
+    rules_with 2
+    bg_shim "$T/a" python3 -c "$HOLD_THEN_MORE" "$SERVER_PORT" "$T/a.ready" "$T/go"
+    local a=$BG_PID
+    bg_shim "$T/b" python3 -c "$HOLD_THEN_MORE" "$SERVER_PORT" "$T/b.ready" "$T/go"
+    local b=$BG_PID
+    wait_for test -e "$T/a.ready"
+    wait_for test -e "$T/b.ready"
+    # Each holds one of the two permits and asks for the other's.
+    touch "$T/go"
+    wait_pid "$a" 20
+    wait_pid "$b" 20
+    run cat "$T/a" "$T/b"
+    assert_output "$(printf 'first=ok second=111\nfirst=ok second=111')"
+    run cat "$T/shim.log"
+    assert_line --partial "at once: full; this process already holds 1 of its permits; hold_wait_ms = 0"
+    assert_equal "$(server_stat srv total)" 2
+}
+
+@test "hold_wait_ms: a holder waits that long for more; stat marks it, and it connects when a permit comes back" {
+    start_server srv -1
+    rules_with 2 hold_wait_ms=60000
+    bg_shim "$T/other" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 600000
+    local other=$BG_PID
+    wait_for file_has "$T/other" '^ok$'
+    bg_shim "$T/a" python3 -c "$HOLD_THEN_MORE" "$SERVER_PORT" "$T/a.ready" "$T/go"
+    local a=$BG_PID
+    wait_for test -e "$T/a.ready"
+    touch "$T/go"
+    wait_for sem_waiters_is "$NS" 1
+    run "$BULKHEAD" stat -c "$RULES"
+    assert_output --regexp "[ ,]$a\(1\+waits\)"
+    kill "$other"
+    wait_pid "$a" 20
+    run cat "$T/a"
+    assert_output "first=ok second=ok"
+    assert_equal "$(server_stat srv total)" 3
+}
+
+@test "a weight above the common pool is refused at once with the reason; check warns about it" {
+    start_server srv -1
+    WEIGHT=3 rules_with 4 "reserve=2 for program=billing"
+    run "$BULKHEAD" check "$RULES"
+    assert_success
+    assert_line "bulkhead: $RULES:7: warning: match: weight=3 exceeds the 2 permits of [downstream]'s common pool: only its reserves' members can connect through it"
+    # Nothing is in use, and a blocking connect comes back at once.
+    run timeout 20 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" python3 -c '
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    print("connected")
+except OSError as e:
+    print("refused=%d" % e.errno)
+' "$SERVER_PORT"
+    assert_output "refused=111"
+    run cat "$T/shim.log"
+    assert_line --partial "at once: weight 3 exceeds the 2 permits of the common pool"
+    assert_equal "$(server_stat srv total)" 0
+}
