@@ -12,8 +12,7 @@ setup() {
 }
 teardown() { bh_teardown; }
 
-# storm_rules WAIT_MS: the threads are one process, so they wait while
-# others hold only with hold_wait_ms (wait_bounds.bats): as long.
+# storm_rules WAIT_MS
 storm_rules() {
     write_rules "$RULES" <<EOF2
 [global]
@@ -21,7 +20,6 @@ namespace = $NS
 [db]
 limit = 4
 wait_ms = $1
-hold_wait_ms = $1
 match = 127.0.0.1:$SERVER_PORT
 EOF2
 }

@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -130,14 +131,36 @@ static void bound_nonblocking(struct wait_bound *bound,
     bound_by(bound, compartment->nonblocking_wait_ms, because);
 }
 
-/* A process holding some of the compartment's permits and waiting for
- * more can deadlock with others doing the same (each holds what the
- * others wait for): hold_wait_ms bounds that wait. */
+/* Threads of this process, from /proc/self/stat (field 20); 0 if unknown.
+ * Read only on the full path, for a process that already holds permits. */
+static int thread_count(void)
+{
+    char stat[1024];
+    int fd = libc_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    ssize_t length = libc_read(fd, stat, sizeof stat - 1);
+    libc_close(fd);
+    if (length <= 0)
+        return 0;
+    stat[length] = '\0';
+    const char *field = strrchr(stat, ')');  /* the name may hold spaces */
+    for (int i = 2; field && i < 20; i++)
+        field = strchr(field + 1, ' ');
+    return field ? atoi(field + 1) : 0;
+}
+
+/* A single-threaded process holding some of the compartment's permits and
+ * waiting for more can deadlock with others doing the same (each holds
+ * what the others wait for; none of its own can come back while it
+ * waits): hold_wait_ms bounds that wait. A thread of a thread pool waits
+ * wait_ms as ever: its siblings hold their own connections and give them
+ * back, and bounding them would end waiting in every threaded server. */
 static void bound_hold_wait(struct wait_bound *bound, const struct bh_compartment *compartment,
                             int held)
 {
     char because[112];
-    if (held <= 0 || compartment->hold_wait_ms >= bound->ms)
+    if (held <= 0 || compartment->hold_wait_ms >= bound->ms || thread_count() != 1)
         return;
     snprintf(because, sizeof because, "this process already holds %d of its "
              "permits; hold_wait_ms = %d", held, compartment->hold_wait_ms);
