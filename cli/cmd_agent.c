@@ -67,6 +67,7 @@ const char *cli_fleet_state_name(enum bh_fleet_state state)
     case BH_FLEET_LEARNING: return "learning";
     case BH_FLEET_KEPT: return "kept";
     case BH_FLEET_FALLBACK: return "fallback";
+    case BH_FLEET_LAPSED: return "lapsed";
     }
     return "unknown";
 }
