@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -314,6 +315,17 @@ static int run_loop(struct agent *agent)
     return 0;
 }
 
+/* The soft fd limit up to the hard one: /metrics scrapers and Redis share
+ * the fds, and metrics.c keeps a reserve of them for Redis. */
+static void raise_fd_limit(void)
+{
+    struct rlimit files;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
+}
+
 struct options {
     const char *config_path;
     const char *metrics;
@@ -413,6 +425,7 @@ int main(int argc, char **argv)
     if (strcmp(verb, "run") != 0 || rest != 0)
         return usage();
     agent.verbose = options.verbose;
+    raise_fd_limit();
     if (join(&agent, options.metrics != NULL) < 0)
         return 1;
     if (options.metrics && bh_metrics_start(options.metrics, &agent) < 0)
