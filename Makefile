@@ -141,7 +141,7 @@ SAN_tsan  := -fsanitize=thread
 SAN_FILES_ubsan = $(filter-out tests/cli%.bats tests/exports.bats,$(wildcard tests/*.bats))
 SAN_FILES_asan  = $(filter-out tests/caps.bats tests/clients.bats tests/exit_order.bats \
                                tests/deadlines.bats tests/deadline_paths.bats \
-                               tests/breaker.bats tests/breaker_outcomes.bats tests/fleet.bats \
+                               tests/breaker.bats tests/breaker_outcomes.bats tests/fleet.bats tests/fleet_agent.bats \
                                tests/policy_curl.bats,\
                                $(SAN_FILES_ubsan))
 SAN_FILES_tsan  =
