@@ -190,9 +190,13 @@ static void unleased(struct agent *agent, struct fleet_compartment *c, int64_t n
     } else {
         c->state = BH_FLEET_FALLBACK;
         c->grant = fallback(agent, c);
-        if (!c->fallback_said)
+        int limit = c->grant < c->rules->limit ? c->grant : c->rules->limit;
+        if (!c->fallback_said && c->refused_said[0])
+            agent_log("[%s]: lease ended while Redis refuses it: limit %d until it "
+                      "grants one", c->rules->name, limit);
+        else if (!c->fallback_said)
             agent_log("[%s]: lease ended without Redis: limit %d until it answers",
-                      c->rules->name, c->grant < c->rules->limit ? c->grant : c->rules->limit);
+                      c->rules->name, limit);
         c->fallback_said = 1;
     }
     apply(agent, c, -1, -1);
