@@ -99,8 +99,9 @@ static int join(struct agent *agent, int metrics)
             .refusals_seen = view.rejected + view.timed_out };
     }
     if (agent->count == 0 && !metrics) {
-        if (need_fleet(&agent->config, " (--metrics serves /metrics without one)") == 0)
-            agent_log("no compartment has fleet_limit: nothing to lease");
+        agent_log("%s: %s: nothing to lease (--metrics serves /metrics without one)",
+                  agent->config.path, agent->config.fleet_url
+                  ? "no compartment has fleet_limit" : "no fleet = redis://... in [global]");
         return -1;
     }
     return 0;
