@@ -149,6 +149,16 @@ time.sleep(3600)
     wait_for test -s "$T/flood.ready"
 }
 
+# cpu_ms PID: the CPU time the process has used, as the kernel counts it.
+cpu_ms() {
+    local stat fields
+    stat=$(cat "/proc/$1/stat")
+    stat=${stat##*) }
+    read -r -a fields <<<"$stat"
+    # utime and stime: fields 14 and 15 of the line, in clock ticks.
+    echo $(((fields[11] + fields[12]) * 1000 / $(getconf CLK_TCK)))
+}
+
 # agent_sockets PID: the sockets the process has open.
 agent_sockets() { find "/proc/$1/fd" -lname 'socket:*' | wc -l; }
 
@@ -163,6 +173,9 @@ agent_sockets() { find "/proc/$1/fd" -lname 'socket:*' | wc -l; }
     AGENT_a=$BG_PID
     wait_for file_has "$T/agent.a.err" 'limit 0 -> 1'
     assert file_has "$T/agent.a.err" 'at most 32 connections'
+    local cpu_before wall_before
+    cpu_before=$(cpu_ms "$AGENT_a")
+    wall_before=$(date +%s%3N)
     flood "$port" 200
     # The listening socket, Redis's and 32 scrapers at most.
     (($(agent_sockets "$AGENT_a") <= 34)) || fail "the agent holds $(agent_sockets "$AGENT_a") sockets"
@@ -170,6 +183,11 @@ agent_sockets() { find "/proc/$1/fd" -lname 'socket:*' | wc -l; }
     wait_for file_has "$T/agent.a.err" 'keeping'
     start_redis_again
     wait_for file_has "$T/agent.a.err" 'Redis answers again'
+    # At the cap nothing spins: the agent used a fraction of the time.
+    local cpu wall
+    cpu=$(($(cpu_ms "$AGENT_a") - cpu_before))
+    wall=$(($(date +%s%3N) - wall_before))
+    ((cpu * 4 < wall)) || fail "the agent used $cpu ms of CPU in $wall ms"
     (($(grep -c '^bulkhead agent: metrics: ' "$T/agent.a.err") <= 1))
     # The scrapers gone, /metrics answers again.
     kill -KILL "$FLOOD_PID"
