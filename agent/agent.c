@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,18 +58,23 @@ static int load_config(const char *given, struct bh_config *config)
                   "rules.ini or /etc/bulkhead/rules.ini)");
         return -1;
     }
-    if (bh_config_load(path, config, config_error, NULL) != 0)
-        return -1;
-    if (!config->fleet_url) {
-        agent_log("%s: no fleet = redis://... in [global]: nothing to lease", path);
-        return -1;
-    }
-    return 0;
+    return bh_config_load(path, config, config_error, NULL) != 0 ? -1 : 0;
+}
+
+/* check and set-limit need a fleet; run without one only serves /metrics. */
+static int need_fleet(const struct bh_config *config, const char *also)
+{
+    if (config->fleet_url)
+        return 0;
+    agent_log("%s: no fleet = redis://... in [global]: nothing to lease%s",
+              config->path, also);
+    return -1;
 }
 
 /* The fleet compartments, registered in the namespace. A new one starts
- * at 0 on this host: it has no share until Redis grants one. */
-static int join(struct agent *agent)
+ * at 0 on this host: it has no share until Redis grants one. Without a
+ * fleet, with --metrics, the agent joins the namespace only to serve it. */
+static int join(struct agent *agent, int metrics)
 {
     char why[256];
     if (bh_namespace_open(agent->config.namespace_name, 1, &agent->ns, why,
@@ -76,7 +82,7 @@ static int join(struct agent *agent)
         agent_log("%s", why);
         return -1;
     }
-    for (int i = 0; i < agent->config.compartment_count; i++) {
+    for (int i = 0; agent->config.fleet_url && i < agent->config.compartment_count; i++) {
         const struct bh_compartment *rules = &agent->config.compartments[i];
         if (rules->fleet_limit == 0)
             continue;
@@ -85,12 +91,17 @@ static int join(struct agent *agent)
             agent_log("[%s]: cannot register: %s", rules->name, strerror(errno));
             return -1;
         }
+        struct bh_compartment_view view = { 0 };
+        bh_compartment_read(&agent->ns, index, &view);
         agent->fleet[agent->count++] = (struct fleet_compartment){
             .rules = rules, .index = index, .grant = live,
-            .state = BH_FLEET_FALLBACK };
+            .state = BH_FLEET_FALLBACK,
+            .refusals_seen = view.rejected + view.timed_out };
     }
-    if (agent->count == 0) {
-        agent_log("no compartment has fleet_limit: nothing to lease");
+    if (agent->count == 0 && !metrics) {
+        agent_log("%s: %s: nothing to lease (--metrics serves /metrics without one)",
+                  agent->config.path, agent->config.fleet_url
+                  ? "no compartment has fleet_limit" : "no fleet = redis://... in [global]");
         return -1;
     }
     return 0;
@@ -180,12 +191,46 @@ static void unleased(struct agent *agent, struct fleet_compartment *c, int64_t n
     } else {
         c->state = BH_FLEET_FALLBACK;
         c->grant = fallback(agent, c);
-        if (!c->fallback_said)
+        int limit = c->grant < c->rules->limit ? c->grant : c->rules->limit;
+        if (!c->fallback_said && c->refused_said[0])
+            agent_log("[%s]: lease ended while Redis refuses it: limit %d until it "
+                      "grants one", c->rules->name, limit);
+        else if (!c->fallback_said)
             agent_log("[%s]: lease ended without Redis: limit %d until it answers",
-                      c->rules->name, c->grant < c->rules->limit ? c->grant : c->rules->limit);
+                      c->rules->name, limit);
         c->fallback_said = 1;
     }
     apply(agent, c, -1, -1);
+}
+
+/* Redis answered this compartment's lease with an error (bad data: the
+ * script failed, a bad fleet limit). The connection is fine and stays;
+ * the error is said once, and again only when it changes. */
+static void lease_refused(struct fleet_compartment *c, const char *why)
+{
+    if (strcmp(c->refused_said, why) == 0)
+        return;
+    agent_log("[%s]: %s; keeping this host's grant until its lease ends",
+              c->rules->name, why);
+    snprintf(c->refused_said, sizeof c->refused_said, "%s", why);
+}
+
+/* want: what is in use and waited for, a little room to grow, and what was
+ * refused lately: a fail-fast compartment (wait_ms = 0) has no waiters, so
+ * its refusals are its only sign of demand. Those since the last refresh
+ * count in full, then half as much each refresh, so a burst's demand
+ * outlives the refresh that saw it. Never more than this host's ceiling. */
+static int demand(struct fleet_compartment *c, const struct bh_compartment_view *view)
+{
+    uint64_t refusals = view->rejected + view->timed_out;
+    uint64_t fresh = refusals >= c->refusals_seen ? refusals - c->refusals_seen : 0;
+    c->refusals_seen = refusals;  /* a reset zeroes the counters: nothing new */
+    int64_t halved = c->recent_refusals / 2;
+    c->recent_refusals = fresh > (uint64_t)halved
+        ? (fresh > INT32_MAX ? INT32_MAX : (int64_t)fresh) : halved;
+    int holding = view->in_use, headroom = holding / 10 > 1 ? holding / 10 : 1;
+    int64_t want = (int64_t)holding + view->waiting + headroom + c->recent_refusals;
+    return want < c->rules->limit ? (int)want : c->rules->limit;
 }
 
 static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t now)
@@ -196,18 +241,23 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
     c->next_refresh_ns = now + ms_ns(agent->config.fleet_refresh_ms);
     if (bh_compartment_read(&agent->ns, c->index, &view) < 0)
         return;
-    /* want: what is in use and waited for, and a little room to grow */
-    int holding = view.in_use, headroom = holding / 10 > 1 ? holding / 10 : 1;
+    int want = demand(c, &view);
     struct bh_lease_reply reply;
     connect_redis(agent, now);
-    if (agent->redis &&
-        bh_lease_call(agent->redis, &agent->config, c->rules,
-                      holding + view.waiting + headroom, holding, c->grant, &reply,
-                      why, sizeof why) == 0) {
+    int rc = agent->redis
+        ? bh_lease_call(agent->redis, &agent->config, c->rules, want, view.in_use,
+                        c->grant, &reply, why, sizeof why)
+        : BH_LEASE_DOWN;
+    if (rc == BH_LEASE_OK) {
+        if (c->refused_said[0])
+            agent_log("[%s]: Redis grants leases again", c->rules->name);
+        c->refused_said[0] = '\0';
         leased(agent, c, &reply, now);
         return;
     }
-    if (agent->redis) {
+    if (rc == BH_LEASE_REFUSED) {
+        lease_refused(c, why);
+    } else if (agent->redis) {
         bh_lease_close(agent->redis);
         agent->redis = NULL;
         if (!agent->outage_said)
@@ -234,12 +284,8 @@ static void on_signal(int signal_number)
     stopping = 1;
 }
 
-static int run_loop(struct agent *agent)
+static void say_fleet(const struct agent *agent)
 {
-    struct sigaction action = { .sa_handler = on_signal };
-    sigaction(SIGTERM, &action, NULL);
-    sigaction(SIGINT, &action, NULL);
-    signal(SIGPIPE, SIG_IGN);
     struct bh_fleet_address address;
     char why[256];
     bh_fleet_url_parse(agent->config.fleet_url, &address, why, sizeof why);
@@ -247,6 +293,19 @@ static int run_loop(struct agent *agent)
               "lease %d ms", agent->config.fleet_host, address.host, address.port,
               address.db, agent->count, agent->count == 1 ? "" : "s",
               agent->config.fleet_refresh_ms, agent->config.fleet_lease_ms);
+}
+
+static int run_loop(struct agent *agent)
+{
+    struct sigaction action = { .sa_handler = on_signal };
+    sigaction(SIGTERM, &action, NULL);
+    sigaction(SIGINT, &action, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (agent->count == 0)
+        agent_log("namespace %s: no fleet compartment: serving /metrics only, "
+                  "leasing nothing", agent->config.namespace_name);
+    else
+        say_fleet(agent);
     while (!stopping) {
         int64_t now = clock_ns(CLOCK_MONOTONIC);
         for (int i = 0; i < agent->count; i++) {
@@ -259,6 +318,17 @@ static int run_loop(struct agent *agent)
     }
     agent_log("stopping: this host's shares lapse with their leases");
     return 0;
+}
+
+/* The soft fd limit up to the hard one: /metrics scrapers and Redis share
+ * the fds, and metrics.c keeps a reserve of them for Redis. */
+static void raise_fd_limit(void)
+{
+    struct rlimit files;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
 }
 
 struct options {
@@ -318,8 +388,9 @@ static int set_limit(const struct bh_config *config, const char *name, const cha
     for (int i = 0; i < config->compartment_count; i++)
         known |= strcmp(config->compartments[i].name, name) == 0 &&
                  config->compartments[i].fleet_limit > 0;
-    if (*value == '\0' || *end != '\0' || limit < 1 || limit > 1000000) {
-        agent_log("set --fleet: limit=%s: not a whole number from 1 to 1000000", value);
+    if (*value == '\0' || *end != '\0' || limit < 1 || limit > BH_LEASE_LIMIT_MAX) {
+        agent_log("set --fleet: limit=%s: not a whole number from 1 to %d", value,
+                  BH_LEASE_LIMIT_MAX);
         return EXIT_USAGE;
     }
     if (!known) {
@@ -352,13 +423,15 @@ int main(int argc, char **argv)
     int rest = argc - shift - optind;
     char **args = argv + shift + optind;
     if (strcmp(verb, "check") == 0 && rest == 0)
-        return check_redis(&agent.config);
+        return need_fleet(&agent.config, "") < 0 ? 1 : check_redis(&agent.config);
     if (strcmp(verb, "set-limit") == 0 && rest == 2)
-        return set_limit(&agent.config, args[0], args[1]);
+        return need_fleet(&agent.config, "") < 0 ? 1
+             : set_limit(&agent.config, args[0], args[1]);
     if (strcmp(verb, "run") != 0 || rest != 0)
         return usage();
     agent.verbose = options.verbose;
-    if (join(&agent) < 0)
+    raise_fd_limit();
+    if (join(&agent, options.metrics != NULL) < 0)
         return 1;
     if (options.metrics && bh_metrics_start(options.metrics, &agent) < 0)
         return 1;

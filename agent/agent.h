@@ -36,13 +36,16 @@ struct fleet_compartment {
     int64_t last_refresh_ns;
     enum bh_fleet_state state;
     int fallback_said;         /* this outage's fallback line was logged */
+    char refused_said[512];    /* Redis's last error for it, logged; "": none */
+    uint64_t refusals_seen;    /* rejected + timed_out at the last refresh */
+    int64_t recent_refusals;   /* refusals counted as demand, halving each refresh */
 };
 
 struct agent {
     struct bh_config config;
     struct bh_namespace ns;
     struct fleet_compartment fleet[BH_MAX_COMPARTMENTS];
-    int count;
+    int count;                 /* 0: no fleet; the agent only serves /metrics */
     struct bh_lease_client *redis;
     int64_t next_connect_ns;
     int outage_said;           /* the unreachable line was logged */

@@ -12,9 +12,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -30,19 +32,48 @@ static struct timeval ms_to_timeval(int ms)
     return (struct timeval){ ms / 1000, (ms % 1000) * 1000 };
 }
 
-/* The password file's first line. 0, or -1 with why. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
+         : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket"
+         : S_ISDIR(mode) ? "a directory" : "not a regular file";
+}
+
+/* The password file's first line. 0, or -1 with why. Opened without
+ * blocking and looked at before it is read, as the shim opens rules.ini: a
+ * FIFO would hang the agent in open(), and a directory or /dev/zero would
+ * send an empty password. Symlinks are followed: mounted secrets and
+ * systemd credentials are symlinks to the real file. */
 static int read_password(const char *path, char *out, size_t outlen,
                          char *why, size_t whylen)
 {
-    FILE *file = fopen(path, "re");
-    if (!file) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat info;
+    if (fd < 0 || fstat(fd, &info) < 0) {
         snprintf(why, whylen, "fleet_password_file %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
-    if (!fgets(out, (int)outlen, file))
-        out[0] = '\0';
-    fclose(file);
+    if (!S_ISREG(info.st_mode)) {
+        snprintf(why, whylen, "fleet_password_file %s: is %s, not a regular file",
+                 path, file_kind(info.st_mode));
+        close(fd);
+        return -1;
+    }
+    ssize_t length = read(fd, out, outlen - 1);
+    int saved = errno;
+    close(fd);
+    if (length < 0) {
+        snprintf(why, whylen, "fleet_password_file %s: %s", path, strerror(saved));
+        return -1;
+    }
+    out[length] = '\0';
     out[strcspn(out, "\r\n")] = '\0';
+    if (out[0] == '\0') {
+        snprintf(why, whylen, "fleet_password_file %s: its first line is empty", path);
+        return -1;
+    }
     return 0;
 }
 
@@ -147,10 +178,43 @@ static void keys_of(const struct bh_config *config, const char *compartment,
     snprintf(meta, 256, "bulkhead:{%s/%s}:meta", config->fleet_name, compartment);
 }
 
-static int integer_at(const redisReply *reply, size_t i)
+/* Element i of an array reply if it is an integer from low to high. */
+static int integer_in(const redisReply *reply, size_t i, long long low, long long high,
+                      long long *value)
 {
-    return i < reply->elements && reply->element[i]->type == REDIS_REPLY_INTEGER
-               ? (int)reply->element[i]->integer : -1;
+    if (i >= reply->elements || reply->element[i]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    *value = reply->element[i]->integer;
+    return *value >= low && *value <= high ? 0 : -1;
+}
+
+/* The script's answer, checked: a value out of range (bad data in Redis
+ * that got past the script) must not become a limit, nor 0, which would
+ * make the compartment no fleet compartment at all. 0, or -1 with why. */
+static int read_reply(const redisReply *reply, const char *meta,
+                      struct bh_lease_reply *out, char *why, size_t whylen)
+{
+    long long v[5] = { 0 };
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 5 ||
+        reply->element[4]->type != REDIS_REPLY_INTEGER) {
+        snprintf(why, whylen, "lease: unexpected answer from Redis (%s)", meta);
+        return -1;
+    }
+    if (integer_in(reply, 4, 1, BH_LEASE_LIMIT_MAX, &v[4]) < 0) {
+        snprintf(why, whylen, "bad fleet limit in Redis: %s limit is %lld, not a "
+                 "whole number from 1 to %d", meta, v[4], BH_LEASE_LIMIT_MAX);
+        return -1;
+    }
+    if (integer_in(reply, 0, 0, v[4], &v[0]) < 0 ||
+        integer_in(reply, 1, 0, INT_MAX, &v[1]) < 0 ||
+        integer_in(reply, 2, 1, INT_MAX, &v[2]) < 0 ||
+        integer_in(reply, 3, 0, 1, &v[3]) < 0) {
+        snprintf(why, whylen, "lease: unexpected answer from Redis (%s)", meta);
+        return -1;
+    }
+    *out = (struct bh_lease_reply){ (int)v[0], (int)v[1], (int)v[2], (int)v[3],
+                                    (int)v[4] };
+    return 0;
 }
 
 int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config,
@@ -169,23 +233,17 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
                            config->fleet_host, args[0], args[1], args[2], args[3],
                            args[4] };
     redisReply *reply = command(client, why, whylen, "lease", 11, argv);
-    if (!reply && strstr(why, "NOSCRIPT")) {  /* Redis restarted: load it again */
+    if (!reply && !client->redis->err && strstr(why, "NOSCRIPT")) {
+        /* Redis restarted: load it again */
         const char *load[] = { "SCRIPT", "LOAD", LEASE_LUA };
         if (simple(client, why, whylen, "SCRIPT LOAD", 3, load) == 0)
             reply = command(client, why, whylen, "lease", 11, argv);
     }
     if (!reply)
-        return -1;
-    int ok = reply->type == REDIS_REPLY_ARRAY && reply->elements == 5;
-    *out = (struct bh_lease_reply){ integer_at(reply, 0), integer_at(reply, 1),
-                                    integer_at(reply, 2), integer_at(reply, 3),
-                                    integer_at(reply, 4) };
+        return client->redis->err ? BH_LEASE_DOWN : BH_LEASE_REFUSED;
+    int rc = read_reply(reply, meta, out, why, whylen);
     freeReplyObject(reply);
-    if (!ok || out->grant < 0) {
-        snprintf(why, whylen, "lease: unexpected answer from Redis");
-        return -1;
-    }
-    return 0;
+    return rc == 0 ? BH_LEASE_OK : BH_LEASE_REFUSED;
 }
 
 int bh_lease_set_limit(struct bh_lease_client *client, const struct bh_config *config,

@@ -24,8 +24,20 @@ struct bh_lease_client *bh_lease_connect(const struct bh_config *config,
                                          int timeout_ms, char *why, size_t whylen);
 void bh_lease_close(struct bh_lease_client *client);
 
-/* One lease call for a compartment. 0, or -1 with why (the connection is
- * then unusable: close it and connect again later). */
+/* The most a fleet limit may be: as fleet_limit in the rules file and
+ * `bulkhead set --fleet`. */
+enum { BH_LEASE_LIMIT_MAX = 1000000 };
+
+enum bh_lease_result {
+    BH_LEASE_OK,
+    BH_LEASE_DOWN = -1,   /* no answer: the connection is unusable, close it */
+    BH_LEASE_REFUSED = 1, /* Redis answered, with an error or bad data (the
+                             script failed, a bad fleet limit): the
+                             connection is fine, keep it */
+};
+
+/* One lease call for a compartment: a bh_lease_result, with why unless
+ * BH_LEASE_OK. */
 int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config,
                   const struct bh_compartment *compartment, int want, int holding,
                   int previous_grant, struct bh_lease_reply *reply,

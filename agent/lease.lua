@@ -25,7 +25,15 @@ local hosts_key, meta_key = KEYS[1], KEYS[2]
 local host = ARGV[1]
 local want, holding = tonumber(ARGV[2]), tonumber(ARGV[3])
 local previous, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
-local limit = tonumber(redis.call('HGET', meta_key, 'limit') or ARGV[6])
+local raw_limit = redis.call('HGET', meta_key, 'limit')
+local limit = tonumber(raw_limit or ARGV[6])
+-- Bad data (a hand-edited limit): refuse to grant from it, and say what it
+-- is; the agent keeps its last grant and says so. The range is the rules
+-- file's and `bulkhead set --fleet`'s.
+if limit == nil or limit ~= math.floor(limit) or limit < 1 or limit > 1000000 then
+  return redis.error_reply('bad fleet limit in Redis: ' .. meta_key .. ' limit is "' ..
+                           tostring(raw_limit) .. '", not a whole number from 1 to 1000000')
+end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

@@ -38,7 +38,7 @@ extern const struct cli_command cli_reset_command;
 extern const struct cli_command cli_key_command;
 extern const struct cli_command cli_agent_command;
 
-/* "leased", "learning", "kept", "fallback". */
+/* "leased", "learning", "kept", "fallback", "lapsed". */
 const char *cli_fleet_state_name(enum bh_fleet_state state);
 
 /* bulkhead-agent, beside this command (cmd_agent.c): exec it with argv

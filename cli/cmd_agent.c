@@ -67,6 +67,7 @@ const char *cli_fleet_state_name(enum bh_fleet_state state)
     case BH_FLEET_LEARNING: return "learning";
     case BH_FLEET_KEPT: return "kept";
     case BH_FLEET_FALLBACK: return "fallback";
+    case BH_FLEET_LAPSED: return "lapsed";
     }
     return "unknown";
 }
@@ -89,10 +90,13 @@ const struct cli_command cli_agent_command = {
         "agent/bulkhead-agent.service): every fleet_refresh_ms it leases this\n"
         "host's share of each compartment with fleet_limit from the Redis named\n"
         "by fleet = in [global], and makes it the host's live limit. Connects\n"
-        "never wait on Redis: they take local permits as always.\n"
+        "never wait on Redis: they take local permits as always. With\n"
+        "--metrics and no fleet (or no fleet_limit compartment), it only serves\n"
+        "the namespace's metrics and leases nothing.\n"
         "\n"
         "  -c FILE              the rules file (default: as the shim finds it)\n"
         "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+        "                       (at most 64 connections; idle ones closed after 10 s)\n"
         "  -v                   log every limit it sets\n",
     .run = agent_command,
 };

@@ -117,7 +117,8 @@ static const struct metric metrics[] = {
       read_fleet_hosts, 0, 1 },
     { "bulkhead_fleet_state", "", "gauge",
       "0 leased, 1 learning (Redis restarted), 2 kept (Redis unreachable, "
-      "lease running), 3 fallback (Redis unreachable past the lease).",
+      "lease running), 3 fallback (Redis unreachable past the lease), "
+      "4 lapsed (the agent stopped renewing this host's lease).",
       read_fleet_state, 0, 1 },
 };
 

@@ -8,6 +8,7 @@
 
 load helpers/common
 load helpers/cli
+load helpers/fleet
 
 setup() {
     bh_setup
@@ -15,37 +16,6 @@ setup() {
     [[ -x "$BH_ROOT/build/bulkhead-agent" ]] || fail "missing build/bulkhead-agent: run make"
 }
 teardown() { bh_teardown; }
-
-REFRESH_MS=200
-LEASE_MS=1000
-
-start_redis() {
-    REDIS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-        ${REDIS_PASSWORD:+--requirepass "$REDIS_PASSWORD"} >"$T/redis.log" 2>&1 3>&- &
-    REDIS_PID=$!
-    track_pid "$REDIS_PID"
-    wait_for redis_up || fail "redis-server did not start: $(cat "$T/redis.log")"
-}
-
-redis_up() {
-    [[ "$(redis-cli -p "$REDIS_PORT" ${REDIS_PASSWORD:+-a "$REDIS_PASSWORD"} \
-          --no-auth-warning ping 2>/dev/null)" == PONG ]]
-}
-
-# host NAME LIMIT PORT [extra global lines]: host NAME's rules in $T/NAME.ini.
-host() {
-    local name=$1 limit=$2 port=$3
-    shift 3
-    ns_track "$NS-$name"
-    {
-        printf '[global]\nnamespace = %s-%s\nfleet = redis://127.0.0.1:%s\n' "$NS" "$name" "$REDIS_PORT"
-        printf 'fleet_name = %s\nfleet_host = %s\n' "$NS" "$name"
-        printf 'fleet_refresh_ms = %s\nfleet_lease_ms = %s\n' "$REFRESH_MS" "$LEASE_MS"
-        printf '%s\n' "$@"
-        printf '[db]\nfleet_limit = %s\nwait_ms = 60000\nmatch = 127.0.0.1:%s\n' "$limit" "$port"
-    } >"$T/$name.ini"
-}
 
 # three_hosts LIMIT: Redis, one server, hosts a, b and c sharing LIMIT,
 # each with its agent running.
@@ -55,36 +25,6 @@ three_hosts() {
     for h in a b c; do host $h "$1" "$SERVER_PORT"; done
     for h in a b c; do start_agent $h; done
 }
-
-# start_agent HOST: its agent, logging every limit it sets (-v): the tests
-# wait on those lines, and assert on what the servers saw.
-start_agent() {
-    bg "$T/agent.$1" "$BULKHEAD" agent -v -c "$T/$1.ini"
-    eval "AGENT_$1=$BG_PID"
-    wait_for file_has "$T/agent.$1.err" 'refresh'
-}
-
-# holders HOST N HOLD_MS [PORT]: N clients on HOST, each holding one
-# connection to PORT (default: the last server started).
-holders() {
-    local h=$1 n=$2 hold=$3 port=${4:-$SERVER_PORT} i
-    for ((i = 0; i < n; i++)); do
-        bg "$T/$h.client.$i.$RANDOM" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/$h.ini" \
-            "$CLIENTS/connect_hold" 127.0.0.1 "$port" "$hold"
-    done
-}
-
-# on HOST CMD...: CMD as a program of HOST.
-on() {
-    local h=$1
-    shift
-    env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/$h.ini" "$@"
-}
-
-open_is() { [[ "$(server_stat "$1" open)" == "$2" ]]; }
-
-# logged_after FILE N REGEX: a line past the first N of FILE matches.
-logged_after() { tail -n "+$(($2 + 1))" "$1" | grep -Eq -- "$3"; }
 
 @test "30 clients spread 18/9/3 over three hosts: the server never sees more than fleet_limit" {
     three_hosts 6
@@ -168,14 +108,6 @@ logged_after() { tail -n "+$(($2 + 1))" "$1" | grep -Eq -- "$3"; }
     local max
     max=$(server_stat srv max)
     ((max <= 4)) || fail "the server saw $max at once (fleet_limit 4)"
-}
-
-start_redis_again() {
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-        >"$T/redis.log" 2>&1 3>&- &
-    REDIS_PID=$!
-    track_pid "$REDIS_PID"
-    wait_for redis_up || fail "redis-server did not restart"
 }
 
 @test "lowering fleet_limit live: hosts converge, and no connection is cut" {

@@ -553,6 +553,14 @@ static void read_histogram(struct bh_histogram *histogram,
     view->sum_ns = atomic_load(&histogram->sum_ns);
 }
 
+/* The agent renews the lease while it runs; 0 is one a connect lapsed. */
+static int fleet_lease_over(int64_t until_ns)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return until_ns == 0 || (int64_t)now.tv_sec * 1000000000 + now.tv_nsec > until_ns;
+}
+
 int bh_compartment_read(struct bh_namespace *ns, int index,
                         struct bh_compartment_view *view)
 {
@@ -593,6 +601,8 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
         .updated_ns = atomic_load(&shared->fleet.updated_ns),
         .lease_until_ns = atomic_load(&shared->fleet.lease_until_ns),
     };
+    if (view->fleet.limit > 0 && fleet_lease_over(view->fleet.lease_until_ns))
+        view->fleet.state = BH_FLEET_LAPSED;
     read_histogram(&shared->connect_time, &view->connect_time);
     read_histogram(&shared->hold_time, &view->hold_time);
     return 0;

@@ -64,6 +64,10 @@ enum bh_fleet_state {
     BH_FLEET_LEARNING,   /* Redis restarted: granted no more than held */
     BH_FLEET_KEPT,       /* Redis unreachable: the grant kept until the lease ends */
     BH_FLEET_FALLBACK,   /* Redis unreachable past the lease: fleet_fallback */
+    /* Never stored: what bh_compartment_read says once lease_until_ns has
+     * passed or a connect lapsed the share, whatever the agent last wrote
+     * (a dead agent cannot say it is dead). */
+    BH_FLEET_LAPSED,
 };
 
 /* A compartment's circuit breaker. The layout is here with the rest; what

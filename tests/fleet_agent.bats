@@ -1,0 +1,243 @@
+#!/usr/bin/env bats
+# The agent itself, in the faults an operator meets: bad data in Redis, a
+# password file that is not a file, a dead agent, a flood of /metrics
+# scrapers, a namespace without a fleet, a fail-fast fleet compartment.
+# Asserted on what real observers saw: Redis's own command counts, the
+# test server's connections, `bulkhead stat`, a GET of /metrics with curl,
+# and the agent's lines where the line is what the operator is told.
+
+load helpers/common
+load helpers/cli
+load helpers/fleet
+
+setup() {
+    bh_setup
+    command -v redis-server >/dev/null || skip "redis-server is not installed"
+    [[ -x "$BH_ROOT/build/bulkhead-agent" ]] || fail "missing build/bulkhead-agent: run make"
+}
+teardown() { bh_teardown; }
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# redis_calls COMMAND [FIELD]: Redis's own count of COMMAND (INFO
+# commandstats: calls, or failed_calls), 0 if never run.
+redis_calls() {
+    local n
+    n=$(redis-cli -p "$REDIS_PORT" info commandstats |
+        sed -n "s/^cmdstat_$1:.*\\b${2:-calls}=\\([0-9]*\\).*/\\1/p")
+    echo "${n:-0}"
+}
+
+# redis_calls_past COMMAND FIELD N: the count has passed N.
+redis_calls_past() { (($(redis_calls "$1" "$2") > $3)); }
+
+# meta_key / hosts_key: the compartment [db]'s keys in Redis.
+meta_key() { echo "bulkhead:{$NS/db}:meta"; }
+hosts_key() { echo "bulkhead:{$NS/db}:hosts"; }
+
+# one_agent [agent options...]: Redis, a server and host a's agent, which
+# has set its first limit.
+one_agent() {
+    start_redis
+    start_server srv -1
+    host a 6 "$SERVER_PORT"
+    bg "$T/agent.a" "$BULKHEAD" agent -v -c "$T/a.ini" "$@"
+    AGENT_a=$BG_PID
+    wait_for file_has "$T/agent.a.err" 'limit 0 -> 1'
+}
+
+@test "a lease script that fails on bad data keeps the connection and is said once, until it clears" {
+    one_agent
+    redis-cli -p "$REDIS_PORT" set "$(hosts_key)" not-a-hash >/dev/null
+    wait_for file_has "$T/agent.a.err" 'WRONGTYPE'
+    local failed
+    failed=$(redis_calls evalsha failed_calls)
+    wait_for redis_calls_past evalsha failed_calls $((failed + 5))
+    # One login for all those refreshes: nothing dropped the connection.
+    assert_equal "$(redis_calls select)" 1
+    assert_equal "$(redis_calls 'script|load')" 1
+    run grep -c 'WRONGTYPE' "$T/agent.a.err"
+    assert_output 1
+    redis-cli -p "$REDIS_PORT" del "$(hosts_key)" >/dev/null
+    wait_for file_has "$T/agent.a.err" '\[db\]: Redis grants leases again'
+    assert_equal "$(redis_calls select)" 1
+}
+
+@test "a fleet limit of 1e30 in Redis: one line naming key and value; stat, JSON and /metrics keep the last good limit" {
+    local port
+    port=$(free_port)
+    one_agent --metrics "127.0.0.1:$port"
+    redis-cli -p "$REDIS_PORT" hset "$(meta_key)" limit 1e30 >/dev/null
+    local line="\\[db\\]: lease: bad fleet limit in Redis: bulkhead:\\{$NS/db\\}:meta limit is \"1e30\", not a whole number from 1 to 1000000"
+    wait_for file_has "$T/agent.a.err" "$line"
+    local failed
+    failed=$(redis_calls evalsha failed_calls)
+    wait_for redis_calls_past evalsha failed_calls $((failed + 3))
+    run grep -c 'bad fleet limit' "$T/agent.a.err"
+    assert_output 1
+    run "$BULKHEAD" stat -n "$NS-a"
+    assert_success
+    assert_line --regexp '^db +6 +1 +[0-9]+ +1 +(leased|kept|fallback) '
+    run "$BULKHEAD" stat -n "$NS-a" --json
+    assert_output --partial '"fleet": {"limit": 6, "grant": 1'
+    curl -sS "http://127.0.0.1:$port/metrics" >"$T/metrics"
+    run grep -F "bulkhead_fleet_limit{namespace=\"$NS-a\",compartment=\"db\"} 6" "$T/metrics"
+    assert_success
+}
+
+@test "a password file that is a FIFO: one line, and the agent stays responsive" {
+    REDIS_PASSWORD=right start_redis
+    start_server srv -1
+    mkfifo -m 600 "$T/pass"
+    host a 6 "$SERVER_PORT" "fleet_password_file = $T/pass"
+    start_agent a
+    wait_for file_has "$T/agent.a.err" "fleet_password_file $T/pass: is a FIFO, not a regular file"
+    kill -TERM "$AGENT_a"
+    local rc=0
+    wait_pid "$AGENT_a" 5 || rc=$?
+    assert_equal "$rc" 0
+    run grep -c 'fleet_password_file' "$T/agent.a.err"
+    assert_output 1
+}
+
+@test "a password file that is a directory or /dev/zero: check says what it is, no empty password is sent" {
+    REDIS_PASSWORD=right start_redis
+    mkdir -m 700 "$T/pass.d"
+    host a 6 1 "fleet_password_file = $T/pass.d"
+    run "$BULKHEAD" check "$T/a.ini"
+    assert_failure 1
+    assert_line "bulkhead agent: Redis at 127.0.0.1:$REDIS_PORT: fleet_password_file $T/pass.d: is a directory, not a regular file"
+    host a 6 1 "fleet_password_file = /dev/zero"
+    run "$BULKHEAD" check "$T/a.ini"
+    assert_failure 1
+    assert_line "bulkhead agent: Redis at 127.0.0.1:$REDIS_PORT: fleet_password_file /dev/zero: is a character device, not a regular file"
+}
+
+@test "a dead agent's compartment shows lapsed once its lease has passed, in the table, JSON and Prometheus" {
+    one_agent
+    run "$BULKHEAD" stat -n "$NS-a"
+    assert_line --regexp '^db +6 +1 +[0-9]+ +1 +leased '
+    kill -KILL "$AGENT_a"
+    stat_says_lapsed() { "$BULKHEAD" stat -n "$NS-a" | grep -Eq '^db +6 +1 +[0-9]+ +1 +lapsed '; }
+    wait_for -t 5 stat_says_lapsed
+    run "$BULKHEAD" stat -n "$NS-a" --json
+    assert_output --partial '"state": "lapsed"'
+    run "$BULKHEAD" stat -n "$NS-a" --prometheus
+    assert_line "bulkhead_fleet_state{namespace=\"$NS-a\",compartment=\"db\"} 4"
+}
+
+# flood PORT N: N idle connections to PORT, held until killed; the number
+# that connected goes to $T/flood.ready.
+flood() {
+    bg "$T/flood" python3 -c '
+import socket, sys, time
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+        held.append(s)
+    except OSError:
+        pass
+open(sys.argv[3], "w").write("%d\n" % len(held))
+time.sleep(3600)
+' "$1" "$2" "$T/flood.ready"
+    FLOOD_PID=$BG_PID
+    wait_for test -s "$T/flood.ready"
+}
+
+# cpu_ms PID: the CPU time the process has used, as the kernel counts it.
+cpu_ms() {
+    local stat fields
+    stat=$(cat "/proc/$1/stat")
+    stat=${stat##*) }
+    read -r -a fields <<<"$stat"
+    # utime and stime: fields 14 and 15 of the line, in clock ticks.
+    echo $(((fields[11] + fields[12]) * 1000 / $(getconf CLK_TCK)))
+}
+
+# agent_sockets PID: the sockets the process has open.
+agent_sockets() { find "/proc/$1/fd" -lname 'socket:*' | wc -l; }
+
+@test "200 idle /metrics connections to an agent with 64 fds: it holds 32, still reconnects to Redis, and its log stays quiet" {
+    local port
+    port=$(free_port)
+    start_redis
+    start_server srv -1
+    host a 6 "$SERVER_PORT"
+    bg "$T/agent.a" bash -c 'ulimit -n 64 && exec "$@"' agent "$BULKHEAD" agent -v \
+        -c "$T/a.ini" --metrics "127.0.0.1:$port"
+    AGENT_a=$BG_PID
+    wait_for file_has "$T/agent.a.err" 'limit 0 -> 1'
+    assert file_has "$T/agent.a.err" 'at most 32 connections'
+    local cpu_before wall_before
+    cpu_before=$(cpu_ms "$AGENT_a")
+    wall_before=$(date +%s%3N)
+    flood "$port" 200
+    # The listening socket, Redis's and 32 scrapers at most.
+    (($(agent_sockets "$AGENT_a") <= 34)) || fail "the agent holds $(agent_sockets "$AGENT_a") sockets"
+    kill -KILL "$REDIS_PID"
+    wait_for file_has "$T/agent.a.err" 'keeping'
+    start_redis_again
+    wait_for file_has "$T/agent.a.err" 'Redis answers again'
+    # At the cap nothing spins: the agent used a fraction of the time.
+    local cpu wall
+    cpu=$(($(cpu_ms "$AGENT_a") - cpu_before))
+    wall=$(($(date +%s%3N) - wall_before))
+    ((cpu * 4 < wall)) || fail "the agent used $cpu ms of CPU in $wall ms"
+    (($(grep -c '^bulkhead agent: metrics: ' "$T/agent.a.err") <= 1))
+    # The scrapers gone, /metrics answers again.
+    kill -KILL "$FLOOD_PID"
+    scrape() { curl -sf -m 2 -o "$T/metrics" "http://127.0.0.1:$port/metrics"; }
+    wait_for scrape
+    run check_prometheus "$T/metrics"
+    assert_success
+}
+
+@test "--metrics without a fleet: the agent serves the namespace's figures and leases nothing" {
+    start_server srv -1
+    compartment_rules 2
+    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
+    wait_for open_is srv 1
+    run "$BULKHEAD" agent -c "$RULES"
+    assert_failure 1
+    assert_output "bulkhead agent: $RULES: no fleet = redis://... in [global]: nothing to lease (--metrics serves /metrics without one)"
+    local port
+    port=$(free_port)
+    bg "$T/agent" "$BULKHEAD" agent -c "$RULES" --metrics "127.0.0.1:$port"
+    wait_for file_has "$T/agent.err" "namespace $NS: no fleet compartment: serving /metrics only"
+    curl -sS "http://127.0.0.1:$port/metrics" >"$T/metrics"
+    run check_prometheus "$T/metrics"
+    assert_success
+    run cat "$T/metrics"
+    assert_line "bulkhead_permits_in_use{namespace=\"$NS\",compartment=\"downstream\"} 1"
+    refute_output --partial bulkhead_fleet_
+}
+
+@test "a fail-fast fleet compartment (wait_ms = 0) learns its demand from refusals: bursts of 10 get fleet_limit 3 through at once" {
+    REFRESH_MS=500 LEASE_MS=2500
+    start_redis
+    start_server srv -1
+    DB_WAIT_MS=0 host a 3 "$SERVER_PORT"
+    start_agent a
+    wait_for file_has "$T/agent.a.err" 'limit 0 -> 1'
+    # Nobody waits in a fail-fast compartment: past the limit, a burst's
+    # connects are refused at once, and those refusals are its demand: the
+    # live limit goes to 3 though nothing is held or waiting any more.
+    holders a 10 300
+    live_limit_is() {
+        "$BULKHEAD" stat -n "$NS-a" --prometheus |
+            grep -qx "bulkhead_permits_limit{namespace=\"$NS-a\",compartment=\"db\"} $1"
+    }
+    wait_for -t 5 live_limit_is 3
+    # The bursts go on (as a busy service's would) until 3 are open at once.
+    local burst
+    for ((burst = 0; burst < 10; burst++)); do
+        holders a 10 2000
+        wait_for -t 1 open_is srv 3 2>/dev/null && break
+    done
+    assert_equal "$(server_stat srv max)" 3
+}
