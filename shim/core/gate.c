@@ -23,7 +23,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -36,6 +35,7 @@
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
+#include "libc/proc_stat.h"
 
 static int is_inet_stream(int fd, enum bh_fd_kind kind)
 {
@@ -131,23 +131,11 @@ static void bound_nonblocking(struct wait_bound *bound,
     bound_by(bound, compartment->nonblocking_wait_ms, because);
 }
 
-/* Threads of this process, from /proc/self/stat (field 20); 0 if unknown.
- * Read only on the full path, for a process that already holds permits. */
+/* Threads of this process (/proc/self/stat field 20; 0 if unknown), read
+ * only on the full path, for a process that already holds permits. */
 static int thread_count(void)
 {
-    char stat[1024];
-    int fd = libc_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    ssize_t length = libc_read(fd, stat, sizeof stat - 1);
-    libc_close(fd);
-    if (length <= 0)
-        return 0;
-    stat[length] = '\0';
-    const char *field = strrchr(stat, ')');  /* the name may hold spaces */
-    for (int i = 2; field && i < 20; i++)
-        field = strchr(field + 1, ' ');
-    return field ? atoi(field + 1) : 0;
+    return (int)bh_proc_stat_field(0, 20);
 }
 
 /* A single-threaded process holding some of the compartment's permits and

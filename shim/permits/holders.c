@@ -28,12 +28,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/shm.h>
 #include <unistd.h>
 
 #include "libc/libc.h"
+#include "libc/proc_stat.h"
 
 struct my_holding {
     _Atomic uint32_t claimed;   /* held + being taken: the per_process count */
@@ -89,22 +89,7 @@ int bh_holding_reserve(int index)
 /* /proc/<pid>/stat field 22: tells a live pid from a reused one. */
 static uint64_t process_start_time(pid_t pid)
 {
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = libc_open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    ssize_t length = libc_read(fd, text, sizeof text - 1);
-    libc_close(fd);
-    if (length <= 0)
-        return 0;
-    text[length] = '\0';
-    const char *field = strrchr(text, ')'); /* the name may hold spaces */
-    unsigned long long start = 0;
-    if (field)
-        sscanf(field + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
-                          "%*d %*d %*d %*d %*d %*d %llu", &start);
-    return start;
+    return bh_proc_stat_field(pid, 22);
 }
 
 /* A start time of 0 is unknown (the holder could not open /proc, at its
