@@ -164,11 +164,14 @@ EOF
     elf32 "$T/dynamic32" "$T/no-such-loader"
     bh_run "$T/static32"
     assert_equal "${stderr_lines[0]}" "bulkhead: run: warning: $T/static32 is statically linked: no dynamic loader reads LD_PRELOAD for it$WARNING_TAIL"
-    # where the kernel runs i386 programs, it ran with its own status
-    if [[ $status -ne 127 ]]; then
-        assert_equal "$status" 7
-        assert_equal "${#stderr_lines[@]}" 1
-    fi
+    # where the kernel runs i386 programs (run directly, it exits 7), it
+    # ran under run with its own status too; a kernel without IA32
+    # emulation refuses it (ENOEXEC), and what happens then is execvp's
+    local direct=0
+    "$T/static32" 2>/dev/null || direct=$?
+    ((direct == 7)) || return 0
+    assert_equal "$status" 7
+    assert_equal "${#stderr_lines[@]}" 1
     # the loader it names does not exist: exec fails, with no warning first
     run -127 --separate-stderr "$BULKHEAD" run -c "$RULES" -- "$T/dynamic32"
     assert_equal "$stderr" "bulkhead: run: $T/dynamic32: No such file or directory"
