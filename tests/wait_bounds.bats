@@ -26,7 +26,8 @@ rules_with() {
 
 # HOLD_THEN_MORE PORT READY GO: connects once and keeps it, writes READY,
 # waits for GO to exist, then connects again; prints "first=R second=R",
-# each R "ok" or the errno number.
+# each R "ok" or the errno number, and keeps what it holds until killed (a
+# process that exited would give its permits to the other one).
 HOLD_THEN_MORE='
 import os, socket, sys, time
 def connect():
@@ -42,6 +43,7 @@ while not os.path.exists(sys.argv[3]):
     time.sleep(0.01)
 second, r2 = connect()
 print("first=%s second=%s" % (r1, r2), flush=True)
+time.sleep(600)
 '
 
 @test "wait_nonblocking = yes: an asyncio connect waits at most nonblocking_wait_ms, then is refused, and the log says why" {
@@ -70,15 +72,13 @@ asyncio.run(main())
     start_server srv -1
     rules_with 2
     bg_shim "$T/a" python3 -c "$HOLD_THEN_MORE" "$SERVER_PORT" "$T/a.ready" "$T/go"
-    local a=$BG_PID
     bg_shim "$T/b" python3 -c "$HOLD_THEN_MORE" "$SERVER_PORT" "$T/b.ready" "$T/go"
-    local b=$BG_PID
     wait_for test -e "$T/a.ready"
     wait_for test -e "$T/b.ready"
     # Each holds one of the two permits and asks for the other's.
     touch "$T/go"
-    wait_pid "$a" 20
-    wait_pid "$b" 20
+    wait_for -t 20 file_has "$T/a" '^first='
+    wait_for -t 20 file_has "$T/b" '^first='
     run cat "$T/a" "$T/b"
     assert_output "$(printf 'first=ok second=111\nfirst=ok second=111')"
     run cat "$T/shim.log"
@@ -100,7 +100,7 @@ asyncio.run(main())
     run "$BULKHEAD" stat -c "$RULES"
     assert_output --regexp "[ ,]$a\(1\+waits\)"
     kill "$other"
-    wait_pid "$a" 20
+    wait_for -t 20 file_has "$T/a" '^first='
     run cat "$T/a"
     assert_output "first=ok second=ok"
     assert_equal "$(server_stat srv total)" 3
