@@ -61,7 +61,7 @@ listening() {
     command -v nginx >/dev/null || fail "nginx is not installed (make deps)"
     echo www-data >>"$T/other_users"
     start_server srv 3000
-    rules 3
+    compartment_rules 3
     local port
     port=$(free_port)
     nginx_conf "$port"
@@ -76,7 +76,7 @@ listening() {
     command -v haproxy >/dev/null || fail "haproxy is not installed (make deps)"
     echo nobody >>"$T/other_users"
     start_server srv 3000
-    rules 3
+    compartment_rules 3
     local port
     port=$(free_port)
     cat >"$T/haproxy.cfg" <<EOF2

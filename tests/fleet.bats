@@ -10,11 +10,7 @@ load helpers/common
 load helpers/cli
 load helpers/fleet
 
-setup() {
-    bh_setup
-    command -v redis-server >/dev/null || skip "redis-server is not installed"
-    [[ -x "$BH_ROOT/build/bulkhead-agent" ]] || fail "missing build/bulkhead-agent: run make"
-}
+setup() { fleet_setup; }
 teardown() { bh_teardown; }
 
 # three_hosts LIMIT: Redis, one server, hosts a, b and c sharing LIMIT,

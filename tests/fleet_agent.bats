@@ -10,16 +10,8 @@ load helpers/common
 load helpers/cli
 load helpers/fleet
 
-setup() {
-    bh_setup
-    command -v redis-server >/dev/null || skip "redis-server is not installed"
-    [[ -x "$BH_ROOT/build/bulkhead-agent" ]] || fail "missing build/bulkhead-agent: run make"
-}
+setup() { fleet_setup; }
 teardown() { bh_teardown; }
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # redis_calls COMMAND [FIELD]: Redis's own count of COMMAND (INFO
 # commandstats: calls, or failed_calls), 0 if never run.

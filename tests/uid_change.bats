@@ -13,7 +13,7 @@ teardown() { uid_teardown; }
 @test "a process that setuid()s to nobody is capped in nobody's namespace, which stat -u reads" {
     echo nobody >>"$T/other_users"
     start_server srv -1
-    rules 2
+    compartment_rules 2
     cat >"$T/drop.py" <<'EOF2'
 import os, socket, sys, time
 port = int(sys.argv[1])
@@ -38,7 +38,7 @@ EOF2
     assert_equal "$(server_stat srv open)" 2
     run "$BULKHEAD" stat -n "$NS" -u nobody --json
     assert_success
-    assert_output --partial '"name": "up", "limit": 2, "in_use": 2'
+    assert_output --partial '"name": "downstream", "limit": 2, "in_use": 2'
 }
 
 # drop_raw ON_FAILURE: a python process changes its uid with a raw

@@ -381,22 +381,29 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
     }
 }
 
+/* What bh_fd_for_each_connection hands bh_fd_for_each: the round that marks
+ * a connection visited, and the caller's own visitor. */
+struct visit_once {
+    uint32_t round;
+    void (*visit)(int fd, void *ctx);
+    void *ctx;
+};
+
+static void visit_connection_once(int fd, uint32_t connection, int compartment,
+                                  void *ctx)
+{
+    struct visit_once *once = ctx;
+    (void)compartment;
+    if (atomic_exchange(&connection_for(connection, 0)->visited, once->round) !=
+        once->round)
+        once->visit(fd, once->ctx);
+}
+
 void bh_fd_for_each_connection(void (*visit)(int fd, void *ctx), void *ctx)
 {
     static _Atomic uint32_t rounds;
-    uint32_t round = atomic_fetch_add(&rounds, 1) + 1;
-    if (!owned_here())
-        return;
-    unsigned chunks = atomic_load(&fd_chunks_in_use);
-    for (unsigned chunk = 0; chunk < chunks; chunk++) {
-        _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
-        for (unsigned i = 0; entries && i < CHUNK_SIZE; i++) {
-            uint32_t id_plus_one = entry_connection(atomic_load(&entries[i]));
-            if (id_plus_one &&
-                atomic_exchange(&connection_for(id_plus_one - 1, 0)->visited, round) != round)
-                visit((int)(chunk * CHUNK_SIZE + i), ctx);
-        }
-    }
+    struct visit_once once = { atomic_fetch_add(&rounds, 1) + 1, visit, ctx };
+    bh_fd_for_each(visit_connection_once, &once);
 }
 
 /* Entries of connections without a share are cleared, then those

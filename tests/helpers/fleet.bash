@@ -6,8 +6,15 @@
 REFRESH_MS=200
 LEASE_MS=1000
 
+# fleet_setup: each test's set-up; a machine without redis-server skips.
+fleet_setup() {
+    bh_setup
+    command -v redis-server >/dev/null || skip "redis-server is not installed"
+    [[ -x "$BH_ROOT/build/bulkhead-agent" ]] || fail "missing build/bulkhead-agent: run make"
+}
+
 start_redis() {
-    REDIS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    REDIS_PORT=$(free_port)
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
         ${REDIS_PASSWORD:+--requirepass "$REDIS_PASSWORD"} >"$T/redis.log" 2>&1 3>&- &
     REDIS_PID=$!

@@ -28,17 +28,6 @@ uid_teardown() {
     [[ -z "$left" ]] || fail "teardown: SysV objects left behind:$left"
 }
 
-# rules LIMIT: one compartment [up] on the hold server, fail-fast.
-rules() {
-    write_rules "$RULES" <<EOF2
-[global]
-namespace = $NS
-[up]
-limit = $1
-match = 127.0.0.1:$SERVER_PORT
-EOF2
-}
-
 # daemon NAME CMD...: CMD under `bulkhead run`, as a process group of its
 # own, killed whole at teardown.
 daemon() {

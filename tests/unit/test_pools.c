@@ -20,9 +20,9 @@
 #include <cmocka.h>
 
 #include "permits/permits.h"
+#include "namespace_fixture.h"
 
 static struct bh_namespace ns;
-static int next_compartment;
 
 static int set_up(void **state)
 {
@@ -42,26 +42,14 @@ static int tear_down(void **state)
     return bh_namespace_remove(&ns);
 }
 
-/* A fresh compartment: `limit` permits, and one reserve of `reserved` for
- * "env=CLASS=critical" when reserved > 0. */
 static int compartment(int limit, int reserved)
 {
-    struct bh_compartment rules = { .limit = limit };
-    snprintf(rules.name, sizeof rules.name, "c%d", next_compartment++);
-    if (reserved) {
-        rules.reserve_count = 1;
-        rules.reserves[0].permits = reserved;
-        snprintf(rules.reserves[0].who.text, BH_WHO_MAX, "env=CLASS=critical");
-    }
-    int live, index = bh_compartment_register(&ns, &rules, limit, &live);
-    assert_true(index >= 0);
-    return index;
+    return fixture_compartment(&ns, limit, reserved);
 }
 
 static int take(int index, int reserve, int weight)
 {
-    struct bh_permit_ask ask = { index, reserve, weight };
-    return bh_permit_try(&ns, &ask) == BH_ACQUIRED;
+    return fixture_take(&ns, index, reserve, weight);
 }
 
 static int takes(int index, int reserve, int weight, int times)

@@ -1,0 +1,35 @@
+/* What the unit tests over a real namespace share: a fresh compartment in
+ * it and a plain take. Each test program owns its namespace (opened in its
+ * set-up, removed in its tear-down) and passes it here. */
+#ifndef BH_TESTS_UNIT_NAMESPACE_FIXTURE_H
+#define BH_TESTS_UNIT_NAMESPACE_FIXTURE_H
+
+#include <stdio.h>
+
+#include "permits/permits.h"
+
+/* A compartment never registered before in ns: `limit` permits, and one
+ * reserve of `reserved` for "env=CLASS=critical" when reserved > 0. */
+static inline int fixture_compartment(struct bh_namespace *ns, int limit, int reserved)
+{
+    static int registered;
+    struct bh_compartment rules = { .limit = limit };
+    snprintf(rules.name, sizeof rules.name, "c%d", registered++);
+    if (reserved) {
+        rules.reserve_count = 1;
+        rules.reserves[0].permits = reserved;
+        snprintf(rules.reserves[0].who.text, BH_WHO_MAX, "env=CLASS=critical");
+    }
+    int live, index = bh_compartment_register(ns, &rules, limit, &live);
+    assert_true(index >= 0);
+    return index;
+}
+
+/* One try for `weight` permits, from reserve `reserve` (-1: none). */
+static inline int fixture_take(struct bh_namespace *ns, int index, int reserve, int weight)
+{
+    struct bh_permit_ask ask = { index, reserve, weight };
+    return bh_permit_try(ns, &ask) == BH_ACQUIRED;
+}
+
+#endif
