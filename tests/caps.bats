@@ -112,7 +112,9 @@ EOF
 }
 
 @test "short wait: late python clients fail with the configured errno (ETIMEDOUT)" {
-    start_server web 3000
+    # The holders hold for a minute (the test ends long before): however
+    # slowly the late clients start, their 200 ms wait finds no permit.
+    start_server web 60000
     caps_rules 2 200 ETIMEDOUT
     local i pids=()
     for i in 1 2; do
