@@ -33,10 +33,11 @@ semaphore() {
         table && $1 == n { print (f == "value" ? $2 : $3) }'
 }
 
-@test "1,000 SIGKILLs of holders and waiters, limit 4: all 4 permits free, nobody waiting" {
+# 300 here; `make soak` runs storms of this kind for as long as it is given.
+@test "300 SIGKILLs of holders and waiters, limit 4: all 4 permits free, nobody waiting" {
     storm_rules 3600000
     local round i pids
-    for round in $(seq 1 100); do
+    for round in $(seq 1 30); do
         pids=()
         for i in $(seq 1 10); do
             env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
