@@ -19,17 +19,19 @@
  * Who closes it: the sample (or drop) that finds it due swaps the window
  * sequence from the even value it read before adding itself to the next,
  * odd, one. One compare-and-swap wins; the others go on adding to the
- * window. The winner takes the figures with atomic exchanges, so every
- * sample counts in exactly one window, reopens (start time, then the
- * sequence to the next even value), and only then decides and applies,
- * so that samples flow while it takes the namespace lock.
+ * window. The winner restarts the clock, takes the figures with atomic
+ * exchanges (every sample counts in exactly one window: those added while
+ * it decides count in the next), decides and applies, and only then swaps
+ * the sequence to the next even value: no other window can close while a
+ * decision is being applied, so decisions follow each other in window
+ * order, one per window.
  *
  * Who writes the rest: the estimate, the baseline and the last change are
  * written by winners, and by bh_adaptive_moved/set_mode/configure (the
  * operator's commands). A winner swaps the estimate from the value it
  * computed from, and moves the live limit with bh_compartment_set_limit_if
  * from the value it read, so an operator's `set` (or the fleet agent) in
- * between wins, and so does the later of two overlapping winners.
+ * between wins.
  * `applied` is the live limit as the controller last left it: for a
  * compartment that is not a fleet's, a live limit that differs from it
  * was set by someone else, and the controller continues from there.
@@ -40,9 +42,8 @@
  *     landing in it, and the first one BH_ADAPTIVE_TAKEOVER_MS after it
  *     opened swaps it back to even, so the next close happens. One
  *     window's figures are lost; no process is waited for.
- *   - between reopening and applying: that window's decision; the next
- *     window decides from the same estimate.
- *   - inside the namespace lock: its SEM_UNDO releases it (permits.c).
+ *   - inside the namespace lock: its SEM_UNDO releases it (permits.c),
+ *     and the window is taken over as above.
  *   - between the estimate's swap and the live limit: the estimate is a
  *     window ahead; the next winner applies from it.
  *   - between the live limit and `applied`: the next winner takes the
@@ -182,7 +183,8 @@ static int decide(struct bh_namespace *ns, int index, struct bh_adaptive_window 
     return may_log(adaptive, now_ns, change);
 }
 
-/* seq: the even sequence read before this caller added itself. */
+/* seq: the even sequence read before this caller added itself. 1: log
+ * *change. */
 static int close_window(struct bh_namespace *ns, int index, uint64_t seq, int64_t now_ns,
                         struct bh_adaptive_change *change)
 {
@@ -196,15 +198,16 @@ static int close_window(struct bh_namespace *ns, int index, uint64_t seq, int64_
     int32_t peak = atomic_exchange(&adaptive->window_peak, 0);
     uint64_t full_now = full_count(shared);
     uint64_t full_then = atomic_exchange(&adaptive->window_full, full_now);
-    uint64_t closing = seq + 1;
-    atomic_compare_exchange_strong(&adaptive->window, &closing, seq + 2);
     atomic_fetch_add(&adaptive->windows, 1);
     uint32_t samples = (uint32_t)(sum >> COUNT_SHIFT);
     struct bh_adaptive_window window = {
         samples, samples ? (int64_t)(sum & LATENCY_MASK) / samples * 1000 : 0, drops,
         peak >= atomic_load(&shared->limit) || full_now != full_then,
     };
-    return decide(ns, index, &window, now_ns, change);
+    int logged = decide(ns, index, &window, now_ns, change);
+    uint64_t closing = seq + 1;  /* no longer ours if it was taken over */
+    atomic_compare_exchange_strong(&adaptive->window, &closing, seq + 2);
+    return logged;
 }
 
 /* Whether the window seq (read before this caller added itself) is due;

@@ -23,8 +23,9 @@ enum {
     /* A connection held longer is not a latency sample (a pooled or
      * streaming connection: its hold says how long the client kept it). */
     BH_ADAPTIVE_LONG_HOLD_MS = 10000,
-    /* A window left closing this long (its closer died) is taken over. */
-    BH_ADAPTIVE_TAKEOVER_MS = 2000,
+    /* A window left closing this long (its closer died) is taken over;
+     * longer than a live closer can take (the namespace lock's 2 s). */
+    BH_ADAPTIVE_TAKEOVER_MS = 5000,
 };
 
 /* ---- the arithmetic (controller.c): pure functions ---- */

@@ -1099,17 +1099,22 @@ static void check_adaptive_fits(struct parser *p, bool limit_known)
     int limit_line = section->key_lines[KEY_LIMIT] ? section->key_lines[KEY_LIMIT] : c->line;
     int reserved = 0;
 
-    if (limit_known && (c->limit < c->min_limit || c->limit > c->max_limit))
+    int min_line = section->key_lines[KEY_MIN_LIMIT];
+
+    if (limit_known && c->limit == 0)
+        report(p, limit_line, "limit: 0 refuses everything; adaptive (line %d) "
+               "needs a limit to start from", section->key_lines[KEY_ADAPTIVE]);
+    else if (limit_known && (c->limit < c->min_limit || c->limit > c->max_limit))
         report(p, limit_line, "limit: %d is outside min_limit to max_limit (%d to "
                "%d): the controller starts at limit", c->limit, c->min_limit,
                c->max_limit);
     for (int i = 0; i < c->reserve_count; i++)
         reserved += c->reserves[i].permits;
     if (reserved > c->min_limit)
-        report(p, section->key_lines[KEY_MIN_LIMIT] ? section->key_lines[KEY_MIN_LIMIT]
-                                                     : section->key_lines[KEY_ADAPTIVE],
-               "min_limit: %d is below the reserves, %d together: the limit never "
-               "goes under them", c->min_limit, reserved);
+        report(p, min_line ? min_line : section->key_lines[KEY_ADAPTIVE],
+               "min_limit: %d%s is below the reserves, %d together: the limit never "
+               "goes under them", c->min_limit, min_line ? "" : " (the default)",
+               reserved);
     for (int i = section->first_rule; i < p->config->rule_count; i++) {
         const struct bh_rule *rule = &p->config->rules[i];
         if (rule->compartment == section->index && rule->weight > 1) {

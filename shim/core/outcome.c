@@ -281,24 +281,25 @@ void bh_outcome_before_exec(void)
     bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
 }
 
-/* Past its connect, and not failed: the hold is the downstream's time. */
-static void adaptive_sample(struct bh_fd_ended ended, int64_t now_ns)
+/* Past its connect, and not failed: the hold is the downstream's time.
+ * Out of line: a compartment that is not adaptive pays one load. */
+static __attribute__((noinline)) void adaptive_sample(int shared, uint32_t watch,
+                                                      int64_t held_ns, int64_t now_ns)
 {
     struct bh_adaptive_change change;
-    if (!(ended.watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED)) &&
-        bh_adaptive_sample(&bh_shim.ns, ended.compartment, now_ns - ended.since_ns, 0,
-                           now_ns, &change))
-        log_limit_change(ended.compartment, &change);
+    if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED)) &&
+        bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, now_ns, &change))
+        log_limit_change(shared, &change);
 }
 
 static void hold_time(struct bh_fd_ended ended)
 {
     if (!ended.since_ns)
         return;
-    int64_t now_ns = monotonic_ns();
-    bh_histogram_record(&shared_of(ended.compartment)->hold_time, now_ns - ended.since_ns);
-    if (bh_adaptive_on(&bh_shim.ns, ended.compartment))
-        adaptive_sample(ended, now_ns);
+    int64_t now_ns = monotonic_ns(), held_ns = now_ns - ended.since_ns;
+    bh_histogram_record(&shared_of(ended.compartment)->hold_time, held_ns);
+    if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
+        adaptive_sample(ended.compartment, ended.watch, held_ns, now_ns);
 }
 
 /* One process's copy of a socket whose record holds the permit
