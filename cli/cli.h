@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "config/config.h"
@@ -37,6 +38,12 @@ extern const struct cli_command cli_apply_command;
 extern const struct cli_command cli_reset_command;
 extern const struct cli_command cli_key_command;
 extern const struct cli_command cli_agent_command;
+extern const struct cli_command cli_suggest_command;
+
+/* bulkhead set NAME limit=N (cmd_control.c): what changed, said on out;
+ * errors reported. CLI_OK or CLI_FAILED. */
+int cli_change_limit(struct bh_namespace *ns, const char *namespace_name,
+                     const char *name, int limit, FILE *out);
 
 /* "leased", "learning", "kept", "fallback", "lapsed". */
 const char *cli_fleet_state_name(enum bh_fleet_state state);

@@ -132,6 +132,9 @@ static void print_compartment(const struct bh_config *config, int index)
         printf("  fleet_limit  %d (fleet-wide; this host's share is granted by "
                "bulkhead agent, up to limit)\n", compartment->fleet_limit);
     print_deadlines(compartment);
+    if (bh_compartment_turnaround(compartment))
+        printf("  turnaround   yes (each send and receive times the answer; "
+               "suggest sizes keep-alive connections by it)\n");
     print_policy(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {

@@ -37,8 +37,8 @@ hold_four_refuse_two() {
     run "$BULKHEAD" stat -c "$RULES"
     assert_success
     assert_line --index 0 "namespace $NS"
-    assert_line --index 1 --regexp '^COMPARTMENT +LIMIT +IN_USE +WAITING +PEAK +ACQUIRED +REJECTED +TIMED_OUT +WAIT_MEAN_MS +WAIT_MAX_MS +HOLDERS$'
-    assert_line --index 2 --regexp '^c +4 +4 +0 +4 +4 +2 +0 +0\.0 +0\.0 +[0-9(),]+$'
+    assert_line --index 1 --regexp '^COMPARTMENT +LIMIT +IN_USE +WAITING +PEAK +ACQUIRED +REJECTED +TIMED_OUT +WAIT_MEAN_MS +WAIT_MAX_MS +UTIL +HOLDERS$'
+    assert_line --index 2 --regexp '^c +4 +4 +0 +4 +4 +2 +0 +0\.0 +0\.0 +(-|[0-9]+%!?) +[0-9(),]+$'
     local holders
     holders="$(stat_column c HOLDERS -c "$RULES")"
     assert_equal "$(tr ',' '\n' <<<"$holders" | sort)" "$(printf '%s\n' \

@@ -90,8 +90,17 @@ struct bh_compartment {
     int reserve_count;
     struct bh_who bypasses[BH_MAX_BYPASSES];
     int bypass_count;
+    int turnaround;        /* 1: measure send-to-answer time on its
+                              connections (costs each send and receive) */
     int line;              /* line of the [section] header */
 };
+
+/* Whether the compartment's connections measure turnaround: the one place
+ * that decides, for the shim and the command alike. */
+static inline int bh_compartment_turnaround(const struct bh_compartment *compartment)
+{
+    return compartment->turnaround;
+}
 
 struct bh_config {
     char *path;

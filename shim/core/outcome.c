@@ -7,6 +7,16 @@
  * it and nobody reports it twice: one connect outcome, one first byte, at
  * most one failure per connection.
  *
+ * Turnaround (a compartment's `turnaround = yes`): a connection carrying
+ * many requests (keep-alive) holds its permit for minutes, so its hold
+ * time says nothing of how long the downstream takes to answer. Its
+ * TURNAROUND bit never clears, so each send and receive on it takes the
+ * watched path: a successful send notes the time in the fd table (this
+ * process's memory) unless an earlier send still waits for its answer;
+ * the first receive that brings bytes after it takes that time back and
+ * records the difference in the compartment's windowed histogram
+ * (permits/window.c). Connections without the bit pay nothing for it.
+ *
  * The probe slot names the process that took it and when (breaker.c), and
  * the connection's since_ns is that when: only that process may give it
  * back, so the PROBE bit is acted on only after the fd table says this
@@ -58,6 +68,8 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
         watch |= BH_WATCH_PROBE;
     if (compartment->io_timeout_ms > 0)
         watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE;
+    if (bh_compartment_turnaround(compartment))
+        watch |= BH_WATCH_TURNAROUND;
     return watch;
 }
 
@@ -197,6 +209,23 @@ static int learn_from_error(int fd, uint32_t watch, int err, int receive, int fl
     return err;
 }
 
+/* A send went out, or an answer came in, on a connection that measures
+ * turnaround (see the top). */
+static void turnaround(int fd, int receive)
+{
+    if (!receive) {
+        if (!bh_fd_send_waits(fd))
+            bh_fd_note_send(fd, monotonic_ns());
+        return;
+    }
+    int shared = -1;
+    int64_t sent = bh_fd_take_send(fd, &shared);
+    if (sent && shared >= 0) {
+        int64_t now = monotonic_ns();
+        bh_window_turnaround(bh_window_of(&bh_shim.ns, shared), now - sent, now);
+    }
+}
+
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags)
 {
@@ -208,6 +237,8 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
             bh_outcome_connected(fd);
         if (receive && result > 0 && (watch & BH_WATCH_FIRST_BYTE))
             first_byte(fd, watch);
+        if (result > 0 && (watch & BH_WATCH_TURNAROUND))
+            turnaround(fd, receive);
     }
     errno = err;
     return result;
@@ -241,11 +272,16 @@ void bh_outcome_before_exec(void)
     bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
 }
 
+/* The hold's time in the cumulative histogram, and in the window with
+ * its permit time (permits/window.c). */
 static void hold_time(struct bh_fd_ended ended)
 {
-    if (ended.since_ns)
-        bh_histogram_record(&shared_of(ended.compartment)->hold_time,
-                            monotonic_ns() - ended.since_ns);
+    if (!ended.since_ns)
+        return;
+    int64_t now = monotonic_ns();
+    bh_histogram_record(&shared_of(ended.compartment)->hold_time, now - ended.since_ns);
+    bh_window_hold(bh_window_of(&bh_shim.ns, ended.compartment), ended.weight,
+                   ended.since_ns, now);
 }
 
 /* One process's copy of a socket whose record holds the permit
