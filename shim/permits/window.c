@@ -105,6 +105,7 @@ static void clear_second(struct bh_window_second *slot)
         atomic_store_explicit(&slot->events[e], 0, memory_order_relaxed);
     atomic_store_explicit(&slot->permit_us, 0, memory_order_relaxed);
     atomic_store_explicit(&slot->first_us, NS_PER_S / NS_PER_US, memory_order_relaxed);
+    atomic_store_explicit(&slot->last_us, 0, memory_order_relaxed);
 }
 
 static void clear_period(struct bh_window_period *slot)
@@ -177,14 +178,26 @@ static inline void add_to_period(struct bh_window_period *ring, uint64_t second,
                               memory_order_relaxed);
 }
 
+/* The figure at at_ns is the latest of its second so far. A plain store
+ * after the compare: racing recorders may leave it a few us early. */
+static inline void note_last(struct bh_window_second *slot, int64_t second, int64_t at_ns)
+{
+    uint32_t us = (uint32_t)((at_ns - second * NS_PER_S) / NS_PER_US);
+    if (us > atomic_load_explicit(&slot->last_us, memory_order_relaxed))
+        atomic_store_explicit(&slot->last_us, us, memory_order_relaxed);
+}
+
 /* ---- recording ---- */
 
 void bh_window_count(struct bh_window_shared *window, enum bh_window_event event,
                      int64_t now_ns)
 {
-    struct bh_window_second *slot = second_at(window, now_ns / NS_PER_S, now_ns);
-    if (slot)
-        atomic_fetch_add_explicit(&slot->events[event], 1, memory_order_relaxed);
+    int64_t second = now_ns / NS_PER_S;
+    struct bh_window_second *slot = second_at(window, second, now_ns);
+    if (!slot)
+        return;
+    atomic_fetch_add_explicit(&slot->events[event], 1, memory_order_relaxed);
+    note_last(slot, second, now_ns);
 }
 
 /* weight x the part of [since_ns, now_ns] in each second still in the
@@ -199,6 +212,8 @@ static __attribute__((noinline)) void spread_permit_time(struct bh_window_shared
     for (; second >= oldest && end > since_ns; second--) {
         int64_t start = second * NS_PER_S > since_ns ? second * NS_PER_S : since_ns;
         struct bh_window_second *slot = second_at(window, second, start);
+        if (slot && end == now_ns)
+            note_last(slot, second, now_ns);
         if (slot) {
             atomic_fetch_add_explicit(&slot->permit_us,
                                       (uint64_t)weight * (uint64_t)((end - start) / NS_PER_US),
@@ -232,6 +247,7 @@ void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_n
     atomic_fetch_add_explicit(&slot->permit_us, (uint64_t)weight * held_us,
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&slot->events[BH_WINDOW_ADMITTED], 1, memory_order_relaxed);
+    note_last(slot, second, now_ns);
 }
 
 void bh_window_turnaround(struct bh_window_shared *window, int64_t elapsed_ns,
@@ -265,14 +281,14 @@ void bh_window_clear(struct bh_window_shared *window)
 
 /* Adds one second's figures if its slot still counts that second;
  * returns when in it the first came (ns since the clock's origin), or -1
- * when it had none. */
+ * when it had none, and when the last came in *last_ns. */
 static int64_t read_second(struct bh_window_shared *window, int64_t second,
-                           struct bh_window_view *view)
+                           struct bh_window_view *view, int64_t *last_ns)
 {
     struct bh_window_second *slot = &window->seconds[second % BH_WINDOW_SLOTS];
     if (atomic_load_explicit(&slot->tag, memory_order_acquire) != second + 1)
         return -1;
-    uint32_t first_us = atomic_load(&slot->first_us);
+    uint32_t first_us = atomic_load(&slot->first_us), last_us = atomic_load(&slot->last_us);
     uint64_t events[BH_WINDOW_EVENTS], any = atomic_load(&slot->permit_us);
     uint64_t permit_us = any;
     for (int e = 0; e < BH_WINDOW_EVENTS; e++)
@@ -285,6 +301,7 @@ static int64_t read_second(struct bh_window_shared *window, int64_t second,
     if (!any)
         return -1;
     first_us = first_us < NS_PER_S / NS_PER_US ? first_us : 0;
+    *last_ns = second * NS_PER_S + (int64_t)(last_us > first_us ? last_us : first_us) * NS_PER_US;
     return second * NS_PER_S + (int64_t)first_us * NS_PER_US;
 }
 
@@ -325,15 +342,16 @@ void bh_window_read(struct bh_window_shared *window, int seconds, int64_t now_ns
     memset(view, 0, sizeof *view);
     read_totals(window, view);
     seconds = seconds < 1 ? 1 : seconds > BH_WINDOW_SECONDS ? BH_WINDOW_SECONDS : seconds;
-    int64_t now_s = now_ns / NS_PER_S, from = now_s - seconds, start_ns = -1;
+    int64_t now_s = now_ns / NS_PER_S, from = now_s - seconds, start_ns = -1, end_ns = -1;
     for (int64_t second = now_s; second >= from; second--) {
-        int64_t first_ns = read_second(window, second, view);
+        int64_t last_ns, first_ns = read_second(window, second, view, &last_ns);
         start_ns = first_ns >= 0 ? first_ns : start_ns;
+        end_ns = first_ns >= 0 && end_ns < 0 ? last_ns : end_ns;
     }
     if (start_ns < 0)
         return;  /* nothing ran in it */
     /* At least a second, so that a first figure a moment ago is no rate. */
-    view->window_ns = now_ns - start_ns;
+    view->window_ns = end_ns - start_ns;
     view->window_ns = view->window_ns < NS_PER_S ? NS_PER_S : view->window_ns;
     int64_t first = start_ns / NS_PER_S / BH_WINDOW_PERIOD_S;
     int64_t last = now_s / BH_WINDOW_PERIOD_S;

@@ -38,7 +38,7 @@ struct bh_window_second {
     _Atomic uint32_t events[BH_WINDOW_EVENTS];
     _Atomic uint32_t first_us;    /* the earliest figure, us into the second:
                                      where a window's first second starts */
-    uint32_t unused;
+    _Atomic uint32_t last_us;     /* the latest: where its last one ends */
     _Atomic uint64_t permit_us;   /* permits x microseconds held in it */
 };
 
@@ -80,9 +80,10 @@ void bh_window_turnaround(struct bh_window_shared *window, int64_t elapsed_ns,
 void bh_window_clear(struct bh_window_shared *window);
 
 /* What a reader gets: sums over the window, which starts `seconds` ago
- * (at most BH_WINDOW_SECONDS), or at the first figure in it if that is
- * later, so that time before anything ran divides nothing. Histograms are
- * read in whole 8 s periods, so they may reach up to 8 s further back. */
+ * (at most BH_WINDOW_SECONDS) or at the first figure in it if that is
+ * later, and ends at the last figure, so that time before and after the
+ * traffic divides nothing. Histograms are read in whole 8 s periods, so
+ * they may reach up to 8 s further back. */
 struct bh_window_view {
     int64_t window_ns;            /* its length; 0: nothing in it */
     uint64_t events[BH_WINDOW_EVENTS];

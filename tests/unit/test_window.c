@@ -128,7 +128,7 @@ static void test_slots_expire_after_the_window(void **state)
 }
 
 /* Sums over the asked window only; the window starts at the first figure
- * in it, never before. */
+ * in it and ends at the last, never before or after. */
 static void test_sums_over_a_window_from_the_first_figure(void **state)
 {
     (void)state;
@@ -140,9 +140,9 @@ static void test_sums_over_a_window_from_the_first_figure(void **state)
     for (int second = 30; second < 40; second++)
         expected += second % 3 + 1;
     assert_int_equal(view.events[BH_WINDOW_ADMITTED], expected);
-    assert_int_equal(view.window_ns, 10 * S - 250 * MS);  /* from 30.25 s */
+    assert_int_equal(view.window_ns, 9 * S);   /* from 30.25 s to the last, 39.25 s */
     bh_window_read(window, 60, T0 + 40 * S, &view);
-    assert_int_equal(view.window_ns, 40 * S - 250 * MS);  /* traffic began at 0.25 s */
+    assert_int_equal(view.window_ns, 39 * S);  /* traffic began at 0.25 s */
     bh_window_read(window, 60, T0 + 250 * MS + 10 * MS, &view);
     assert_int_equal(view.window_ns, S);                   /* at least a second */
 }
@@ -156,7 +156,7 @@ static void test_permit_time_spread_over_the_seconds_held(void **state)
     assert_int_equal(view.permit_us, 5500000);
     assert_int_equal(view.hold_count, 1);
     assert_int_equal(view.events[BH_WINDOW_ADMITTED], 1);
-    assert_int_equal(view.window_ns, 3 * S + 500 * MS);   /* from the hold's start */
+    assert_int_equal(view.window_ns, 2 * S + 750 * MS);   /* the hold's start to its end */
     bh_window_read(window, 2, T0 + 104 * S, &view);      /* 102..104: 1.25 s of it */
     assert_int_equal(view.permit_us, 2500000);
     assert_int_equal(view.events[BH_WINDOW_ADMITTED], 0); /* admitted at 100.5 */
