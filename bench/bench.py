@@ -1189,16 +1189,12 @@ def cost_lines(ir_op, sc_op, sc_detail):
                  f"({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) instr, "
                  f"{sc_op['cc_deadlines']:.2f} "
                  f"({sc_op['cc_deadlines'] - sc_op['cc_bare']:+.2f}) syscalls")
-    for title, prefix in (("send/recv, both deadlines", "pp"),
-                          ("write/read, both deadlines", "pprw")):
+    for title, prefix, variant in (("send/recv, both deadlines", "pp", "deadlines"),
+                                   ("write/read, both deadlines", "pprw", "deadlines"),
+                                   ("send/recv, turnaround = yes", "pp", "turnaround"),
+                                   ("write/read, turnaround = yes", "pprw", "turnaround")):
         b = ir_op[f"{prefix}_bare"] / 2
-        x, y = ir_op[f"{prefix}_deadlines"] / 2, sc_op[f"{prefix}_deadlines"] / 2
-        lines.append(f"{title:<34} {'':>10} {'':>16} {x:>8.1f} ({x - b:+6.1f}) instr, "
-                     f"{y:.2f} ({y - sc_op[f'{prefix}_bare'] / 2:+.2f}) syscalls per call")
-    for title, prefix in (("send/recv, turnaround = yes", "pp"),
-                          ("write/read, turnaround = yes", "pprw")):
-        b = ir_op[f"{prefix}_bare"] / 2
-        x, y = ir_op[f"{prefix}_turnaround"] / 2, sc_op[f"{prefix}_turnaround"] / 2
+        x, y = ir_op[f"{prefix}_{variant}"] / 2, sc_op[f"{prefix}_{variant}"] / 2
         lines.append(f"{title:<34} {'':>10} {'':>16} {x:>8.1f} ({x - b:+6.1f}) instr, "
                      f"{y:.2f} ({y - sc_op[f'{prefix}_bare'] / 2:+.2f}) syscalls per call")
     u = ir_op["ccport_unmatched"]

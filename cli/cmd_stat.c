@@ -513,7 +513,7 @@ static void print_table(const struct snapshot *snapshot)
     print_fleet(snapshot);
 }
 
-static void print_json_string(const char *text)
+void cli_print_json_string(const char *text)
 {
     putchar('"');
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
@@ -590,7 +590,7 @@ static void print_json_compartment(const struct compartment_row *row)
 {
     const struct bh_compartment_view *view = &row->stat.view;
     printf("{\"name\": ");
-    print_json_string(view->name);
+    cli_print_json_string(view->name);
     printf(", \"limit\": %d, \"in_use\": %d, \"waiting\": %d, \"peak\": %" PRId64
            ", \"acquired\": %" PRIu64 ", \"rejected\": %" PRIu64
            ", \"timed_out\": %" PRIu64 ", \"waits\": %" PRIu64
@@ -608,7 +608,7 @@ static void print_json_compartment(const struct compartment_row *row)
     for (int r = 0; r < view->reserve_count; r++) {
         const struct bh_reserve_view *reserve = &row->stat.reserves[r];
         printf("%s{\"who\": ", r ? ", " : "");
-        print_json_string(reserve->who);
+        cli_print_json_string(reserve->who);
         printf(", \"permits\": %d, \"in_use\": %d, \"free\": %d, \"owes\": %d"
                ", \"waiting\": %d}", reserve->permits, reserve->in_use,
                reserve->free_now, reserve->owes, reserve->waiting);
@@ -623,7 +623,7 @@ static void print_json_compartment(const struct compartment_row *row)
 static void print_json(const struct snapshot *snapshot)
 {
     printf("{\"namespace\": ");
-    print_json_string(snapshot->namespace_name);
+    cli_print_json_string(snapshot->namespace_name);
     printf(", \"compartments\": [");
     for (int i = 0; i < snapshot->count; i++) {
         printf("%s\n  ", i ? "," : "");

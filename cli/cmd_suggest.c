@@ -143,27 +143,13 @@ static void suggest_one(struct bh_namespace *ns, int index, const struct suggest
 
 /* ---- output ---- */
 
-static void print_json_string(const char *text)
-{
-    putchar('"');
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            printf("\\%c", *c);
-        else if (*c < 0x20)
-            printf("\\u%04x", *c);
-        else
-            putchar(*c);
-    }
-    putchar('"');
-}
-
 static void print_json(const struct suggestion *list, int count, int window_s)
 {
     printf("{\"window_s\": %d, \"compartments\": [", window_s);
     for (int i = 0; i < count; i++) {
         const struct suggestion *s = &list[i];
         printf("%s\n  {\"name\": ", i ? "," : "");
-        print_json_string(s->view.name);
+        cli_print_json_string(s->view.name);
         printf(", \"limit\": %d, \"suggested_limit\": ", s->view.limit);
         if (s->suggested >= 0)
             printf("%d", s->suggested);
@@ -174,7 +160,7 @@ static void print_json(const struct suggestion *list, int count, int window_s)
                "\"samples\": %" PRIu64 ", \"verdict\": ", s->window.utilization,
                s->window.arrival_rate, s->window.refused_rate, s->p50_ms, s->p99_ms,
                s->window.in_use_mean, s->samples);
-        print_json_string(s->verdict);
+        cli_print_json_string(s->verdict);
         printf(", \"signal\": \"%s\", \"request_rate\": %.3f, \"window_s\": %.3f, "
                "\"in_use\": %d, \"peak\": %" PRId64 "}",
                s->by_turnaround ? "turnaround" : "hold", s->rate, s->window.window_s,

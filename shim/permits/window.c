@@ -3,7 +3,8 @@
  *
  * What is shared: per compartment one struct bh_window_shared (window.h):
  * a ring of 64 one-second slots (admitted, refused, timed out, answers
- * timed, permit-us, and when in the second the first figure came)
+ * timed, permit-us, and when in the second the first figure came), when
+ * the latest figure came
  * and two rings of 8 eight-second periods of log-linear histograms (hold
  * time, turnaround), each slot tagged with the second (period) + 1 it
  * counts. Readers sum the slots whose tags fall in their window; a slot
@@ -105,7 +106,6 @@ static void clear_second(struct bh_window_second *slot)
         atomic_store_explicit(&slot->events[e], 0, memory_order_relaxed);
     atomic_store_explicit(&slot->permit_us, 0, memory_order_relaxed);
     atomic_store_explicit(&slot->first_us, NS_PER_S / NS_PER_US, memory_order_relaxed);
-    atomic_store_explicit(&slot->last_us, 0, memory_order_relaxed);
 }
 
 static void clear_period(struct bh_window_period *slot)
@@ -178,13 +178,11 @@ static inline void add_to_period(struct bh_window_period *ring, uint64_t second,
                               memory_order_relaxed);
 }
 
-/* The figure at at_ns is the latest of its second so far. A plain store
- * after the compare: racing recorders may leave it a few us early. */
-static inline void note_last(struct bh_window_second *slot, int64_t second, int64_t at_ns)
+/* The latest figure so far: a plain store, so that racing recorders may
+ * leave it a few us early, which a window's end can bear. */
+static inline void note_last(struct bh_window_shared *window, int64_t at_ns)
 {
-    uint32_t us = (uint32_t)((at_ns - second * NS_PER_S) / NS_PER_US);
-    if (us > atomic_load_explicit(&slot->last_us, memory_order_relaxed))
-        atomic_store_explicit(&slot->last_us, us, memory_order_relaxed);
+    atomic_store_explicit(&window->last_ns, at_ns, memory_order_relaxed);
 }
 
 /* ---- recording ---- */
@@ -192,12 +190,11 @@ static inline void note_last(struct bh_window_second *slot, int64_t second, int6
 void bh_window_count(struct bh_window_shared *window, enum bh_window_event event,
                      int64_t now_ns)
 {
-    int64_t second = now_ns / NS_PER_S;
-    struct bh_window_second *slot = second_at(window, second, now_ns);
+    struct bh_window_second *slot = second_at(window, now_ns / NS_PER_S, now_ns);
     if (!slot)
         return;
     atomic_fetch_add_explicit(&slot->events[event], 1, memory_order_relaxed);
-    note_last(slot, second, now_ns);
+    note_last(window, now_ns);
 }
 
 /* weight x the part of [since_ns, now_ns] in each second still in the
@@ -212,8 +209,6 @@ static __attribute__((noinline)) void spread_permit_time(struct bh_window_shared
     for (; second >= oldest && end > since_ns; second--) {
         int64_t start = second * NS_PER_S > since_ns ? second * NS_PER_S : since_ns;
         struct bh_window_second *slot = second_at(window, second, start);
-        if (slot && end == now_ns)
-            note_last(slot, second, now_ns);
         if (slot) {
             atomic_fetch_add_explicit(&slot->permit_us,
                                       (uint64_t)weight * (uint64_t)((end - start) / NS_PER_US),
@@ -233,6 +228,7 @@ void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_n
         return;
     uint64_t held_us = (uint64_t)(now_ns - since_ns) / NS_PER_US;
     int64_t second = now_ns / NS_PER_S;
+    note_last(window, now_ns);
     add_to_period(window->hold, (uint64_t)second, held_us);
     atomic_fetch_add_explicit(&window->permit_us_total, (uint64_t)weight * held_us,
                               memory_order_relaxed);
@@ -247,7 +243,6 @@ void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_n
     atomic_fetch_add_explicit(&slot->permit_us, (uint64_t)weight * held_us,
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&slot->events[BH_WINDOW_ADMITTED], 1, memory_order_relaxed);
-    note_last(slot, second, now_ns);
 }
 
 void bh_window_turnaround(struct bh_window_shared *window, int64_t elapsed_ns,
@@ -274,6 +269,7 @@ void bh_window_clear(struct bh_window_shared *window)
         clear_period(&window->turnaround[p]);
     }
     atomic_store(&window->permit_us_total, 0);
+    atomic_store(&window->last_ns, 0);
     memset((void *)&window->turnaround_total, 0, sizeof window->turnaround_total);
 }
 
@@ -281,14 +277,14 @@ void bh_window_clear(struct bh_window_shared *window)
 
 /* Adds one second's figures if its slot still counts that second;
  * returns when in it the first came (ns since the clock's origin), or -1
- * when it had none, and when the last came in *last_ns. */
+ * when it had none. */
 static int64_t read_second(struct bh_window_shared *window, int64_t second,
-                           struct bh_window_view *view, int64_t *last_ns)
+                           struct bh_window_view *view)
 {
     struct bh_window_second *slot = &window->seconds[second % BH_WINDOW_SLOTS];
     if (atomic_load_explicit(&slot->tag, memory_order_acquire) != second + 1)
         return -1;
-    uint32_t first_us = atomic_load(&slot->first_us), last_us = atomic_load(&slot->last_us);
+    uint32_t first_us = atomic_load(&slot->first_us);
     uint64_t events[BH_WINDOW_EVENTS], any = atomic_load(&slot->permit_us);
     uint64_t permit_us = any;
     for (int e = 0; e < BH_WINDOW_EVENTS; e++)
@@ -301,7 +297,6 @@ static int64_t read_second(struct bh_window_shared *window, int64_t second,
     if (!any)
         return -1;
     first_us = first_us < NS_PER_S / NS_PER_US ? first_us : 0;
-    *last_ns = second * NS_PER_S + (int64_t)(last_us > first_us ? last_us : first_us) * NS_PER_US;
     return second * NS_PER_S + (int64_t)first_us * NS_PER_US;
 }
 
@@ -342,14 +337,15 @@ void bh_window_read(struct bh_window_shared *window, int seconds, int64_t now_ns
     memset(view, 0, sizeof *view);
     read_totals(window, view);
     seconds = seconds < 1 ? 1 : seconds > BH_WINDOW_SECONDS ? BH_WINDOW_SECONDS : seconds;
-    int64_t now_s = now_ns / NS_PER_S, from = now_s - seconds, start_ns = -1, end_ns = -1;
+    int64_t now_s = now_ns / NS_PER_S, from = now_s - seconds, start_ns = -1;
     for (int64_t second = now_s; second >= from; second--) {
-        int64_t last_ns, first_ns = read_second(window, second, view, &last_ns);
+        int64_t first_ns = read_second(window, second, view);
         start_ns = first_ns >= 0 ? first_ns : start_ns;
-        end_ns = first_ns >= 0 && end_ns < 0 ? last_ns : end_ns;
     }
     if (start_ns < 0)
         return;  /* nothing ran in it */
+    int64_t end_ns = atomic_load(&window->last_ns);
+    end_ns = end_ns > start_ns && end_ns < now_ns ? end_ns : now_ns;
     /* At least a second, so that a first figure a moment ago is no rate. */
     view->window_ns = end_ns - start_ns;
     view->window_ns = view->window_ns < NS_PER_S ? NS_PER_S : view->window_ns;

@@ -38,7 +38,7 @@ struct bh_window_second {
     _Atomic uint32_t events[BH_WINDOW_EVENTS];
     _Atomic uint32_t first_us;    /* the earliest figure, us into the second:
                                      where a window's first second starts */
-    _Atomic uint32_t last_us;     /* the latest: where its last one ends */
+    uint32_t unused;
     _Atomic uint64_t permit_us;   /* permits x microseconds held in it */
 };
 
@@ -59,6 +59,8 @@ struct bh_window_shared {
     struct bh_window_second seconds[BH_WINDOW_SLOTS];
     struct bh_window_period hold[BH_WINDOW_PERIODS];
     struct bh_window_period turnaround[BH_WINDOW_PERIODS];
+    _Atomic int64_t last_ns;            /* CLOCK_MONOTONIC of the latest figure:
+                                           where a window ends */
     _Atomic uint64_t permit_us_total;   /* every hold ever ended: a counter */
     struct bh_window_fixed turnaround_total;
 };
