@@ -3,10 +3,11 @@
  *
  * What is shared: per compartment one struct bh_window_shared (window.h):
  * a ring of 64 one-second slots (admitted, refused, timed out, answers
- * timed, permit-us, and when in the second the first figure came), when
- * the latest figure came
- * and two rings of 8 eight-second periods of log-linear histograms (hold
- * time, turnaround), each slot tagged with the second (period) + 1 it
+ * timed, permit-us, and when in the second the first figure came), two
+ * rings of 8 eight-second periods of log-linear histograms (hold time,
+ * turnaround), and when the latest figure came (where a window ends; one
+ * plain store, so racing recorders may leave it a few us early). Each
+ * slot is tagged with the second (period) + 1 it
  * counts. Readers sum the slots whose tags fall in their window; a slot
  * whose tag is older holds figures from a minute ago and is skipped.
  *
