@@ -73,7 +73,7 @@ $(SHIM): $(CORE_OBJ) $(SHIM_OBJ)
 	$(CC) $(CFLAGS) $(SHIM_LDFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
 
 $(CLI): $(CORE_OBJ) $(CLI_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -lpthread
+	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -lpthread -lm
 
 # lease.lua, the Redis script, as a C string the agent loads.
 $(BUILD)/agent/lease_lua.h: agent/lease.lua
@@ -104,7 +104,7 @@ $(1)/obj/tests/unit/%.o: tests/unit/%.c
 
 $(1)/unit/%: $(1)/obj/tests/unit/%.o $(UNIT_CODE:%.c=$(1)/obj/%.o)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) $(2) -o $$@ $$^ -lcmocka $$(INIH) -ldl -lpthread
+	$$(CC) $$(CFLAGS) $(2) -o $$@ $$^ -lcmocka $$(INIH) -ldl -lpthread -lm
 endef
 $(eval $(call unit_rules,$(BUILD),))
 

@@ -1026,7 +1026,7 @@ def fleet_section(hold, ctl, tmp, base, seconds):
 # ---------------------------------------------------------------------------
 # deterministic cost of connect+close and of the I/O calls
 
-def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_wide):
+def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt, cfg_wide):
     """(tag, mode, port, cfg, extra) for callgrind and strace: connect+close
     and every I/O call, bare, unmatched and matched; tags end in the variant,
     and PREFIX_bare is each one's baseline."""
@@ -1048,6 +1048,8 @@ def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_wide):
         ("pprw_unmatched", "pingpong", echo, cfg_u, ("rw",)),
         ("pp_deadlines", "pingpong", echo, cfg_md, ("send",)),
         ("pprw_deadlines", "pingpong", echo, cfg_md, ("rw",)),
+        ("pp_turnaround", "pingpong", echo, cfg_mt, ("send",)),
+        ("pprw_turnaround", "pingpong", echo, cfg_mt, ("rw",)),
         # I/O on an fd that carries no connection at all (no peer: the
         # pair's two ends in one process), the shim loaded with rules
         ("sprw_bare", "socketpair", None, None, ("rw",)),
@@ -1187,10 +1189,12 @@ def cost_lines(ir_op, sc_op, sc_detail):
                  f"({ir_op['cc_deadlines'] - ir_op['cc_bare']:+6.1f}) instr, "
                  f"{sc_op['cc_deadlines']:.2f} "
                  f"({sc_op['cc_deadlines'] - sc_op['cc_bare']:+.2f}) syscalls")
-    for title, prefix in (("send/recv, both deadlines", "pp"),
-                          ("write/read, both deadlines", "pprw")):
+    for title, prefix, variant in (("send/recv, both deadlines", "pp", "deadlines"),
+                                   ("write/read, both deadlines", "pprw", "deadlines"),
+                                   ("send/recv, turnaround = yes", "pp", "turnaround"),
+                                   ("write/read, turnaround = yes", "pprw", "turnaround")):
         b = ir_op[f"{prefix}_bare"] / 2
-        x, y = ir_op[f"{prefix}_deadlines"] / 2, sc_op[f"{prefix}_deadlines"] / 2
+        x, y = ir_op[f"{prefix}_{variant}"] / 2, sc_op[f"{prefix}_{variant}"] / 2
         lines.append(f"{title:<34} {'':>10} {'':>16} {x:>8.1f} ({x - b:+6.1f}) instr, "
                      f"{y:.2f} ({y - sc_op[f'{prefix}_bare'] / 2:+.2f}) syscalls per call")
     u = ir_op["ccport_unmatched"]
@@ -1366,6 +1370,12 @@ def main():
         write_rules(cfg_md, ns_md, [f"127.0.0.1:{sink}", f"127.0.0.1:{echo}"])
         with open(cfg_md, "a") as f:
             f.write("connect_timeout_ms = 2000\nio_timeout_ms = 5000\n")
+        # Matched, measuring turnaround: what it adds to each send and receive.
+        ns_mt = new_namespace(base, "mt")
+        cfg_mt = os.path.join(tmp, "turnaround.ini")
+        write_rules(cfg_mt, ns_mt, [f"127.0.0.1:{sink}", f"127.0.0.1:{echo}"])
+        with open(cfg_mt, "a") as f:
+            f.write("turnaround = yes\n")
         # Hand-offs: one permit on the server's watch port, waiting allowed.
         ns_w = new_namespace(base, "w")
         cfg_w = os.path.join(tmp, "handoff.ini")
@@ -1376,7 +1386,7 @@ def main():
             path = os.path.join(tmp, f"rules{count}.ini")
             write_scale_rules(path, ns, count, f"127.0.0.1:{sink}", ours)
             scale_cfgs[count] = (path, ns)
-        for path in [cfg_m, cfg_u, cfg_c, cfg_up, cfg_w, cfg_md] + \
+        for path in [cfg_m, cfg_u, cfg_c, cfg_up, cfg_w, cfg_md, cfg_mt] + \
                 [p for p, _ in scale_cfgs.values()]:
             check_rules(path)
         shutil.copy(scale_cfgs[10][0], os.path.join(out_dir, "rules10.ini"))
@@ -1389,7 +1399,7 @@ def main():
         cfg_wide = os.path.join(tmp, "wide.ini")
         write_wide_rules(cfg_wide, ns_wide, WIDE_RULES, WIDE_COMPARTMENTS, sink, ours)
         check_rules(cfg_wide)
-        cost_cases = io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_wide)
+        cost_cases = io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt, cfg_wide)
         dd_seconds = DEAD_SECONDS["quick" if args.quick else "full"]
         fl_seconds = FLEET_SECONDS["quick" if args.quick else "full"]
         if args.only:

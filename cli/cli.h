@@ -1,7 +1,7 @@
 /* The bulkhead command: what the subcommand files share.
  *
  * main.c dispatches to one struct cli_command per subcommand; each lives in
- * the file of its group (cmd_run.c, cmd_check.c, cmd_stat.c, cmd_control.c,
+ * the file of its group (cmd_run.c, cmd_check.c, cmd_stat.c, cmd_suggest.c, cmd_control.c,
  * cmd_key.c) with its own help text. target.c turns -c FILE / -n NAME into the rules
  * and the namespace a command works on. */
 #ifndef BH_CLI_H
@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "config/config.h"
@@ -37,6 +38,12 @@ extern const struct cli_command cli_apply_command;
 extern const struct cli_command cli_reset_command;
 extern const struct cli_command cli_key_command;
 extern const struct cli_command cli_agent_command;
+extern const struct cli_command cli_suggest_command;
+
+/* bulkhead set NAME limit=N (cmd_control.c): what changed, said on out;
+ * errors reported. CLI_OK or CLI_FAILED. */
+int cli_change_limit(struct bh_namespace *ns, const char *namespace_name,
+                     const char *name, int limit, FILE *out);
 
 /* "leased", "learning", "kept", "fallback", "lapsed". */
 const char *cli_fleet_state_name(enum bh_fleet_state state);
@@ -45,6 +52,9 @@ const char *cli_fleet_state_name(enum bh_fleet_state state);
  * (argv[0] is replaced), or run it and return its exit status. */
 int cli_agent_exec(char **argv);
 int cli_agent_run(char **argv);
+
+/* text as a JSON string, quoted and escaped, on stdout (cmd_stat.c). */
+void cli_print_json_string(const char *text);
 
 /* "bulkhead: <message>" on stderr. */
 void cli_error(const char *format, ...) __attribute__((format(printf, 1, 2)));

@@ -152,6 +152,9 @@ static void print_compartment(const struct bh_config *config, int index)
         describe_adaptive(compartment, adaptive, sizeof adaptive);
         printf("  %s\n", adaptive);
     }
+    if (bh_compartment_turnaround(compartment))
+        printf("  turnaround   yes (each send and receive times the answer; "
+               "suggest sizes keep-alive connections by it)\n");
     print_policy(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {

@@ -265,8 +265,8 @@ static int change_fleet_limit(const struct cli_target *target, const char *name,
     return cli_agent_run(argv);
 }
 
-static int change_limit(struct bh_namespace *ns, const char *namespace_name,
-                        const char *name, int limit)
+int cli_change_limit(struct bh_namespace *ns, const char *namespace_name,
+                     const char *name, int limit, FILE *out)
 {
     int index = find_compartment(ns, namespace_name, name);
     if (index < 0)
@@ -283,16 +283,16 @@ static int change_limit(struct bh_namespace *ns, const char *namespace_name,
         return CLI_FAILED;
     }
     bh_adaptive_moved(ns, index, limit);  /* an adaptive one continues from N */
-    printf("%s: limit %d -> %d, %d in use\n", name, before.limit, after.limit,
-           after.in_use);
+    fprintf(out, "%s: limit %d -> %d, %d in use\n", name, before.limit, after.limit,
+            after.in_use);
     if (after.in_use > limit && limit == 0)
-        printf("%s: no connection is cut; new ones are refused\n", name);
+        fprintf(out, "%s: no connection is cut; new ones are refused\n", name);
     else if (after.in_use > limit && limit == 1)
-        printf("%s: no connection is cut; new ones wait or are refused until "
-               "none is in use\n", name);
+        fprintf(out, "%s: no connection is cut; new ones wait or are refused until "
+                "none is in use\n", name);
     else if (after.in_use > limit)
-        printf("%s: no connection is cut; new ones wait or are refused until "
-               "fewer than %d are in use\n", name, limit);
+        fprintf(out, "%s: no connection is cut; new ones wait or are refused until "
+                "fewer than %d are in use\n", name, limit);
     return CLI_OK;
 }
 
@@ -320,7 +320,8 @@ static int set_command(int argc, char **argv)
     if (open_existing(&target, &ns, namespace_name) < 0)
         return CLI_FAILED;
     int status = setting.what == SET_LIMIT
-                     ? change_limit(&ns, namespace_name, argv[optind], setting.value)
+                     ? cli_change_limit(&ns, namespace_name, argv[optind], setting.value,
+                                        stdout)
                  : setting.what == SET_RESERVE
                      ? change_reserve(&ns, namespace_name, argv[optind], &setting)
                  : setting.what == SET_ADAPTIVE

@@ -473,7 +473,7 @@ static void print_shared(const struct snapshot *snapshot)
 
 static const char *const table_headings[] = {
     "COMPARTMENT", "LIMIT", "IN_USE", "WAITING", "PEAK", "ACQUIRED",
-    "REJECTED", "TIMED_OUT", "WAIT_MEAN_MS", "WAIT_MAX_MS",
+    "REJECTED", "TIMED_OUT", "WAIT_MEAN_MS", "WAIT_MAX_MS", "UTIL",
 };
 enum { TABLE_COLUMNS = sizeof table_headings / sizeof table_headings[0] };
 /* Wide enough for a whole compartment name; numbers need far less. */
@@ -493,6 +493,30 @@ static void fill_cells(const struct bh_compartment_view *view, table_cells cells
     snprintf(cells[9], sizeof cells[9], "%.1f", wait_max_ms(view));
 }
 
+/* Mean in use over the last minute as a share of the limit, "!" past
+ * BH_UTILIZATION_HIGH; "-" when nothing ran in it. */
+static void utilization_cell(const struct bh_window_summary *window, char *out,
+                             size_t outlen)
+{
+    if (window->window_s <= 0)
+        snprintf(out, outlen, "-");
+    else
+        snprintf(out, outlen, "%.0f%%%s", window->utilization * 100,
+                 window->utilization > BH_UTILIZATION_HIGH ? "!" : "");
+}
+
+/* Under the table, when some compartment is flagged. */
+static void print_utilization_note(const struct snapshot *snapshot)
+{
+    for (int i = 0; i < snapshot->count; i++)
+        if (snapshot->rows[i].stat.window.utilization > BH_UTILIZATION_HIGH) {
+            printf("! above %.0f%% of the limit in use over the last minute: a "
+                   "slow downstream will be refused soon; bulkhead suggest sizes it\n",
+                   BH_UTILIZATION_HIGH * 100);
+            return;
+        }
+}
+
 /* Names left-aligned, figures right-aligned, holders last and unpadded. */
 static void print_table_line(table_cells cells, const int *widths,
                              const char *holders)
@@ -510,8 +534,11 @@ static void print_table(const struct snapshot *snapshot)
     for (int column = 0; column < TABLE_COLUMNS; column++)
         snprintf(cells[0][column], sizeof cells[0][column], "%s",
                  table_headings[column]);
-    for (int row = 0; row < snapshot->count; row++)
+    for (int row = 0; row < snapshot->count; row++) {
         fill_cells(&snapshot->rows[row].stat.view, cells[row + 1]);
+        utilization_cell(&snapshot->rows[row].stat.window, cells[row + 1][10],
+                         sizeof cells[row + 1][10]);
+    }
     for (int row = 0; row <= snapshot->count; row++)
         for (int column = 0; column < TABLE_COLUMNS; column++) {
             int width = (int)strlen(cells[row][column]);
@@ -526,6 +553,7 @@ static void print_table(const struct snapshot *snapshot)
         print_table_line(cells[row + 1], widths, holders ? holders : "?");
         free(holders);
     }
+    print_utilization_note(snapshot);
     print_adaptive(snapshot);
     print_policy(snapshot);
     print_shared(snapshot);
@@ -534,7 +562,7 @@ static void print_table(const struct snapshot *snapshot)
     print_fleet(snapshot);
 }
 
-static void print_json_string(const char *text)
+void cli_print_json_string(const char *text)
 {
     putchar('"');
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
@@ -616,11 +644,27 @@ static void print_json_adaptive(const struct bh_stat_row *row)
         printf("null}");
 }
 
+/* The last minute: "utilization" and the figures behind it. */
+static void print_json_window(const struct bh_window_summary *window)
+{
+    printf("\"utilization\": %.4f, \"window\": {\"seconds\": %.3f, "
+           "\"admitted\": %" PRIu64 ", \"refused\": %" PRIu64 ", \"timed_out\": %" PRIu64
+           ", \"arrival_rate\": %.3f, \"refused_rate\": %.3f, \"in_use_mean\": %.3f, "
+           "\"hold_count\": %" PRIu64 ", \"hold_p50_ms\": %.3f, \"hold_p99_ms\": %.3f, "
+           "\"turnaround_count\": %" PRIu64 ", \"turnaround_p50_ms\": %.3f, "
+           "\"turnaround_p99_ms\": %.3f}, \"permit_seconds_total\": %.6f, ",
+           window->utilization, window->window_s, window->admitted, window->refused,
+           window->timed_out, window->arrival_rate, window->refused_rate,
+           window->in_use_mean, window->hold_count, window->hold_p50_ms,
+           window->hold_p99_ms, window->turnaround_count, window->turnaround_p50_ms,
+           window->turnaround_p99_ms, (double)window->permit_us_total / 1e6);
+}
+
 static void print_json_compartment(const struct compartment_row *row)
 {
     const struct bh_compartment_view *view = &row->stat.view;
     printf("{\"name\": ");
-    print_json_string(view->name);
+    cli_print_json_string(view->name);
     printf(", \"limit\": %d, \"in_use\": %d, \"waiting\": %d, \"peak\": %" PRId64
            ", \"acquired\": %" PRIu64 ", \"rejected\": %" PRIu64
            ", \"timed_out\": %" PRIu64 ", \"waits\": %" PRIu64
@@ -638,13 +682,14 @@ static void print_json_compartment(const struct compartment_row *row)
     for (int r = 0; r < view->reserve_count; r++) {
         const struct bh_reserve_view *reserve = &row->stat.reserves[r];
         printf("%s{\"who\": ", r ? ", " : "");
-        print_json_string(reserve->who);
+        cli_print_json_string(reserve->who);
         printf(", \"permits\": %d, \"in_use\": %d, \"free\": %d, \"owes\": %d"
                ", \"waiting\": %d}", reserve->permits, reserve->in_use,
                reserve->free_now, reserve->owes, reserve->waiting);
     }
     printf("], \"common_free\": %d, \"common_owes\": %d, ", view->common_free,
            view->common_owes);
+    print_json_window(&row->stat.window);
     print_json_outcomes(&row->stat);
     printf(", ");
     print_json_adaptive(&row->stat);
@@ -654,7 +699,7 @@ static void print_json_compartment(const struct compartment_row *row)
 static void print_json(const struct snapshot *snapshot)
 {
     printf("{\"namespace\": ");
-    print_json_string(snapshot->namespace_name);
+    cli_print_json_string(snapshot->namespace_name);
     printf(", \"compartments\": [");
     for (int i = 0; i < snapshot->count; i++) {
         printf("%s\n  ", i ? "," : "");

@@ -4,6 +4,8 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 /* One sample per compartment. Entries of one family (a summary's _sum and
  * _count) follow each other and share one HELP and TYPE line. */
@@ -61,6 +63,7 @@ VIEW_READER(adaptive_changed, a->last_change_ns)
 VIEW_READER(adaptive_reason, a->last_reason)
 VIEW_READER(adaptive_changes, a->changes)
 VIEW_READER(adaptive_windows, a->windows)
+VIEW_READER(permit_ns_total, row->window.permit_us_total * 1000)
 
 static const struct metric metrics[] = {
     { "bulkhead_permits_limit", "", "gauge",
@@ -117,6 +120,11 @@ static const struct metric metrics[] = {
     { "bulkhead_shared_connections", "", "gauge",
       "Counted connections whose fds several processes hold; the socket holds "
       "their permits until its last copy closes.", read_shared, 0, 0 },
+    { "bulkhead_permit_seconds_total", "", "counter",
+      "Permit-seconds of holds that ended: the integral of permits in use. "
+      "rate() over a window divided by the limit is the utilization then; "
+      "a connection still open counts when it ends.",
+      read_permit_ns_total, 1, 0 },
     { "bulkhead_fleet_limit", "", "gauge", "The fleet-wide limit in force.",
       read_fleet_limit, 0, 1 },
     { "bulkhead_fleet_grant", "", "gauge", "This host's share of the fleet limit.",
@@ -198,6 +206,26 @@ static const struct bh_histogram_view *connect_time(const struct bh_stat_row *ro
 static const struct bh_histogram_view *hold_time(const struct bh_stat_row *row)
 {
     return &row->view.hold_time;
+}
+
+static const struct bh_histogram_view *turnaround_time(const struct bh_stat_row *row)
+{
+    return &row->window.turnaround_total;
+}
+
+/* Mean permits in use over the last minute (or since traffic began, if
+ * later) divided by the live limit. */
+static void print_utilization(FILE *out, const char *namespace_name,
+                              const struct bh_stat_row *rows, int count)
+{
+    fputs("# HELP bulkhead_utilization Mean permits in use over the last 60 s "
+          "(or since the first traffic in them) divided by the live limit; "
+          "holds count when they end.\n# TYPE bulkhead_utilization gauge\n", out);
+    for (int i = 0; i < count; i++) {
+        fputs("bulkhead_utilization{", out);
+        print_labels(out, namespace_name, rows[i].view.name);
+        fprintf(out, "} %.6f\n", rows[i].window.utilization);
+    }
 }
 
 /* Buckets cumulative, as Prometheus wants them, ending in +Inf = _count. */
@@ -310,6 +338,47 @@ void bh_stat_prometheus(FILE *out, const char *namespace_name,
     print_histogram(out, "bulkhead_hold_seconds",
                     "Permits, from taken to given back.", hold_time, namespace_name,
                     rows, count);
+    print_histogram(out, "bulkhead_turnaround_seconds",
+                    "On connections of compartments with turnaround = yes: from a "
+                    "send to the first byte received after it.", turnaround_time,
+                    namespace_name, rows, count);
+    print_utilization(out, namespace_name, rows, count);
+}
+
+void bh_stat_window(struct bh_namespace *ns, int index, int seconds, int limit,
+                    struct bh_window_summary *summary)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct bh_window_view view;
+    bh_window_read(bh_window_of(ns, index), seconds,
+                   (int64_t)now.tv_sec * 1000000000 + now.tv_nsec, &view);
+    memset(summary, 0, sizeof *summary);
+    summary->window_s = (double)view.window_ns / 1e9;
+    summary->admitted = view.events[BH_WINDOW_ADMITTED];
+    summary->refused = view.events[BH_WINDOW_REFUSED];
+    summary->timed_out = view.events[BH_WINDOW_TIMED_OUT];
+    summary->turnarounds = view.events[BH_WINDOW_TURNAROUNDS];
+    summary->hold_count = view.hold_count;
+    summary->turnaround_count = view.turnaround_count;
+    summary->hold_p50_ms = bh_loghist_quantile_us(view.hold, view.hold_count, 0.5) / 1e3;
+    summary->hold_p99_ms = bh_loghist_quantile_us(view.hold, view.hold_count, 0.99) / 1e3;
+    summary->turnaround_p50_ms =
+        bh_loghist_quantile_us(view.turnaround, view.turnaround_count, 0.5) / 1e3;
+    summary->turnaround_p99_ms =
+        bh_loghist_quantile_us(view.turnaround, view.turnaround_count, 0.99) / 1e3;
+    summary->permit_us_total = view.permit_us_total;
+    memcpy(summary->turnaround_total.buckets, view.turnaround_total.buckets,
+           sizeof summary->turnaround_total.buckets);
+    summary->turnaround_total.count = view.turnaround_total.count;
+    summary->turnaround_total.sum_ns = view.turnaround_total.sum_ns;
+    if (summary->window_s <= 0)
+        return;
+    summary->arrival_rate =
+        (double)(summary->admitted + summary->refused + summary->timed_out) / summary->window_s;
+    summary->refused_rate = (double)(summary->refused + summary->timed_out) / summary->window_s;
+    summary->in_use_mean = (double)view.permit_us / 1e6 / summary->window_s;
+    summary->utilization = limit > 0 ? summary->in_use_mean / limit : 0;
 }
 
 int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row)
@@ -319,6 +388,7 @@ int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row
         return -1;
     bh_breaker_read(ns, index, &row->breaker);
     bh_adaptive_read(ns, index, &row->adaptive);
+    bh_stat_window(ns, index, BH_WINDOW_SECONDS, row->view.limit, &row->window);
     for (int r = 0; r < row->view.reserve_count; r++)
         if (bh_reserve_read(ns, index, r, &row->reserves[r]) < 0)
             return -1;

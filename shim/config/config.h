@@ -99,8 +99,17 @@ struct bh_compartment {
     int max_limit;         /* default 4 x limit, at most 32767 */
     int adaptive_latency_ms; /* aimd: a window's mean latency over it backs
                                 off; 0 (default): drops only */
+    int turnaround;        /* 1: measure send-to-answer time on its
+                              connections (costs each send and receive) */
     int line;              /* line of the [section] header */
 };
+
+/* Whether the compartment's connections measure turnaround: the one place
+ * that decides, for the shim and the command alike. */
+static inline int bh_compartment_turnaround(const struct bh_compartment *compartment)
+{
+    return compartment->turnaround;
+}
 
 struct bh_config {
     char *path;

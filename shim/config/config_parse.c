@@ -65,6 +65,7 @@ enum key_id {
     KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
     KEY_NONBLOCKING_WAIT_MS, KEY_HOLD_WAIT_MS,
     KEY_ADAPTIVE, KEY_MIN_LIMIT, KEY_MAX_LIMIT, KEY_ADAPTIVE_LATENCY_MS,
+    KEY_TURNAROUND,
     KEY_COUNT
 };
 
@@ -396,16 +397,25 @@ static int set_wait_ms(struct parser *p, const char *key, const char *value)
                       &p->section.compartment->wait_ms);
 }
 
-static int set_wait_nonblocking(struct parser *p, const char *key,
-                                const char *value)
+static int set_yes_no(struct parser *p, const char *key, const char *value, int *out)
 {
-    int *wait = &p->section.compartment->wait_nonblocking;
     if (strcmp(value, "yes") == 0 || strcmp(value, "no") == 0) {
-        *wait = strcmp(value, "yes") == 0;
+        *out = strcmp(value, "yes") == 0;
         return 0;
     }
     report(p, p->line, "%s: \"%s\" is not one of yes, no", key, value);
     return -1;
+}
+
+static int set_wait_nonblocking(struct parser *p, const char *key,
+                                const char *value)
+{
+    return set_yes_no(p, key, value, &p->section.compartment->wait_nonblocking);
+}
+
+static int set_turnaround(struct parser *p, const char *key, const char *value)
+{
+    return set_yes_no(p, key, value, &p->section.compartment->turnaround);
 }
 
 static int set_nonblocking_wait_ms(struct parser *p, const char *key,
@@ -924,6 +934,7 @@ static const struct key_spec key_specs[] = {
     { "max_limit", KEY_MAX_LIMIT, SECTION_COMPARTMENT, set_max_limit },
     { "adaptive_latency_ms", KEY_ADAPTIVE_LATENCY_MS, SECTION_COMPARTMENT,
       set_adaptive_latency_ms },
+    { "turnaround", KEY_TURNAROUND, SECTION_COMPARTMENT, set_turnaround },
 };
 
 /* A breaker period given where there is no breaker. Its key's line, with

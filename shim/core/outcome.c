@@ -7,6 +7,16 @@
  * it and nobody reports it twice: one connect outcome, one first byte, at
  * most one failure per connection.
  *
+ * Turnaround (a compartment's `turnaround = yes`): a connection carrying
+ * many requests (keep-alive) holds its permit for minutes, so its hold
+ * time says nothing of how long the downstream takes to answer. Its
+ * TURNAROUND bit never clears, so each send and receive on it takes the
+ * watched path: a successful send notes the time in the fd table (this
+ * process's memory) unless an earlier send still waits for its answer;
+ * the first receive that brings bytes after it takes that time back and
+ * records the difference in the compartment's windowed histogram
+ * (permits/window.c). Connections without the bit pay nothing for it.
+ *
  * The probe slot names the process that took it and when (breaker.c), and
  * the connection's since_ns is that when: only that process may give it
  * back, so the PROBE bit is acted on only after the fd table says this
@@ -16,7 +26,8 @@
  *
  * Adaptive compartments (shim/adaptive) are told the same outcomes: a
  * connection's hold time at its end is a latency sample, unless it failed
- * (DROPPED) or its connect's outcome was never learned; a downstream
+ * (DROPPED) or its connect's outcome was never learned; with turnaround,
+ * each answer's turnaround is the sample instead, and holds are not; a downstream
  * failure is a drop, once per connection. A change of limit is logged at
  * info, at most once a second per compartment across the namespace.
  *
@@ -66,6 +77,8 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
         watch |= BH_WATCH_PROBE;
     if (compartment->io_timeout_ms > 0)
         watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE;
+    if (bh_compartment_turnaround(compartment))
+        watch |= BH_WATCH_TURNAROUND;
     return watch;
 }
 
@@ -237,6 +250,27 @@ static int learn_from_error(int fd, uint32_t watch, int err, int receive, int fl
     return err;
 }
 
+/* A send went out, or an answer came in, on a connection that measures
+ * turnaround (see the top). */
+static void turnaround(int fd, int receive)
+{
+    if (!receive) {
+        if (!bh_fd_send_waits(fd))
+            bh_fd_note_send(fd, monotonic_ns());
+        return;
+    }
+    int shared = -1;
+    int64_t sent = bh_fd_take_send(fd, &shared);
+    if (sent && shared >= 0) {
+        int64_t now = monotonic_ns();
+        struct bh_adaptive_change change;
+        bh_window_turnaround(bh_window_of(&bh_shim.ns, shared), now - sent, now);
+        if (bh_adaptive_on(&bh_shim.ns, shared) &&
+            bh_adaptive_sample(&bh_shim.ns, shared, now - sent, 1, now, &change))
+            log_limit_change(shared, &change);
+    }
+}
+
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags)
 {
@@ -248,6 +282,8 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
             bh_outcome_connected(fd);
         if (receive && result > 0 && (watch & BH_WATCH_FIRST_BYTE))
             first_byte(fd, watch);
+        if (result > 0 && (watch & BH_WATCH_TURNAROUND))
+            turnaround(fd, receive);
     }
     errno = err;
     return result;
@@ -282,24 +318,29 @@ void bh_outcome_before_exec(void)
 }
 
 /* An adaptive compartment's hold: counted, and past its connect and not
- * failed, a latency sample. Out of line, so that a compartment that is
+ * failed, a latency sample, unless the compartment measures turnaround
+ * (then each answer was one). Out of line, so that a compartment that is
  * not adaptive pays one load and a branch. */
 static __attribute__((noinline)) void adaptive_hold(int shared, uint32_t watch,
                                                     int64_t since_ns, int64_t held_ns)
 {
     struct bh_adaptive_change change;
     bh_histogram_record(&shared_of(shared)->hold_time, held_ns);
-    if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED)) &&
+    if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED | BH_WATCH_TURNAROUND)) &&
         bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, since_ns + held_ns, &change))
         log_limit_change(shared, &change);
 }
 
-/* Inlined into both callers, as it was before adaptive_hold. */
+/* The hold's time in the cumulative histogram, in the window with its
+ * permit time (permits/window.c) and, adaptive, as a latency sample.
+ * Inlined into both callers. */
 static inline __attribute__((always_inline)) void hold_time(struct bh_fd_ended ended)
 {
     if (!ended.since_ns)
         return;
-    int64_t held_ns = monotonic_ns() - ended.since_ns;
+    int64_t now = monotonic_ns(), held_ns = now - ended.since_ns;
+    bh_window_hold(bh_window_of(&bh_shim.ns, ended.compartment), ended.weight,
+                   ended.since_ns, now);
     if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
         adaptive_hold(ended.compartment, ended.watch, ended.since_ns, held_ns);
     else

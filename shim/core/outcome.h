@@ -21,6 +21,8 @@ enum {
     BH_WATCH_RECEIVE_OURS = 1 << 5, /* SO_RCVTIMEO is ours: a blocking EAGAIN is ETIMEDOUT */
     BH_WATCH_IO_DEADLINE = 1 << 6, /* io_timeout_ms: ETIMEDOUT is an io timeout */
     BH_WATCH_DROPPED = 1 << 7,     /* adaptive: it failed; its hold is no latency */
+    BH_WATCH_TURNAROUND = 1 << 8,  /* turnaround: kept for the connection's
+                                      life, so each send and receive pays it */
 };
 
 /* The bits a new connection of this compartment starts with. */

@@ -284,6 +284,7 @@ allocate_connection(int fd, int compartment, int weight,
             atomic_store(&connection->watch, watch);
             atomic_store(&connection->since_ns, since_ns);
             atomic_store(&connection->share, share);
+            atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
             return id + 1;
         }
     }
@@ -354,6 +355,29 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits)
 {
     struct bh_fd_connection *connection = connection_of(fd);
     return connection ? atomic_fetch_and(&connection->watch, ~bits) & bits : 0;
+}
+
+int bh_fd_send_waits(int fd)
+{
+    struct bh_fd_connection *connection = connection_of(fd);
+    return connection && atomic_load_explicit(&connection->sent_ns, memory_order_relaxed);
+}
+
+void bh_fd_note_send(int fd, int64_t now_ns)
+{
+    struct bh_fd_connection *connection = connection_of(fd);
+    int64_t none = 0;
+    if (connection)
+        atomic_compare_exchange_strong(&connection->sent_ns, &none, now_ns);
+}
+
+int64_t bh_fd_take_send(int fd, int *compartment)
+{
+    struct bh_fd_connection *connection = connection_of(fd);
+    if (!connection || !atomic_load_explicit(&connection->sent_ns, memory_order_relaxed))
+        return 0;
+    *compartment = atomic_load_explicit(&connection->compartment, memory_order_relaxed);
+    return atomic_exchange(&connection->sent_ns, 0);
 }
 
 void bh_fd_rewatch(int fd, uint32_t bits)

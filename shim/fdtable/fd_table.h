@@ -104,6 +104,14 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits);
 /* Sets `bits` on fd's connection, if it has one. */
 void bh_fd_rewatch(int fd, uint32_t bits);
 
+/* Turnaround: whether fd's connection has a send waiting for its answer;
+ * a send at now_ns, kept unless one already waits; the waiting send's
+ * time, taken (0: none), with the connection's compartment, when an
+ * answer comes. */
+int bh_fd_send_waits(int fd);
+void bh_fd_note_send(int fd, int64_t now_ns);
+int64_t bh_fd_take_send(int fd, int *compartment);
+
 /* Calls visit(fd, connection_id, compartment) for every tracked fd; visits
  * nothing in a process that does not own the table (a vfork child). */
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
@@ -122,6 +130,8 @@ struct bh_fd_connection {
     _Atomic int64_t since_ns;   /* the caller's clock, at attach */
     _Atomic uint32_t share;     /* the caller's, for copies in other processes */
     _Atomic uint32_t visited;   /* bh_fd_for_each_connection's round */
+    _Atomic int64_t sent_ns;    /* the caller's clock at the first send not
+                                   answered yet; 0: none (turnaround) */
 };
 extern _Atomic uint32_t bh_fd_first[];
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];

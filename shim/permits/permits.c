@@ -639,6 +639,7 @@ void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_us
     atomic_store(&shared->bypassed, 0);
     memset((void *)&shared->connect_time, 0, sizeof shared->connect_time);
     memset((void *)&shared->hold_time, 0, sizeof shared->hold_time);
+    bh_window_clear(bh_window_of(ns, index));
 }
 
 int bh_namespace_remove(struct bh_namespace *ns)

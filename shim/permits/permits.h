@@ -15,6 +15,7 @@
 
 #include "config/config.h"
 #include "permits/socket_records.h"
+#include "permits/window.h"
 
 enum {
     BH_LAYOUT_VERSION = 7,
@@ -197,6 +198,10 @@ struct bh_shared_state {
     struct bh_holder holders[BH_HOLDERS_FIRST];
     _Atomic int32_t page_shmids[BH_MAX_HOLDER_PAGES];  /* shmid + 1; 0: none */
     struct bh_socket_records sockets;  /* socket_records.c */
+    /* Each compartment's figures over the last minute (window.c); apart
+     * from the table, so that registering a compartment does not touch
+     * their pages. */
+    struct bh_window_shared windows[BH_MAX_COMPARTMENTS];
 };
 
 #define BH_STATE_MAGIC 0x42484b31u /* "BHK1" */
@@ -373,6 +378,12 @@ void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
 /* The host's share lapsed (the agent did not renew it): the first caller
  * to see it lowers the live limit to 0 and returns 1; 0 for the others. */
 int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns);
+
+/* Compartment index's windowed figures (window.h). */
+static inline struct bh_window_shared *bh_window_of(struct bh_namespace *ns, int index)
+{
+    return &ns->state->windows[index];
+}
 
 /* Counts one sample in ns into a histogram. Async-signal-safe. */
 void bh_histogram_record(struct bh_histogram *histogram, int64_t ns);

@@ -270,6 +270,7 @@ void bh_pools_forget_holders(struct bh_namespace *ns, int index, uint32_t permit
 void bh_permit_count_rejected(struct bh_namespace *ns, int index)
 {
     atomic_fetch_add_explicit(&shared_of(ns, index)->rejected, 1, memory_order_relaxed);
+    bh_window_count(bh_window_of(ns, index), BH_WINDOW_REFUSED, bh_monotonic_ns());
 }
 
 void bh_permit_count_per_process(struct bh_namespace *ns, int index)
@@ -448,6 +449,8 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
     } else if (errno == EAGAIN) {
         result = BH_TIMED_OUT;
         atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
+        bh_window_count(bh_window_of(ns, ask->index), BH_WINDOW_TIMED_OUT,
+                        bh_monotonic_ns());
     } else {
         /* EINTR: a signal ends the wait, as it ends a blocking connect(). */
         result = errno == EINTR ? BH_INTERRUPTED : unreachable_result();

@@ -108,6 +108,11 @@ static const struct error_case error_cases[] = {
       { "rules.ini:6: wait_ms: 3600001 is out of range (0 to 3600000)" } },
     { "wait_nonblocking: not yes or no", HEAD "match = 10.0.0.1:80\nwait_nonblocking = true\n",
       { "rules.ini:6: wait_nonblocking: \"true\" is not one of yes, no" } },
+    { "turnaround: not yes or no", HEAD "match = 10.0.0.1:80\nturnaround = 1\n",
+      { "rules.ini:6: turnaround: \"1\" is not one of yes, no" } },
+    { "turnaround: in [global]", "[global]\nturnaround = yes\n[a]\nlimit = 1\n"
+      "match = 10.0.0.1:80\n",
+      { "rules.ini:2: unknown key \"turnaround\" in [global]" } },
     { "max_waiters: not a number", HEAD "match = 10.0.0.1:80\nmax_waiters = many\n",
       { "rules.ini:6: max_waiters: \"many\" is not a whole number" } },
     { "max_waiters: too many", HEAD "match = 10.0.0.1:80\nmax_waiters = 1000001\n",
@@ -721,7 +726,7 @@ static void every_key(void **state)
              "on_failure = open\n"
              "\n[slow]\nlimit = 0\nwait_ms = 3600000\nwait_nonblocking = yes\n"
              "max_waiters = 1000000\nerrno = EHOSTUNREACH\nmatch = 10.0.0.1:80\n"
-             "nonblocking_wait_ms = 1000\nhold_wait_ms = 3600000\n"
+             "nonblocking_wait_ms = 1000\nhold_wait_ms = 3600000\nturnaround = yes\n"
              "[fast]  ; a comment after a header\nlimit = 32767\nerrno = EAGAIN\n"
              "wait_nonblocking = no\nmatch = 10.0.0.2:80\n"
              "connect_timeout_ms = 1000\nio_timeout_ms = 500\nbreaker_failures = 3\n"
@@ -741,9 +746,11 @@ static void every_key(void **state)
     assert_int_equal(slow->refusal_errno, EHOSTUNREACH);
     assert_int_equal(slow->nonblocking_wait_ms, 1000);
     assert_int_equal(slow->hold_wait_ms, 3600000);
+    assert_int_equal(bh_compartment_turnaround(slow), 1);
     const struct bh_compartment *fast = &config.compartments[1];
     assert_string_equal(fast->name, "fast");
-    assert_int_equal(fast->line, 17);
+    assert_int_equal(fast->line, 18);
+    assert_int_equal(bh_compartment_turnaround(fast), 0);
     assert_int_equal(fast->limit, 32767);
     assert_int_equal(fast->wait_nonblocking, 0);
     assert_int_equal(fast->refusal_errno, EAGAIN);
