@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Policy inside a compartment (issue 11: per_process, reserve, bypass and
+# Policy inside a compartment (per_process, reserve, bypass and
 # match weights) as a user meets it in `bulkhead check` and `bulkhead
 # explain`: every key accepted and shown, each mistake one line naming file,
 # line and key, and explain saying which reserve, bypass and weight apply

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# bulkhead set, apply and stat with the policy keys (issue 11): reserves
+# bulkhead set, apply and stat with the policy keys: reserves
 # resized live, the file's reserves applied, and stat's pools and policy
 # counts. Members are python clients run with CLASS=billing in their
 # environment (reserve = N for env=CLASS=billing); what they got is what

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Policy inside a compartment (issue 11): reserved shares, the per-process
+# Policy inside a compartment: reserved shares, the per-process
 # cap, bypass, weights, a thousand compartments, a reserve lowered under
 # live connections, and SIGKILL. Real python3 clients (run under another
 # program name with exec -a where the rule names a program) and the C

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# per_process with curl (issue 11): a file of its own because curl hangs
+# per_process with curl: a file of its own because curl hangs
 # before main under the ASan tier's preloaded runtime (see the Makefile).
 # What counts is what curl printed per URL and what the server saw.
 

@@ -20,7 +20,7 @@ enum {
     BH_WHO_MAX = 64,           /* a WHO as written, with NUL */
 };
 
-/* Whom a reserve or a bypass is for (issue 11). */
+/* Whom a reserve or a bypass is for. */
 enum bh_who_kind {
     BH_WHO_PROGRAM,  /* program=GLOB: the program's short name (argv[0]'s base) */
     BH_WHO_USER,     /* user=NAME or user=UID: the effective user */
@@ -77,17 +77,17 @@ struct bh_compartment {
                               holding deadlocks a fleet of such processes */
     int max_waiters;
     int refusal_errno;     /* ECONNREFUSED, ETIMEDOUT, EAGAIN or EHOSTUNREACH */
-    /* Deadlines and the circuit breaker (issue 9); 0 = off. */
+    /* Deadlines and the circuit breaker; 0 = off. */
     int connect_timeout_ms;  /* >= 1000: TCP_USER_TIMEOUT acts at SYN retransmits */
     int io_timeout_ms;       /* blocking receives; unacknowledged data */
     int breaker_failures;    /* consecutive failures that open the breaker */
     int breaker_open_ms;     /* first open period (default 5000) */
     int breaker_open_max_ms; /* doubling stops here (default 60000) */
-    int fleet_limit;         /* > 0: fleet-wide on Redis (issue 10); then
+    int fleet_limit;         /* > 0: fleet-wide on Redis; then
                                 `limit` is this host's ceiling, by default
                                 fleet_limit, and the shim starts it at 0
                                 until the agent grants a share */
-    /* Policy inside the compartment (issue 11). */
+    /* Policy inside the compartment. */
     int per_process;       /* permits one process may hold; 0 = no cap */
     struct bh_reserve reserves[BH_MAX_RESERVES]; /* in file order */
     int reserve_count;
@@ -125,7 +125,7 @@ struct bh_config {
     struct bh_rule *rules; /* in file order: the first match wins */
     int rule_count;
     int hold_wait_ms;      /* [global]: for compartments that give none */
-    /* The fleet (issue 10): read by `bulkhead agent`; the shim only uses
+    /* The fleet: read by `bulkhead agent`; the shim only uses
      * fleet_limit's compartments' starting limit. */
     char *fleet_url;            /* redis://HOST:PORT[/DB]; NULL: no fleet */
     char fleet_host[BH_FLEET_HOST_MAX];   /* default: the hostname */

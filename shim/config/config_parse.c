@@ -539,7 +539,7 @@ static int set_adaptive_latency_ms(struct parser *p, const char *key, const char
                       &p->section.compartment->adaptive_latency_ms);
 }
 
-/* ---- policy inside a compartment (issue 11) ---- */
+/* ---- policy inside a compartment ---- */
 
 static int set_per_process(struct parser *p, const char *key, const char *value)
 {

@@ -11,7 +11,7 @@
  * block, then GETNCNT and semtimedop). A fleet compartment also reads the
  * clock to see whether the agent still renews this host's share.
  *
- * Policy (issue 11): what this program is in a compartment (a bypass, a
+ * Policy: what this program is in a compartment (a bypass, a
  * reserve's member) was worked out at start-up (shim.c), so a bypass costs
  * a load and a counter; per_process is this process's own count, an
  * atomic add before anything shared is touched; a rule's weight is the

@@ -27,7 +27,7 @@ struct bh_shim {
     /* namespace index -> config compartment i, -1 when not in our rules */
     int local_index[BH_MAX_COMPARTMENTS];
     /* config compartment i: what this program image is in it, fixed for
-     * the image's life (issue 11) */
+     * the image's life */
     struct bh_membership {
         short reserve;  /* the namespace's index of the reserve it is a
                            member of, -1: none */

@@ -1,4 +1,4 @@
-/* WHO: whom a compartment's reserve or bypass is for (issue 11).
+/* WHO: whom a compartment's reserve or bypass is for.
  *
  * A WHO is written "program=GLOB", "user=NAME" (or a uid) or
  * "env=VAR=VALUE". It is matched against an identity: the shim's own (the

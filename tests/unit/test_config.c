@@ -251,7 +251,7 @@ static const struct error_case error_cases[] = {
     { "a duplicate compartment's breaker keys are still checked", HEAD "match = 10.0.0.1:80\n[cap]\nlimit = 1\nmatch = 10.0.0.2:80\nbreaker_open_ms = 100\n",
       { "rules.ini:6: duplicate compartment [cap] (first at line 3)",
         "rules.ini:9: breaker_open_ms: has no effect without breaker_failures" } },
-    /* The fleet (issue 10): [global]'s keys from line 3. */
+    /* The fleet: [global]'s keys from line 3. */
     { "fleet: http://", FLEET("fleet = http://10.0.0.5:6379\n"),
       { "rules.ini:3: fleet: \"http://10.0.0.5:6379\" is not redis:// (use redis://HOST:PORT[/DB])" } },
     { "fleet: no scheme", FLEET("fleet = 10.0.0.5:6379\n"),
@@ -370,7 +370,7 @@ static const struct error_case error_cases[] = {
       { "rules.ini:6: fleet_limit: 0 is out of range (1 to 1000000)" } },
     { "fleet_limit under a bad fleet: the URL's error alone", FLEET("fleet = redis://r\n") "fleet_limit = 10\n",
       { "rules.ini:3: fleet: \"redis://r\" has no port" } },
-    /* Policy inside a compartment (issue 11): POLICY's [db] has limit 10. */
+    /* Policy inside a compartment: POLICY's [db] has limit 10. */
     { "per_process: 0", POLICY "per_process = 0\n",
       { "rules.ini:6: per_process: 0 is out of range (1 to 32767)" } },
     { "per_process: 32768", POLICY "per_process = 32768\n",
@@ -1086,7 +1086,7 @@ static void rules_in_file_order(void **state)
     bh_config_free(&config);
 }
 
-/* ---- policy inside a compartment (issue 11) ---- */
+/* ---- policy inside a compartment ---- */
 
 static void assert_reserve(const struct bh_reserve *reserve, int permits,
                            enum bh_who_kind kind, const char *text, int line)
