@@ -19,8 +19,8 @@
  *                                    out, read the answer to EOF, close;
  *                                    PACE_MS 0: at once again (closed loop),
  *                                    else each starts one every PACE_MS. A
- *                                    refused connect waits BACKOFF_MS and
- *                                    tries again. Prints start_ns=T (the
+ *                                    refused connect waits about BACKOFF_MS
+ *                                    and tries again. Prints start_ns=T (the
  *                                    CLOCK_MONOTONIC start), one line per
  *                                    answer: r END_US LATENCY_US (END from
  *                                    the start; latency from connect() to
@@ -463,6 +463,7 @@ struct capacity_worker {
     pthread_t tid;
     int64_t start, deadline, pace;
     long refused, errors, count, size;
+    unsigned seed;
     int64_t (*answers)[2];  /* end (from start) and latency, ns */
 };
 
@@ -500,7 +501,9 @@ static void *capacity_thread(void *arg)
         int64_t t1 = now_ns();
         if (rc == -1) {
             w->refused++;
-            sleep_until(t1 + BACKOFF_MS * 1000000LL);
+            /* anywhere in [BACKOFF_MS / 2, 3 * BACKOFF_MS / 2): refused
+             * together, workers would otherwise all retry together */
+            sleep_until(t1 + BACKOFF_MS * (500000LL + rand_r(&w->seed) % 1000000));
             continue;
         }
         next += w->pace;
@@ -532,6 +535,7 @@ static int mode_capacity(int workers, int duration_ms, int pace_ms)
         w[i].start = start;
         w[i].deadline = start + (int64_t)duration_ms * 1000000;
         w[i].pace = (int64_t)pace_ms * 1000000;
+        w[i].seed = (unsigned)i;
         if (pthread_create(&w[i].tid, NULL, capacity_thread, &w[i]))
             fail("pthread_create");
     }
