@@ -25,7 +25,8 @@ and gets one line back, then the server closes it:
                   max_serving=N served=N
     capacity N    sets C now (more slots start queued requests at once;
                   fewer let the requests being served finish), then stat
-    reset         zeroes max_open, max_serving and served, then stat
+    reset         stat, then starts max_open, max_serving and served over
+                  (the maxima from what is open and served now)
 
 Exits on SIGTERM/SIGINT, or by itself after --lifetime seconds (default 900)
 so that a forgotten server never outlives a run by long.
@@ -178,7 +179,9 @@ class Server:
             self.capacity = int(words[1])
             self.start_queued()
         elif words == ["reset"]:
+            figures = self.stat_line()
             self.max_open, self.max_serving, self.served = len(self.requests), self.busy, 0
+            return figures
         elif words != ["stat"]:
             return f"error: unknown command {line.strip()!r}\n"
         return self.stat_line()
