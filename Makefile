@@ -32,7 +32,7 @@ SHIM_LDFLAGS := -shared -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now
 
 # Code shared by the shim and the command: config, rules, permits, breaker.
 CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/*.c \
-                       shim/permits/*.c shim/breaker/*.c)
+                       shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c)
 # The shim proper: start-up, log, real-symbol table, fd tracking, hooks.
 SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
@@ -44,7 +44,7 @@ TEST_SRC := $(wildcard tests/clients/*.c)
 # the permits and breaker (test_breaker makes a namespace of its own) and the
 # real-symbol table they reach libc through.
 UNIT_CODE := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/*.c \
-                        shim/fdtable/*.c shim/permits/*.c shim/breaker/*.c)
+                        shim/fdtable/*.c shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_NAMES := $(UNIT_SRC:tests/unit/%.c=%)
 

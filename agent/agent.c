@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "adaptive/adaptive.h"
+
 enum { EXIT_USAGE = 2, CONNECT_TIMEOUT_MS = 1000, WAITER_GAP_MS = 50, TICK_MS = 20 };
 
 static volatile sig_atomic_t stopping;
@@ -159,7 +161,9 @@ static void apply(struct agent *agent, struct fleet_compartment *c,
         fleet.limit = c->rules->fleet_limit;
     }
     bh_compartment_set_fleet(&agent->ns, c->index, &fleet);
-    int target = c->grant < c->rules->limit ? c->grant : c->rules->limit;
+    /* An adaptive compartment's ceiling is its controller's limit. */
+    int ceiling = bh_adaptive_ceiling(&agent->ns, c->index, c->rules->limit);
+    int target = c->grant < ceiling ? c->grant : ceiling;
     if (view.limit == target)
         return;
     if (bh_compartment_set_limit(&agent->ns, c->index, target) < 0)

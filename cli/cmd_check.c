@@ -39,6 +39,21 @@ static void print_deadlines(const struct bh_compartment *compartment)
     printf("  breaker_open_max_ms %d\n", compartment->breaker_open_max_ms);
 }
 
+/* The controller, when there is one, in a line: "gradient from 8, 1..32"
+ * and, for aimd, the latency it backs off at. */
+static void describe_adaptive(const struct bh_compartment *c, char *text, size_t size)
+{
+    int used = snprintf(text, size, "adaptive %s: the limit starts at %d and moves "
+                        "between min_limit %d and max_limit %d",
+                        bh_adaptive_mode_name(c->adaptive), c->limit, c->min_limit,
+                        c->max_limit);
+    if (c->adaptive == BH_ADAPTIVE_AIMD && used > 0 && (size_t)used < size)
+        snprintf(text + used, size - (size_t)used, c->adaptive_latency_ms
+                 ? "; backs off on drops and on latency over %d ms"
+                 : "; backs off on drops only (no adaptive_latency_ms)",
+                 c->adaptive_latency_ms);
+}
+
 /* " (uid N)" after a user= WHO written as a name; empty otherwise. */
 static const char *user_uid_note(const struct bh_who *who, char *text,
                                  size_t size)
@@ -132,6 +147,11 @@ static void print_compartment(const struct bh_config *config, int index)
         printf("  fleet_limit  %d (fleet-wide; this host's share is granted by "
                "bulkhead agent, up to limit)\n", compartment->fleet_limit);
     print_deadlines(compartment);
+    if (compartment->adaptive) {
+        char adaptive[256];
+        describe_adaptive(compartment, adaptive, sizeof adaptive);
+        printf("  %s\n", adaptive);
+    }
     print_policy(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {
@@ -451,6 +471,11 @@ static void print_verdict(const struct bh_config *config,
     describe_deadlines(compartment, deadlines, sizeof deadlines);
     if (deadlines[0])
         printf("  %s\n", deadlines);
+    if (compartment->adaptive) {
+        char adaptive[256];
+        describe_adaptive(compartment, adaptive, sizeof adaptive);
+        printf("  %s (the live limit: bulkhead stat)\n", adaptive);
+    }
     explain_policy(matched, compartment, identity);
     if (compartment->wait_ms > 0)
         explain_waits(compartment);

@@ -13,6 +13,7 @@
 #include <sys/shm.h>
 #include <unistd.h>
 
+#include "adaptive/adaptive.h"
 #include "breaker/breaker.h"
 #include "cli.h"
 
@@ -91,11 +92,13 @@ static int find_compartment(const struct bh_namespace *ns, const char *namespace
 }
 
 /* One setting: "limit=N" with N a whole number of permits,
- * "breaker=open" / "breaker=closed", or "reserve.WHO=N" (WHO as written in
- * rules.ini, itself holding '='s: the number is after the last one). */
+ * "breaker=open" / "breaker=closed", "reserve.WHO=N" (WHO as written in
+ * rules.ini, itself holding '='s: the number is after the last one), or
+ * "adaptive=off|gradient|aimd". */
 struct setting {
-    enum { SET_LIMIT, SET_BREAKER, SET_RESERVE } what;
-    int value;  /* the limit or the reserve; for the breaker, 1 open, 0 closed */
+    enum { SET_LIMIT, SET_BREAKER, SET_RESERVE, SET_ADAPTIVE } what;
+    int value;  /* the limit or the reserve; for the breaker, 1 open, 0
+                   closed; for adaptive, an enum bh_adaptive_mode */
     char who[BH_WHO_MAX];
 };
 
@@ -123,6 +126,14 @@ static int parse_setting(const char *text, struct setting *setting)
         setting->what = SET_LIMIT;
         return parse_whole(text + 6, &setting->value);
     }
+    enum bh_adaptive_mode mode;
+    if (strncmp(text, "adaptive=", 9) == 0) {
+        setting->what = SET_ADAPTIVE;
+        if (bh_adaptive_mode_parse(text + 9, &mode) < 0)
+            return -1;
+        setting->value = (int)mode;
+        return 0;
+    }
     const char *equals = strrchr(text, '=');
     size_t who_length = equals ? (size_t)(equals - text) - 8 : 0;
     if (strncmp(text, "reserve.", 8) != 0 || !equals || equals < text + 8 ||
@@ -142,8 +153,10 @@ static const char *setting_expected(const char *text)
         return "expected limit=N, N a whole number";
     if (strncmp(text, "reserve.", 8) == 0)
         return "expected reserve.WHO=N, WHO as in rules.ini, N a whole number";
-    return "expected limit=N, reserve.WHO=N (N a whole number), or "
-           "breaker=open|closed";
+    if (strncmp(text, "adaptive=", 9) == 0)
+        return "expected adaptive=off, adaptive=gradient or adaptive=aimd";
+    return "expected limit=N, reserve.WHO=N (N a whole number), "
+           "breaker=open|closed, or adaptive=off|gradient|aimd";
 }
 
 static int change_reserve(struct bh_namespace *ns, const char *namespace_name,
@@ -210,6 +223,26 @@ static int change_breaker(struct bh_namespace *ns, const char *namespace_name,
     return CLI_OK;
 }
 
+static int change_adaptive(struct bh_namespace *ns, const char *namespace_name,
+                           const char *name, enum bh_adaptive_mode mode)
+{
+    int index = find_compartment(ns, namespace_name, name);
+    if (index < 0)
+        return CLI_FAILED;
+    struct bh_adaptive_view before;
+    bh_adaptive_read(ns, index, &before);
+    bh_adaptive_set_mode(ns, index, mode);
+    int limit = atomic_load(&ns->state->compartments[index].limit);
+    if (mode == BH_ADAPTIVE_OFF)
+        printf("%s: adaptive %s -> off: the limit stays at %d\n", name,
+               bh_adaptive_mode_name(before.mode), limit);
+    else
+        printf("%s: adaptive %s -> %s, from limit %d (min_limit %d, max_limit %d)\n",
+               name, bh_adaptive_mode_name(before.mode), bh_adaptive_mode_name(mode),
+               limit, before.min_limit, before.max_limit);
+    return CLI_OK;
+}
+
 /* set --fleet: the fleet limit lives in Redis; the agent program sets it. */
 static int change_fleet_limit(const struct cli_target *target, const char *name,
                               const struct setting *setting)
@@ -249,6 +282,7 @@ static int change_limit(struct bh_namespace *ns, const char *namespace_name,
             cli_error("set: %s: limit %d: %s", name, limit, strerror(errno));
         return CLI_FAILED;
     }
+    bh_adaptive_moved(ns, index, limit);  /* an adaptive one continues from N */
     printf("%s: limit %d -> %d, %d in use\n", name, before.limit, after.limit,
            after.in_use);
     if (after.in_use > limit && limit == 0)
@@ -274,7 +308,8 @@ static int set_command(int argc, char **argv)
     struct setting setting;
     if (argc - optind != 2)
         return cli_usage_error(&cli_set_command, "give a compartment and limit=N, "
-                               "reserve.WHO=N or breaker=open|closed");
+                               "reserve.WHO=N, breaker=open|closed or "
+                               "adaptive=off|gradient|aimd");
     if (parse_setting(argv[optind + 1], &setting) < 0)
         return cli_usage_error(&cli_set_command, "\"%s\": %s", argv[optind + 1],
                                setting_expected(argv[optind + 1]));
@@ -288,6 +323,9 @@ static int set_command(int argc, char **argv)
                      ? change_limit(&ns, namespace_name, argv[optind], setting.value)
                  : setting.what == SET_RESERVE
                      ? change_reserve(&ns, namespace_name, argv[optind], &setting)
+                 : setting.what == SET_ADAPTIVE
+                     ? change_adaptive(&ns, namespace_name, argv[optind],
+                                       (enum bh_adaptive_mode)setting.value)
                      : change_breaker(&ns, namespace_name, argv[optind], setting.value);
     bh_namespace_close(&ns);
     return status;
@@ -297,6 +335,7 @@ const struct cli_command cli_set_command = {
     .name = "set",
     .synopsis = "bulkhead set [-c rules.ini | -n NAMESPACE] [-u USER] "
                 "COMPARTMENT limit=N | reserve.WHO=N | breaker=open | breaker=closed\n"
+                "       | adaptive=off | adaptive=gradient | adaptive=aimd\n"
                 "       bulkhead set --fleet [-c rules.ini] COMPARTMENT limit=N",
     .help =
         "Changes the live limit of a registered compartment for every process\n"
@@ -313,7 +352,13 @@ const struct cli_command cli_set_command = {
         "\n"
         "breaker=open forces the compartment's circuit breaker open for every\n"
         "process: each matched connect is refused at once, until breaker=closed,\n"
-        "which also clears the count of failures. With --fleet, limit=N is the\n"
+        "which also clears the count of failures.\n"
+        "\n"
+        "adaptive=gradient or adaptive=aimd starts the compartment's controller\n"
+        "from the live limit (between the min_limit and max_limit its rules\n"
+        "gave); adaptive=off freezes the limit where it is. limit=N on an\n"
+        "adaptive compartment moves the controller to N; it continues from\n"
+        "there. With --fleet, limit=N is the\n"
         "fleet-wide limit, kept in the Redis of the rules' fleet = (every host's\n"
         "agent uses it from its next refresh).\n"
         "\n"
@@ -356,16 +401,32 @@ static int apply_reserves(struct bh_namespace *ns, int index,
     return CLI_OK;
 }
 
+/* The file's controller settings; a limit apply changed is where an
+ * adaptive compartment's controller continues from. */
+static void apply_adaptive(struct bh_namespace *ns, int index,
+                           const struct bh_compartment *compartment, int moved)
+{
+    struct bh_adaptive_view live;
+    bh_adaptive_read(ns, index, &live);
+    bh_adaptive_configure(ns, index, compartment);
+    if (moved)
+        bh_adaptive_moved(ns, index, compartment->limit);
+    if (live.mode != compartment->adaptive)
+        printf("%s: adaptive %s -> %s\n", compartment->name,
+               bh_adaptive_mode_name(live.mode), bh_adaptive_mode_name(compartment->adaptive));
+}
+
 static int apply_compartment(struct bh_namespace *ns,
                              const struct bh_compartment *compartment)
 {
     int existed = bh_compartment_find(ns, compartment->name) >= 0;
     if (compartment->fleet_limit > 0) {  /* its live limit is the agent's grant */
-        int live = 0;
-        if (bh_compartment_register(ns, compartment, 0, &live) < 0) {
+        int live = 0, index = bh_compartment_register(ns, compartment, 0, &live);
+        if (index < 0) {
             cli_error("apply: %s: %s", compartment->name, strerror(errno));
             return CLI_FAILED;
         }
+        apply_adaptive(ns, index, compartment, 0);
         printf("%s: fleet-wide, limit %d as granted (bulkhead agent sets it)\n",
                compartment->name, live);
         return CLI_OK;
@@ -383,6 +444,7 @@ static int apply_compartment(struct bh_namespace *ns,
                   strerror(errno));
         return CLI_FAILED;
     }
+    apply_adaptive(ns, index, compartment, live != limit);
     if (!existed)
         printf("%s: registered, limit %d\n", compartment->name, limit);
     else if (live != limit)

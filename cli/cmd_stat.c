@@ -331,6 +331,48 @@ static void print_fleet(const struct snapshot *snapshot)
     }
 }
 
+static const char *const adaptive_headings[] = {
+    "COMPARTMENT", "ADAPTIVE", "LIMIT", "MIN", "MAX", "BASELINE_MS", "RECENT_MS",
+    "LAST_CHANGE", "WHY", "CHANGED",
+};
+enum { ADAPTIVE_COLUMNS = sizeof adaptive_headings / sizeof adaptive_headings[0] };
+
+static void fill_adaptive_cells(const struct bh_stat_row *row, char (*cells)[BH_NAME_MAX])
+{
+    const struct bh_adaptive_view *adaptive = &row->adaptive;
+    snprintf(cells[0], BH_NAME_MAX, "%s", row->view.name);
+    snprintf(cells[1], BH_NAME_MAX, "%s", bh_adaptive_mode_name(adaptive->mode));
+    snprintf(cells[2], BH_NAME_MAX, "%d", row->view.limit);
+    snprintf(cells[3], BH_NAME_MAX, "%d", adaptive->min_limit);
+    snprintf(cells[4], BH_NAME_MAX, "%d", adaptive->max_limit);
+    snprintf(cells[5], BH_NAME_MAX, "%.1f", (double)adaptive->baseline_ns / 1e6);
+    snprintf(cells[6], BH_NAME_MAX, "%.1f", (double)adaptive->recent_ns / 1e6);
+    if (adaptive->last_change_ns)
+        snprintf(cells[7], BH_NAME_MAX, "%d->%d", adaptive->last_from, adaptive->last_to);
+    else
+        snprintf(cells[7], BH_NAME_MAX, "-");
+    snprintf(cells[8], BH_NAME_MAX, "%s", adaptive->last_change_ns
+             ? bh_adaptive_reason_name(adaptive->last_reason) : "-");
+    age_cell(adaptive->last_change_ns, cells[9], BH_NAME_MAX);
+}
+
+/* Compartments whose limit a controller moves (or froze, adaptive=off):
+ * its bounds, the latencies it compares, its last change and why. */
+static void print_adaptive(const struct snapshot *snapshot)
+{
+    static char cells[(BH_MAX_COMPARTMENTS + 1) * ADAPTIVE_COLUMNS][BH_NAME_MAX];
+    int rows = 1;
+    for (int column = 0; column < ADAPTIVE_COLUMNS; column++)
+        snprintf(cells[column], BH_NAME_MAX, "%s", adaptive_headings[column]);
+    for (int i = 0; i < snapshot->count; i++)
+        if (bh_stat_shows_adaptive(&snapshot->rows[i].stat))
+            fill_adaptive_cells(&snapshot->rows[i].stat, &cells[rows++ * ADAPTIVE_COLUMNS]);
+    if (rows == 1)
+        return;
+    printf("\n");
+    print_aligned(rows, ADAPTIVE_COLUMNS, 2, cells);
+}
+
 static const char *const policy_headings[] = {
     "COMPARTMENT", "POOL", "PERMITS", "IN_USE", "FREE", "OWES", "WAITING",
 };
@@ -478,6 +520,7 @@ static void print_table(const struct snapshot *snapshot)
         print_table_line(cells[row + 1], widths, holders ? holders : "?");
         free(holders);
     }
+    print_adaptive(snapshot);
     print_policy(snapshot);
     print_shared(snapshot);
     print_outcomes(snapshot);
@@ -542,6 +585,31 @@ static void print_json_outcomes(const struct bh_stat_row *row)
                cli_fleet_state_name(view->fleet.state));
 }
 
+/* null for a compartment no controller ever moved. */
+static void print_json_adaptive(const struct bh_stat_row *row)
+{
+    const struct bh_adaptive_view *adaptive = &row->adaptive;
+    printf("\"adaptive\": ");
+    if (!bh_stat_shows_adaptive(row)) {
+        printf("null");
+        return;
+    }
+    printf("{\"mode\": \"%s\", \"min_limit\": %d, \"max_limit\": %d, "
+           "\"latency_ms\": %d, \"estimate\": %.3f, \"baseline_ms\": %.3f, "
+           "\"recent_ms\": %.3f, \"windows\": %" PRIu64 ", \"changes\": %" PRIu64
+           ", \"last_change\": ", bh_adaptive_mode_name(adaptive->mode),
+           adaptive->min_limit, adaptive->max_limit, adaptive->latency_ms,
+           adaptive->estimate, (double)adaptive->baseline_ns / 1e6,
+           (double)adaptive->recent_ns / 1e6, adaptive->windows, adaptive->changes);
+    if (adaptive->last_change_ns)
+        printf("{\"from\": %d, \"to\": %d, \"why\": \"%s\", \"at\": %.3f}}",
+               adaptive->last_from, adaptive->last_to,
+               bh_adaptive_reason_name(adaptive->last_reason),
+               (double)adaptive->last_change_ns / 1e9);
+    else
+        printf("null}");
+}
+
 static void print_json_compartment(const struct compartment_row *row)
 {
     const struct bh_compartment_view *view = &row->stat.view;
@@ -572,6 +640,8 @@ static void print_json_compartment(const struct compartment_row *row)
     printf("], \"common_free\": %d, \"common_owes\": %d, ", view->common_free,
            view->common_owes);
     print_json_outcomes(&row->stat);
+    printf(", ");
+    print_json_adaptive(&row->stat);
     printf("}");
 }
 

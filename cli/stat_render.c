@@ -22,7 +22,8 @@ struct metric {
     {                                                                          \
         const struct bh_compartment_view *v = &row->view;                      \
         const struct bh_breaker_view *b = &row->breaker;                       \
-        (void)v, (void)b;                                                      \
+        const struct bh_adaptive_view *a = &row->adaptive;                     \
+        (void)v, (void)b, (void)a;                                             \
         return (int64_t)(expression);                                          \
     }
 VIEW_READER(limit, v->limit)
@@ -51,6 +52,15 @@ VIEW_READER(fleet_grant, v->fleet.grant)
 VIEW_READER(fleet_in_use, v->fleet.in_use)
 VIEW_READER(fleet_hosts, v->fleet.hosts)
 VIEW_READER(fleet_state, v->fleet.state)
+VIEW_READER(adaptive_mode, a->mode)
+VIEW_READER(adaptive_min, a->min_limit)
+VIEW_READER(adaptive_max, a->max_limit)
+VIEW_READER(adaptive_baseline, a->baseline_ns)
+VIEW_READER(adaptive_recent, a->recent_ns)
+VIEW_READER(adaptive_changed, a->last_change_ns)
+VIEW_READER(adaptive_reason, a->last_reason)
+VIEW_READER(adaptive_changes, a->changes)
+VIEW_READER(adaptive_windows, a->windows)
 
 static const struct metric metrics[] = {
     { "bulkhead_permits_limit", "", "gauge",
@@ -120,6 +130,31 @@ static const struct metric metrics[] = {
       "lease running), 3 fallback (Redis unreachable past the lease), "
       "4 lapsed (the agent stopped renewing this host's lease).",
       read_fleet_state, 0, 1 },
+};
+
+/* Only for compartments stat shows as adaptive (bh_stat_shows_adaptive). */
+static const struct metric adaptive_metrics[] = {
+    { "bulkhead_adaptive_mode", "", "gauge",
+      "The limit's controller: 0 off (frozen), 1 gradient, 2 aimd.",
+      read_adaptive_mode, 0, 0 },
+    { "bulkhead_adaptive_min_limit", "", "gauge",
+      "The least the controller lowers the limit to.", read_adaptive_min, 0, 0 },
+    { "bulkhead_adaptive_max_limit", "", "gauge",
+      "The most the controller raises the limit to.", read_adaptive_max, 0, 0 },
+    { "bulkhead_adaptive_baseline_seconds", "", "gauge",
+      "The controller's no-load latency; 0 until learned.", read_adaptive_baseline, 1, 0 },
+    { "bulkhead_adaptive_recent_seconds", "", "gauge",
+      "Mean latency of the last window that changed anything.", read_adaptive_recent, 1, 0 },
+    { "bulkhead_adaptive_changed_seconds", "", "gauge",
+      "Unix time of the limit's last change; 0 if it never changed.",
+      read_adaptive_changed, 1, 0 },
+    { "bulkhead_adaptive_last_reason", "", "gauge",
+      "Why the limit last changed: 0 never, 3 grew, 4 latency, 5 drops, 6 set by an operator.",
+      read_adaptive_reason, 0, 0 },
+    { "bulkhead_adaptive_changes_total", "", "counter",
+      "Changes of the limit by the controller and by operators.", read_adaptive_changes, 0, 0 },
+    { "bulkhead_adaptive_windows_total", "", "counter",
+      "Windows of samples the controller closed.", read_adaptive_windows, 0, 0 },
 };
 
 static void print_label_value(FILE *out, const char *text)
@@ -228,6 +263,30 @@ static int any_fleet(const struct bh_stat_row *rows, int count)
     return 0;
 }
 
+int bh_stat_shows_adaptive(const struct bh_stat_row *row)
+{
+    return row->adaptive.mode != BH_ADAPTIVE_OFF || row->adaptive.windows ||
+           row->adaptive.changes;
+}
+
+/* The controllers' families, only when some compartment is shown as
+ * adaptive, with a sample for each that is. */
+static void print_adaptive(FILE *out, const char *namespace_name,
+                           const struct bh_stat_row *rows, int count)
+{
+    int any = 0;
+    for (int i = 0; i < count; i++)
+        any |= bh_stat_shows_adaptive(&rows[i]);
+    for (size_t m = 0; any && m < sizeof adaptive_metrics / sizeof adaptive_metrics[0]; m++) {
+        const struct metric *metric = &adaptive_metrics[m];
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", metric->family, metric->help,
+                metric->family, metric->type);
+        for (int i = 0; i < count; i++)
+            if (bh_stat_shows_adaptive(&rows[i]))
+                print_sample(out, metric, namespace_name, &rows[i]);
+    }
+}
+
 void bh_stat_prometheus(FILE *out, const char *namespace_name,
                         const struct bh_stat_row *rows, int count)
 {
@@ -243,6 +302,7 @@ void bh_stat_prometheus(FILE *out, const char *namespace_name,
             if (!metric->fleet_only || rows[i].view.fleet.limit > 0)
                 print_sample(out, metric, namespace_name, &rows[i]);
     }
+    print_adaptive(out, namespace_name, rows, count);
     print_reserves(out, namespace_name, rows, count);
     print_histogram(out, "bulkhead_connect_seconds",
                     "Counted connects, from the connect to established, as the "
@@ -258,6 +318,7 @@ int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row
     if (bh_compartment_read(ns, index, &row->view) < 0)
         return -1;
     bh_breaker_read(ns, index, &row->breaker);
+    bh_adaptive_read(ns, index, &row->adaptive);
     for (int r = 0; r < row->view.reserve_count; r++)
         if (bh_reserve_read(ns, index, r, &row->reserves[r]) < 0)
             return -1;

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "adaptive/adaptive.h"
 #include "breaker/breaker.h"
 #include "permits/permits.h"
 
@@ -13,7 +14,12 @@ struct bh_stat_row {
     struct bh_compartment_view view;
     struct bh_breaker_view breaker;
     struct bh_reserve_view reserves[BH_MAX_RESERVES];  /* view.reserve_count */
+    struct bh_adaptive_view adaptive;
 };
+
+/* Whether stat shows the compartment's controller: adaptive now, or it
+ * was (a limit frozen by adaptive=off). */
+int bh_stat_shows_adaptive(const struct bh_stat_row *row);
 
 /* Reads compartment `index`: 0, or -1 with errno. */
 int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row);

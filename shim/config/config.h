@@ -41,6 +41,9 @@ struct bh_reserve {
 
 enum bh_log_level { BH_LOG_ERROR, BH_LOG_WARN, BH_LOG_INFO, BH_LOG_DEBUG };
 
+/* adaptive = (shim/adaptive): off, or the controller that moves the limit. */
+enum bh_adaptive_mode { BH_ADAPTIVE_OFF, BH_ADAPTIVE_GRADIENT, BH_ADAPTIVE_AIMD };
+
 enum bh_rule_kind {
     BH_RULE_ADDRESS,     /* literal address or CIDR, v4 or v6 */
     BH_RULE_HOSTNAME,    /* exact name, matched through what the process resolved */
@@ -90,6 +93,12 @@ struct bh_compartment {
     int reserve_count;
     struct bh_who bypasses[BH_MAX_BYPASSES];
     int bypass_count;
+    /* Adaptive limits: `limit` is where the controller starts. */
+    enum bh_adaptive_mode adaptive;
+    int min_limit;         /* default 1 */
+    int max_limit;         /* default 4 x limit, at most 32767 */
+    int adaptive_latency_ms; /* aimd: a window's mean latency over it backs
+                                off; 0 (default): drops only */
     int line;              /* line of the [section] header */
 };
 
@@ -155,5 +164,7 @@ int bh_config_locate(char *buf, unsigned long buflen);
 const char *bh_errno_name(int err);
 const char *bh_log_level_name(enum bh_log_level level);
 int bh_log_level_parse(const char *text, enum bh_log_level *level);
+const char *bh_adaptive_mode_name(enum bh_adaptive_mode mode);
+int bh_adaptive_mode_parse(const char *text, enum bh_adaptive_mode *mode);
 
 #endif

@@ -50,6 +50,7 @@ enum {
     HOSTNAME_BUFFER_SIZE = HOSTNAME_MAX + 2, /* a suffix's leading '.', NUL */
     COUNT_TEXT_SIZE = 16,      /* reserve's N, as written, cut short */
     WHY_SIZE = 256,            /* what is wrong with a WHO */
+    DEFAULT_MAX_LIMIT_FACTOR = 4,   /* max_limit: 4 x limit */
 };
 
 enum section_kind { SECTION_NONE, SECTION_GLOBAL, SECTION_COMPARTMENT };
@@ -63,6 +64,7 @@ enum key_id {
     KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_LIMIT, KEY_FLEET_NAME,
     KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
     KEY_NONBLOCKING_WAIT_MS, KEY_HOLD_WAIT_MS,
+    KEY_ADAPTIVE, KEY_MIN_LIMIT, KEY_MAX_LIMIT, KEY_ADAPTIVE_LATENCY_MS,
     KEY_COUNT
 };
 
@@ -501,6 +503,32 @@ static int set_breaker_open_max_ms(struct parser *p, const char *key,
                       &p->section.compartment->breaker_open_max_ms);
 }
 
+/* ---- adaptive limits ---- */
+
+static int set_adaptive(struct parser *p, const char *key, const char *value)
+{
+    if (bh_adaptive_mode_parse(value, &p->section.compartment->adaptive) == 0)
+        return 0;
+    report(p, p->line, "%s: \"%s\" is not one of off, gradient, aimd", key, value);
+    return -1;
+}
+
+static int set_min_limit(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 1, LIMIT_MAX, &p->section.compartment->min_limit);
+}
+
+static int set_max_limit(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 1, LIMIT_MAX, &p->section.compartment->max_limit);
+}
+
+static int set_adaptive_latency_ms(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 1, DEADLINE_MS_MAX,
+                      &p->section.compartment->adaptive_latency_ms);
+}
+
 /* ---- policy inside a compartment (issue 11) ---- */
 
 static int set_per_process(struct parser *p, const char *key, const char *value)
@@ -891,6 +919,11 @@ static const struct key_spec key_specs[] = {
     { "per_process", KEY_PER_PROCESS, SECTION_COMPARTMENT, set_per_process },
     { "reserve", KEY_RESERVE, SECTION_COMPARTMENT, add_reserve },
     { "bypass", KEY_BYPASS, SECTION_COMPARTMENT, add_bypass },
+    { "adaptive", KEY_ADAPTIVE, SECTION_COMPARTMENT, set_adaptive },
+    { "min_limit", KEY_MIN_LIMIT, SECTION_COMPARTMENT, set_min_limit },
+    { "max_limit", KEY_MAX_LIMIT, SECTION_COMPARTMENT, set_max_limit },
+    { "adaptive_latency_ms", KEY_ADAPTIVE_LATENCY_MS, SECTION_COMPARTMENT,
+      set_adaptive_latency_ms },
 };
 
 /* A breaker period given where there is no breaker. Its key's line, with
@@ -1011,6 +1044,128 @@ static void check_policy(struct parser *p)
     check_weights(p);
 }
 
+/* The controller's keys where nothing uses them, each on its own line. */
+static void check_adaptive_unused(struct parser *p)
+{
+    static const struct { enum key_id id; const char *key; } keys[] = {
+        { KEY_MIN_LIMIT, "min_limit" },
+        { KEY_MAX_LIMIT, "max_limit" },
+        { KEY_ADAPTIVE_LATENCY_MS, "adaptive_latency_ms" },
+    };
+    const struct section *section = &p->section;
+    int adaptive_line = section->key_lines[KEY_ADAPTIVE];
+
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int line = section->key_lines[keys[i].id];
+        if (!line || section->key_bad[keys[i].id])
+            continue;
+        if (adaptive_line)
+            report(p, line, "%s: has no effect with adaptive = off (line %d)",
+                   keys[i].key, adaptive_line);
+        else
+            report(p, line, "%s: has no effect without adaptive", keys[i].key);
+    }
+}
+
+/* min_limit above max_limit, on the line of the one given (max_limit's
+ * when both are); a default is said to be one. */
+static bool check_adaptive_range(struct parser *p)
+{
+    const struct section *section = &p->section;
+    const struct bh_compartment *c = section->compartment;
+    int min_line = section->key_lines[KEY_MIN_LIMIT];
+    int max_line = section->key_lines[KEY_MAX_LIMIT];
+
+    if (c->min_limit <= c->max_limit)
+        return true;
+    if (!max_line)
+        report(p, min_line, "min_limit: %d is above max_limit (%d, the default: "
+               "4 x limit)", c->min_limit, c->max_limit);
+    else if (!min_line)
+        report(p, max_line, "max_limit: %d is below min_limit (%d, the default)",
+               c->max_limit, c->min_limit);
+    else
+        report(p, max_line, "max_limit: %d is below min_limit (%d at line %d)",
+               c->max_limit, c->min_limit, min_line);
+    return false;
+}
+
+/* The controller moves the limit between min_limit and max_limit, starting
+ * at limit; the reserves stay under it, and it counts connections. */
+static void check_adaptive_fits(struct parser *p, bool limit_known)
+{
+    const struct section *section = &p->section;
+    const struct bh_compartment *c = section->compartment;
+    int limit_line = section->key_lines[KEY_LIMIT] ? section->key_lines[KEY_LIMIT] : c->line;
+    int reserved = 0;
+
+    int min_line = section->key_lines[KEY_MIN_LIMIT];
+
+    if (limit_known && c->limit == 0)
+        report(p, limit_line, "limit: 0 refuses everything; adaptive (line %d) "
+               "needs a limit to start from", section->key_lines[KEY_ADAPTIVE]);
+    else if (limit_known && (c->limit < c->min_limit || c->limit > c->max_limit))
+        report(p, limit_line, "limit: %d is outside min_limit to max_limit (%d to "
+               "%d): the controller starts at limit", c->limit, c->min_limit,
+               c->max_limit);
+    for (int i = 0; i < c->reserve_count; i++)
+        reserved += c->reserves[i].permits;
+    if (reserved > c->min_limit)
+        report(p, min_line ? min_line : section->key_lines[KEY_ADAPTIVE],
+               "min_limit: %d%s is below the reserves, %d together: the limit never "
+               "goes under them", c->min_limit, min_line ? "" : " (the default)",
+               reserved);
+    for (int i = section->first_rule; i < p->config->rule_count; i++) {
+        const struct bh_rule *rule = &p->config->rules[i];
+        if (rule->compartment == section->index && rule->weight > 1) {
+            report(p, rule->line, "match: weight=%d cannot be used with adaptive "
+                   "(line %d): the controller measures connections, the limit "
+                   "counts permits", rule->weight, section->key_lines[KEY_ADAPTIVE]);
+            return;
+        }
+    }
+}
+
+/* max_limit's default, 4 x limit (at least 1, at most LIMIT_MAX), for
+ * every compartment: `bulkhead set NAME adaptive=...` may turn on one
+ * whose rules did not. */
+static void default_max_limit(struct parser *p)
+{
+    struct bh_compartment *c = p->section.compartment;
+
+    if (p->section.key_lines[KEY_MAX_LIMIT])
+        return;
+    c->max_limit = c->limit < LIMIT_MAX / DEFAULT_MAX_LIMIT_FACTOR
+        ? DEFAULT_MAX_LIMIT_FACTOR * c->limit : LIMIT_MAX;
+    if (c->max_limit < 1)
+        c->max_limit = 1;
+}
+
+/* After the limit is known (a fleet compartment's defaults to fleet_limit). */
+static void check_adaptive(struct parser *p)
+{
+    const struct section *section = &p->section;
+    const struct bh_compartment *c = section->compartment;
+    bool limit_known = section->key_lines[KEY_LIMIT]
+        ? !section->key_bad[KEY_LIMIT] : c->fleet_limit > 0;
+
+    if (section->key_bad[KEY_ADAPTIVE])
+        return;
+    if (c->adaptive == BH_ADAPTIVE_OFF) {
+        check_adaptive_unused(p);
+        return;
+    }
+    if (c->adaptive == BH_ADAPTIVE_GRADIENT && section->key_lines[KEY_ADAPTIVE_LATENCY_MS]
+        && !section->key_bad[KEY_ADAPTIVE_LATENCY_MS])
+        report(p, section->key_lines[KEY_ADAPTIVE_LATENCY_MS], "adaptive_latency_ms: "
+               "has no effect with adaptive = gradient (line %d), which compares "
+               "latency with its own baseline", section->key_lines[KEY_ADAPTIVE]);
+    if (section->key_bad[KEY_MIN_LIMIT] || section->key_bad[KEY_MAX_LIMIT] ||
+        !check_adaptive_range(p))
+        return;
+    check_adaptive_fits(p, limit_known);
+}
+
 /* A compartment must say how many permits it has and what it covers; its
  * breaker keys must agree even when its header was already reported. */
 static void close_section(struct parser *p)
@@ -1034,6 +1189,8 @@ static void close_section(struct parser *p)
         report(p, section->compartment->line, "[%s]: no match rules",
                section->name);
     check_policy(p);
+    default_max_limit(p);
+    check_adaptive(p);
 }
 
 static void begin_section(struct parser *p, enum section_kind kind,
@@ -1063,6 +1220,7 @@ static void begin_compartment(struct parser *p, const char *name,
         .refusal_errno = ECONNREFUSED,
         .breaker_open_ms = DEFAULT_BREAKER_OPEN_MS,
         .breaker_open_max_ms = DEFAULT_BREAKER_OPEN_MAX_MS,
+        .min_limit = 1,
         .line = p->line,
     };
     snprintf(compartment->name, sizeof compartment->name, "%s",

@@ -12,9 +12,29 @@ static const char *const log_level_names[] = {
     [BH_LOG_DEBUG] = "debug",
 };
 
-enum { LOG_LEVEL_COUNT = sizeof log_level_names / sizeof log_level_names[0] };
+static const char *const adaptive_mode_names[] = {
+    [BH_ADAPTIVE_OFF] = "off",
+    [BH_ADAPTIVE_GRADIENT] = "gradient",
+    [BH_ADAPTIVE_AIMD] = "aimd",
+};
+
+#define COUNT_OF(table) (sizeof table / sizeof table[0])
 
 /* Never NULL, so callers can print the result as it is. */
+static const char *name_in(const char *const *names, unsigned count, unsigned value)
+{
+    return value < count ? names[value] : "unknown";
+}
+
+/* Exact lower-case names only: the value, or -1. */
+static int parse_in(const char *const *names, unsigned count, const char *text)
+{
+    for (unsigned i = 0; i < count; i++)
+        if (strcmp(text, names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
 const char *bh_errno_name(int err)
 {
     switch (err) {
@@ -28,19 +48,27 @@ const char *bh_errno_name(int err)
 
 const char *bh_log_level_name(enum bh_log_level level)
 {
-    if ((unsigned)level >= LOG_LEVEL_COUNT)
-        return "unknown";
-    return log_level_names[level];
+    return name_in(log_level_names, COUNT_OF(log_level_names), (unsigned)level);
 }
 
-/* Exact lower-case names only: 0 and *level set, or -1 and *level as it was. */
+/* 0 and *level set, or -1 and *level as it was. */
 int bh_log_level_parse(const char *text, enum bh_log_level *level)
 {
-    for (unsigned i = 0; i < LOG_LEVEL_COUNT; i++) {
-        if (strcmp(text, log_level_names[i]) == 0) {
-            *level = (enum bh_log_level)i;
-            return 0;
-        }
-    }
-    return -1;
+    int found = parse_in(log_level_names, COUNT_OF(log_level_names), text);
+    if (found >= 0)
+        *level = (enum bh_log_level)found;
+    return found < 0 ? -1 : 0;
+}
+
+const char *bh_adaptive_mode_name(enum bh_adaptive_mode mode)
+{
+    return name_in(adaptive_mode_names, COUNT_OF(adaptive_mode_names), (unsigned)mode);
+}
+
+int bh_adaptive_mode_parse(const char *text, enum bh_adaptive_mode *mode)
+{
+    int found = parse_in(adaptive_mode_names, COUNT_OF(adaptive_mode_names), text);
+    if (found >= 0)
+        *mode = (enum bh_adaptive_mode)found;
+    return found < 0 ? -1 : 0;
 }

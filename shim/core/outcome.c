@@ -14,17 +14,25 @@
  * that ends without an outcome (closed early, refused by the gate) gives
  * the slot back through bh_give_back.
  *
+ * Adaptive compartments (shim/adaptive) are told the same outcomes: a
+ * connection's hold time at its end is a latency sample, unless it failed
+ * (DROPPED) or its connect's outcome was never learned; a downstream
+ * failure is a drop, once per connection. A change of limit is logged at
+ * info, at most once a second per compartment across the namespace.
+ *
  * Everything here is atomics, clock_gettime, semop and socket options,
- * except the log lines on breaker changes: safe wherever the hooks run,
- * signal handlers included, as the refusal lines are. */
+ * except the log lines on breaker and limit changes: safe wherever the
+ * hooks run, signal handlers included, as the refusal lines are. */
 #include "core/outcome.h"
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
+#include "adaptive/adaptive.h"
 #include "breaker/breaker.h"
 #include "core/deadline.h"
 #include "core/log.h"
@@ -87,6 +95,30 @@ static void log_change(int shared, enum bh_breaker_change change, int err)
                compartment->name);
 }
 
+static void log_limit_change(int shared, const struct bh_adaptive_change *change)
+{
+    char more[64] = "";
+    if (change->left_out)
+        snprintf(more, sizeof more, " (%u more changes since the last line)",
+                 change->left_out);
+    bh_log(BH_LOG_INFO, "[%s]: adaptive limit %d -> %d (%s; latency %.1f ms, "
+           "baseline %.1f ms)%s", shared_of(shared)->name, change->from, change->to,
+           bh_adaptive_reason_name(change->reason), (double)change->recent_ns / 1e6,
+           (double)change->baseline_ns / 1e6, more);
+}
+
+/* A downstream failure on fd's connection: one drop per connection, and
+ * its hold is no latency sample. */
+static void adaptive_drop(int fd, int shared)
+{
+    struct bh_adaptive_change change;
+    if (!bh_adaptive_on(&bh_shim.ns, shared) || (bh_fd_watched(fd) & BH_WATCH_DROPPED))
+        return;
+    bh_fd_rewatch(fd, BH_WATCH_DROPPED);
+    if (bh_adaptive_drop(&bh_shim.ns, shared, monotonic_ns(), &change))
+        log_limit_change(shared, &change);
+}
+
 static void tell_failure(int fd, int shared, int err, int io)
 {
     uint32_t bits = bh_fd_unwatch(fd, BH_WATCH_MAY_FAIL | BH_WATCH_FIRST_BYTE);
@@ -136,6 +168,7 @@ void bh_outcome_connect_failed(int fd, int err)
     if (err == ETIMEDOUT)
         atomic_fetch_add_explicit(&shared_of(shared)->connect_timeouts, 1,
                                   memory_order_relaxed);
+    adaptive_drop(fd, shared);
     tell_failure(fd, shared, err, 0);
 }
 
@@ -145,6 +178,7 @@ static void io_timed_out(int fd)
     if (shared < 0)
         return;
     atomic_fetch_add_explicit(&shared_of(shared)->io_timeouts, 1, memory_order_relaxed);
+    adaptive_drop(fd, shared);
     tell_failure(fd, shared, ETIMEDOUT, 1);
 }
 
@@ -191,8 +225,14 @@ static int learn_from_error(int fd, uint32_t watch, int err, int receive, int fl
         io_timed_out(fd);
     else if (watch & BH_WATCH_FIRST_BYTE) {
         int shared = bh_fd_lookup(fd).compartment;
-        if (shared >= 0)  /* reset, or timed out, before the first byte */
+        if (shared >= 0) {  /* reset, or timed out, before the first byte */
+            adaptive_drop(fd, shared);
             tell_failure(fd, shared, err, 1);
+        }
+    } else {
+        int shared = bh_fd_lookup(fd).compartment;
+        if (shared >= 0)  /* reset later, on a connection still watched */
+            adaptive_drop(fd, shared);
     }
     return err;
 }
@@ -241,11 +281,25 @@ void bh_outcome_before_exec(void)
     bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
 }
 
+/* Past its connect, and not failed: the hold is the downstream's time.
+ * Out of line: a compartment that is not adaptive pays one load. */
+static __attribute__((noinline)) void adaptive_sample(int shared, uint32_t watch,
+                                                      int64_t held_ns, int64_t now_ns)
+{
+    struct bh_adaptive_change change;
+    if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED)) &&
+        bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, now_ns, &change))
+        log_limit_change(shared, &change);
+}
+
 static void hold_time(struct bh_fd_ended ended)
 {
-    if (ended.since_ns)
-        bh_histogram_record(&shared_of(ended.compartment)->hold_time,
-                            monotonic_ns() - ended.since_ns);
+    if (!ended.since_ns)
+        return;
+    int64_t now_ns = monotonic_ns(), held_ns = now_ns - ended.since_ns;
+    bh_histogram_record(&shared_of(ended.compartment)->hold_time, held_ns);
+    if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
+        adaptive_sample(ended.compartment, ended.watch, held_ns, now_ns);
 }
 
 /* One process's copy of a socket whose record holds the permit

@@ -20,6 +20,7 @@ enum {
     BH_WATCH_ARM_RECEIVE = 1 << 4, /* io_timeout_ms: the first receive arms SO_RCVTIMEO */
     BH_WATCH_RECEIVE_OURS = 1 << 5, /* SO_RCVTIMEO is ours: a blocking EAGAIN is ETIMEDOUT */
     BH_WATCH_IO_DEADLINE = 1 << 6, /* io_timeout_ms: ETIMEDOUT is an io timeout */
+    BH_WATCH_DROPPED = 1 << 7,     /* adaptive: it failed; its hold is no latency */
 };
 
 /* The bits a new connection of this compartment starts with. */

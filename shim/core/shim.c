@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "adaptive/adaptive.h"
 #include "core/copies.h"
 #include "core/log.h"
 #include "fdtable/fd_table.h"
@@ -129,6 +130,19 @@ static struct bh_membership membership_of(int i, int shared,
     return membership;
 }
 
+/* The live controller wins over the rules, like the live limit: say so
+ * when they differ (bulkhead apply pushes the file's). */
+static void note_live_adaptive(const struct bh_compartment *compartment, int shared)
+{
+    enum bh_adaptive_mode live = (enum bh_adaptive_mode)atomic_load(
+        &bh_shim.ns.state->compartments[shared].adaptive.mode);
+    if (live != compartment->adaptive)
+        bh_log(BH_LOG_WARN, "[%s]: using the live adaptive = %s (set by bulkhead "
+               "set or apply), not %s from %s", compartment->name,
+               bh_adaptive_mode_name(live), bh_adaptive_mode_name(compartment->adaptive),
+               bh_shim.config.path);
+}
+
 static void note_registered(int i, int shared, int live_limit,
                             const struct bh_identity *self)
 {
@@ -143,11 +157,14 @@ static void note_registered(int i, int shared, int live_limit,
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
                                "not limited", compartment->name, bh_shim.config.namespace_name,
                strerror(-shared));
-    else if (live_limit != start && compartment->fleet_limit == 0)
+    else if (live_limit != start && compartment->fleet_limit == 0 &&
+             !bh_adaptive_on(&bh_shim.ns, shared))
         bh_log(BH_LOG_WARN, "[%s]: using the live limit %d (set by bulkhead "
                "set or apply), not %d from %s",
                compartment->name, live_limit, compartment->limit,
                bh_shim.config.path);
+    if (shared >= 0)
+        note_live_adaptive(compartment, shared);
 }
 
 /* Every compartment of the rules, under one take of the namespace lock. */

@@ -413,6 +413,19 @@ static int add_reserves(struct bh_namespace *ns, struct bh_shared_compartment *s
     return reserved;
 }
 
+/* The controller's settings, and where it starts: the rules' limit (a
+ * fleet compartment's live limit starts at 0, its controller does not). */
+static void init_adaptive(struct bh_adaptive_shared *adaptive,
+                          const struct bh_compartment *rules, int limit)
+{
+    atomic_store(&adaptive->mode, (int32_t)rules->adaptive);
+    atomic_store(&adaptive->min_limit, rules->min_limit);
+    atomic_store(&adaptive->max_limit, rules->max_limit);
+    atomic_store(&adaptive->latency_ms, rules->adaptive_latency_ms);
+    atomic_store(&adaptive->estimate_milli, (int64_t)rules->limit * 1000);
+    atomic_store(&adaptive->applied, limit);
+}
+
 static int add_compartment(struct bh_namespace *ns, const struct bh_compartment *rules,
                            int limit)
 {
@@ -425,6 +438,7 @@ static int add_compartment(struct bh_namespace *ns, const struct bh_compartment 
     memset(shared, 0, sizeof *shared);
     snprintf(shared->name, BH_NAME_MAX, "%s", rules->name);
     atomic_store(&shared->limit, limit);
+    init_adaptive(&shared->adaptive, rules, limit);
     /* SETVAL clears every process's undo entry for that semaphore, so it
      * is safe only here: nobody can have taken from a compartment before
      * compartment_count names it. It is idempotent, so a registrant killed

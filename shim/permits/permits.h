@@ -17,7 +17,7 @@
 #include "permits/socket_records.h"
 
 enum {
-    BH_LAYOUT_VERSION = 6,
+    BH_LAYOUT_VERSION = 7,
     BH_SEM_LOCK = 0,            /* registration lock, taken with SEM_UNDO */
     BH_MAX_RESERVE_SLOTS = 256, /* reserves per namespace, all compartments */
     BH_HOLDERS_FIRST = 4096,    /* holder records in the main segment */
@@ -86,6 +86,35 @@ struct bh_breaker_shared {
     _Atomic uint64_t probes_taken_over; /* probes silent past their deadline */
 };
 
+/* A compartment's adaptive limit. The layout is here with the rest; what
+ * the fields mean, who writes them and when is in shim/adaptive/adaptive.c.
+ * Registration writes the settings and the starting estimate once, from
+ * the creating process's rules, as it writes the limit. */
+struct bh_adaptive_shared {
+    _Atomic int32_t mode;             /* enum bh_adaptive_mode; 0: off */
+    _Atomic int32_t min_limit;
+    _Atomic int32_t max_limit;
+    _Atomic int32_t latency_ms;       /* aimd's adaptive_latency_ms */
+    _Atomic uint64_t window;          /* sequence: even open, odd being closed */
+    _Atomic int64_t window_start_ns;  /* CLOCK_MONOTONIC */
+    _Atomic uint64_t window_sum;      /* samples << 44 | their latency in us */
+    _Atomic uint32_t window_drops;
+    _Atomic int32_t window_peak;      /* the most in use a sample saw */
+    _Atomic uint64_t window_full;     /* rejected + timed_out + waits as it opened */
+    _Atomic int64_t estimate_milli;   /* the controller's limit x 1000 */
+    _Atomic int32_t applied;          /* the live limit as the controller left it */
+    _Atomic int32_t last_reason;      /* enum bh_adaptive_reason */
+    _Atomic int32_t last_from;
+    _Atomic int32_t last_to;
+    _Atomic int64_t baseline_ns;
+    _Atomic int64_t recent_ns;        /* the last window's mean latency */
+    _Atomic int64_t last_change_ns;   /* CLOCK_REALTIME */
+    _Atomic int64_t logged_second;    /* CLOCK_MONOTONIC second of the last line */
+    _Atomic uint32_t left_out;        /* changes not logged since */
+    _Atomic uint64_t windows;         /* windows closed */
+    _Atomic uint64_t changes;         /* limits applied */
+};
+
 /* A reserve: permits of the compartment only its members may take. The
  * live size is authoritative over rules.ini, like the limit. What the
  * semaphores and hints mean is in reserve.c, the only code that moves
@@ -129,6 +158,7 @@ struct bh_shared_compartment {
     _Atomic int32_t reserved;             /* sum of the reserves' live sizes */
     _Atomic uint32_t owed_hint;           /* some reserve's ROWED may be > 0 */
     struct bh_reserve_shared reserves[BH_MAX_RESERVES];
+    struct bh_adaptive_shared adaptive;
 };
 
 /* What one process holds of one compartment: lets `stat` name holders and
@@ -351,6 +381,10 @@ void bh_histogram_record(struct bh_histogram *histogram, int64_t ns);
  * free permits now and the rest as they are given back. Never blocks.
  * The limit never goes below the reserves (ERANGE). */
 int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit);
+/* The same, only while the live limit is still `expected` (checked under
+ * the namespace lock): -1 with errno EAGAIN when another writer moved it. */
+int bh_compartment_set_limit_if(struct bh_namespace *ns, int index, int expected,
+                                int limit);
 /* Changes a reserve's live size, moving permits between it and the common
  * pool: free ones at once, the rest as they are given back; no connection
  * is cut and the limit holds throughout. ERANGE: the reserves would add up

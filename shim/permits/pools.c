@@ -662,7 +662,8 @@ static int raise_limit(struct bh_namespace *ns, int index, int amount)
     return added > 0 ? bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)added, 0) : 0;
 }
 
-int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
+/* expected < 0: whatever the live limit is. */
+static int set_limit(struct bh_namespace *ns, int index, int expected, int limit)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     if (limit < 0 || limit > BH_SEM_VALUE_MAX) {
@@ -673,7 +674,10 @@ int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
         return -1;
     int old_limit = atomic_load(&shared->limit);
     int rc = 0;
-    if (limit < atomic_load(&shared->reserved)) {
+    if (expected >= 0 && old_limit != expected) {
+        errno = EAGAIN;
+        rc = -1;
+    } else if (limit < atomic_load(&shared->reserved)) {
         errno = ERANGE;
         rc = -1;
     } else if (limit < old_limit) {
@@ -693,6 +697,17 @@ int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
     bh_unlock_namespace(ns);
     errno = saved;
     return rc;
+}
+
+int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit)
+{
+    return set_limit(ns, index, -1, limit);
+}
+
+int bh_compartment_set_limit_if(struct bh_namespace *ns, int index, int expected,
+                                int limit)
+{
+    return set_limit(ns, index, expected, limit);
 }
 
 /* The reserve grows by `amount` out of the common pool: what it owed the

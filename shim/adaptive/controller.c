@@ -1,0 +1,143 @@
+/* The arithmetic of the adaptive controllers: what one window of samples
+ * does to a compartment's limit. Pure functions: no shared memory, no
+ * clock, no process state, so that tables of windows can drive them
+ * (tests/unit/test_adaptive.c). adaptive.c gathers the windows and applies
+ * what comes out.
+ *
+ * The estimate is kept in thousandths of a permit: a controller moves by
+ * fractions (x 0.9, a smoothed step), and the limit it applies is the
+ * estimate rounded down.
+ *
+ * Both controllers share three protections:
+ *   - low traffic: a window with fewer than BH_ADAPTIVE_MIN_EVENTS samples
+ *     and drops together changes nothing, not even the baseline;
+ *   - application-limited: a window in which in use never reached the
+ *     limit (and no connect found it full) may lower the limit but never
+ *     raise it: nothing showed that more would be used;
+ *   - the clamp: the limit stays within min_limit and max_limit.
+ *
+ * The baseline (the no-load latency the gradient compares with) forgets
+ * quickly downward and slowly upward: a window faster than the baseline
+ * becomes the baseline at once, so a recovered downstream is seen in one
+ * window; a slower one moves it 1/256 of the way, or 1/8 while the limit
+ * sits at min_limit. Lowering the limit is how the controller tells its
+ * own queueing from a downstream that got slower: if latency stays up even
+ * at min_limit, it is the downstream's new normal, learned in a few
+ * windows. Elsewhere the slow rate keeps the baseline from drifting up
+ * with the controller's own queue (Gradient2's known creep); brpc and
+ * Envoy get the same from re-measuring the no-load latency at a pinned
+ * low limit now and then, which costs throughput each time. */
+#include "adaptive/adaptive.h"
+
+enum {
+    MILLI = 1000,
+    BASELINE_UP_SLOW = 256,  /* the baseline's upward step: 1/256 of the gap */
+    BASELINE_UP_AT_MIN = 8,  /* ... and at min_limit */
+};
+
+/* Gradient: the gradient is TOLERANCE x baseline / recent, clamped to
+ * [GRADIENT_MIN, 1]; the new limit is limit x gradient + queue, moving
+ * GROW_SMOOTHING of the way up or SHRINK_SMOOTHING of the way down. */
+static const double TOLERANCE = 1.0;
+static const double GRADIENT_MIN = 0.5;
+static const double GROW_SMOOTHING = 1.0;
+static const double SHRINK_SMOOTHING = 0.5;
+/* AIMD, and the gradient's ceiling in a window with drops. */
+static const double BACKOFF = 0.9;
+
+static double clamp(double value, double low, double high)
+{
+    return value < low ? low : value > high ? high : value;
+}
+
+/* The queue allowance: what the limit may grow by when latency is at the
+ * baseline. One permit, and a little more for large limits (log2 / 4: 2
+ * at 64, 3.5 at 16,384), so that growth from min_limit is quick but the
+ * limit settles near the downstream's capacity rather than far above. */
+static double queue_allowance(double limit)
+{
+    double allowance = 1;
+    for (double power = 16; power <= limit; power *= 2)
+        allowance += 0.25;
+    return allowance;
+}
+
+static void learn_baseline(struct bh_adaptive_state *state, int64_t recent_ns,
+                           int at_min)
+{
+    if (state->baseline_ns == 0 || recent_ns < state->baseline_ns)
+        state->baseline_ns = recent_ns;
+    else
+        state->baseline_ns += (recent_ns - state->baseline_ns) /
+                              (at_min ? BASELINE_UP_AT_MIN : BASELINE_UP_SLOW);
+}
+
+static enum bh_adaptive_reason gradient(struct bh_adaptive_state *state,
+                                        const struct bh_adaptive_window *window,
+                                        double limit, double *next)
+{
+    double factor = 1;
+    if (window->samples > 0) {
+        int64_t baseline = state->baseline_ns ? state->baseline_ns : window->latency_ns;
+        factor = clamp(TOLERANCE * (double)baseline / (double)window->latency_ns,
+                       GRADIENT_MIN, 1);
+    }
+    if (window->drops && factor > BACKOFF)
+        factor = BACKOFF;
+    double target = limit * factor + queue_allowance(limit);
+    *next = limit + (target - limit) * (target >= limit ? GROW_SMOOTHING : SHRINK_SMOOTHING);
+    if (*next >= limit)
+        return BH_ADAPTIVE_GREW;
+    return window->drops ? BH_ADAPTIVE_DROPS : BH_ADAPTIVE_LATENCY;
+}
+
+static enum bh_adaptive_reason aimd(const struct bh_adaptive_settings *settings,
+                                    const struct bh_adaptive_window *window,
+                                    double limit, double *next)
+{
+    int slow = settings->latency_ms > 0 && window->samples > 0 &&
+               window->latency_ns > (int64_t)settings->latency_ms * 1000000;
+    *next = window->drops || slow ? limit * BACKOFF : limit + 1;
+    return window->drops ? BH_ADAPTIVE_DROPS : slow ? BH_ADAPTIVE_LATENCY
+                                                   : BH_ADAPTIVE_GREW;
+}
+
+enum bh_adaptive_reason bh_adaptive_step(const struct bh_adaptive_settings *settings,
+                                         struct bh_adaptive_state *state,
+                                         const struct bh_adaptive_window *window)
+{
+    if (window->samples + window->drops < BH_ADAPTIVE_MIN_EVENTS)
+        return BH_ADAPTIVE_LOW_TRAFFIC;
+    double limit = (double)state->estimate_milli / MILLI, next;
+    enum bh_adaptive_reason reason = settings->mode == BH_ADAPTIVE_AIMD
+        ? aimd(settings, window, limit, &next)
+        : gradient(state, window, limit, &next);
+    if (next > limit && !window->reached) {
+        next = limit;
+        reason = BH_ADAPTIVE_APP_LIMITED;
+    }
+    next = clamp(next, settings->min_limit, settings->max_limit);
+    if (window->samples > 0)
+        learn_baseline(state, window->latency_ns, next <= settings->min_limit);
+    state->estimate_milli = (int64_t)(next * MILLI + 0.5);
+    return reason;
+}
+
+int bh_adaptive_limit_of(const struct bh_adaptive_state *state)
+{
+    return (int)(state->estimate_milli / MILLI);
+}
+
+const char *bh_adaptive_reason_name(enum bh_adaptive_reason reason)
+{
+    switch (reason) {
+    case BH_ADAPTIVE_LOW_TRAFFIC: return "low traffic";
+    case BH_ADAPTIVE_APP_LIMITED: return "app-limited";
+    case BH_ADAPTIVE_GREW: return "grew";
+    case BH_ADAPTIVE_LATENCY: return "latency";
+    case BH_ADAPTIVE_DROPS: return "drops";
+    case BH_ADAPTIVE_SET: return "set";
+    case BH_ADAPTIVE_NONE: break;
+    }
+    return "none";
+}
