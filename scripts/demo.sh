@@ -265,11 +265,11 @@ echo "A limit that sizes itself: a downstream that serves 8 requests at a time"
 echo "($CAP_SERVICE_MS ms each) and queues the rest, as an overloaded service does."
 echo "$CAP_WORKERS workers call it in a loop through bulkhead, with adaptive = gradient"
 echo "(the limit starts at 8). After 3 s the downstream can serve only 2 at a time."
-echo "Each second: the live limit (bulkhead stat) and the most requests the"
-echo "downstream itself had at once."
+echo "Each second: the live limit at that moment (bulkhead stat) and the most"
+echo "requests the downstream itself had at once during that second."
 printf '  %6s %9s %6s %10s\n' time capacity limit "at once"
 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/adaptive.ini" \
-    python3 tests/clients/capacity_load.py 127.0.0.1 "$cap_port" "$CAP_WORKERS" 30 \
+    python3 tests/clients/capacity_load.py 127.0.0.1 "$cap_port" "$CAP_WORKERS" 20 \
     >/dev/null 2>&1 &
 workers+=($!)
 for ((i = 0; i < 500; i++)); do  # until the workers are under way
@@ -279,7 +279,7 @@ done
 say reset >/dev/null
 capacity=8 followed=
 start=${EPOCHREALTIME/./}
-for ((t = 1; t <= 13; t++)); do
+for ((t = 1; t <= 10; t++)); do
     # sleep until t seconds after the start: the lines are a second apart
     left=$((t * 1000000 - (${EPOCHREALTIME/./} - start)))
     ((left <= 0)) || sleep "$(printf '%d.%06d' $((left / 1000000)) $((left % 1000000)))"
