@@ -181,13 +181,19 @@ dead_rules() {  # dead_rules FILE [extra keys...]
     } >"$file"
 }
 
+# wait_ready FILE WHAT: a server's ready file, written within 5 s.
+wait_ready() {
+    local i
+    for ((i = 0; i < 250; i++)); do
+        [[ -s "$1" ]] && return 0
+        sleep 0.02
+    done
+    die "$2 did not start"
+}
+
 python3 tests/server/blackhole.py --ready "$tmp/hole" --lifetime 120 2>/dev/null &
 hole_pid=$!
-for ((i = 0; i < 250; i++)); do
-    [[ -s "$tmp/hole" ]] && break
-    sleep 0.02
-done
-[[ -s "$tmp/hole" ]] || die "the blackhole did not start"
+wait_ready "$tmp/hole" "the blackhole"
 DEAD=$(cat "$tmp/hole")
 dead_rules "$tmp/limit.ini"
 dead_rules "$tmp/breaker.ini" "connect_timeout_ms = 1000" "breaker_failures = 3" \
@@ -241,11 +247,7 @@ live_limit() {  # the compartment's live limit, from bulkhead stat --json
 python3 tests/server/capacityserver.py --ready "$tmp/cap" --capacity 8 \
     --service-ms "$CAP_SERVICE_MS" --lifetime 120 2>/dev/null &
 cap_pid=$!
-for ((i = 0; i < 250; i++)); do
-    [[ -s "$tmp/cap" ]] && break
-    sleep 0.02
-done
-[[ -s "$tmp/cap" ]] || die "the capacity server did not start"
+wait_ready "$tmp/cap" "the capacity server"
 cap_port=$(sed -n 1p "$tmp/cap")
 cap_ctl=$(sed -n 2p "$tmp/cap")
 cat >"$tmp/adaptive.ini" <<INI

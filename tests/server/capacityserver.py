@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """capacityserver: a loopback service that can serve only C requests at once.
 
-    capacityserver.py --ready FILE --capacity C --service-ms S
-                      [--host 127.0.0.1] [--port 0] [--lifetime SECONDS]
+    capacityserver.py --ready FILE --capacity C --service-ms S [--lifetime SECONDS]
 
 It behaves as an overloaded service does: it accepts every connection, and
 a request (everything up to the first newline) is served for S ms as soon
@@ -18,8 +17,8 @@ server uncounts it first, so a client that reacts to the answer is never
 seen twice. A client that goes away early leaves the queue, or finishes
 its service time unanswered.
 
---ready FILE is written once listening (tmp + rename): line 1 the port,
-line 2 a control port on 127.0.0.1. A control connection sends one line
+--ready FILE is written once listening on 127.0.0.1 (tmp + rename): line 1
+the port, line 2 the control port. A control connection sends one line
 and gets one line back, then the server closes it:
     stat          capacity=C open=N serving=N queued=N max_open=N
                   max_serving=N served=N
@@ -69,16 +68,10 @@ class Server:
         self.seq = itertools.count()
         self.max_open = self.max_serving = self.served = 0
 
-        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        self.listener = socket.socket(family, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((args.host, args.port))
-        self.listener.listen(4096)
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=4096)
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")
-        self.control = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.control.bind(("127.0.0.1", 0))
-        self.control.listen(64)
+        self.control = socket.create_server(("127.0.0.1", 0))
         self.sel.register(self.control, selectors.EVENT_READ, "control")
 
     # --- requests ------------------------------------------------------------
@@ -238,8 +231,6 @@ def main():
     ap.add_argument("--ready", required=True)
     ap.add_argument("--capacity", type=int, required=True)
     ap.add_argument("--service-ms", type=float, required=True)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--lifetime", type=float, default=900.0)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
