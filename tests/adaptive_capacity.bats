@@ -14,7 +14,7 @@ teardown() { bh_teardown; }
 
 CAPACITY_SERVER="$BH_ROOT/tests/server/capacityserver.py"
 CAPACITY_LOAD="$BH_ROOT/tests/clients/capacity_load.py"
-SERVICE_MS=20
+SERVICE_MS=10
 
 # server_says COMMAND: one line to the capacity server's control port (stat,
 # capacity N, reset); prints its answer.
