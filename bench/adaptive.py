@@ -9,7 +9,7 @@ The downstream is tests/server/capacityserver.py: CAPACITY requests at a
 time for SERVICE_MS each, the rest queued inside it, so a limit above
 CAPACITY only adds queueing. The load is WORKERS closed-loop threads of one
 bench_client under the shim (fail fast: a refused connect retries after
-10 ms). CAPACITY / SERVICE_MS = 320 answers/s at best: about a third of one
+5 to 15 ms). CAPACITY / SERVICE_MS = 320 answers/s at best: about a third of one
 CPU for the server, the clients and their refused retries together, so the
 two cores are never what bounds it.
 """
@@ -196,17 +196,59 @@ def steps_run(bench, tmp, base, port, ctl, limit, controller):
     return samples, answers, changes
 
 
-def settled_at(samples, t0, t1, low, high):
-    """The first sample time in [t0, t1) from which every sample of that
-    span stays in [low, high]; None if the last one is outside."""
-    at = None
+def in_band(samples, t0, t1, low, high):
+    """(first, settled): the first sample time in [t0, t1) with the limit in
+    [low, high], and the first from which every later one of the span is;
+    None where there is none."""
+    first = settled = None
     for t, limit in samples:
         if t0 <= t < t1:
-            if low <= limit <= high:
-                at = t if at is None else at
-            else:
-                at = None
-    return at
+            inside = low <= limit <= high
+            first = t if inside and first is None else first
+            settled = (t if settled is None else settled) if inside else None
+    return first, settled
+
+
+def each_second(label, samples, answers, seconds):
+    """Two rows: the limit at each second's first poll, the goodput in it."""
+    firsts = {int(t): limit for t, limit in reversed(samples)}
+    return [f"  {label}, each second: limit   "
+            + " ".join(f"{firsts.get(k, '?'):>3}" for k in range(seconds)),
+            f"  {'':<{len(label)}}               goodput "
+            + " ".join(f"{goodput(answers, k, k + 1):>3.0f}" for k in range(seconds))]
+
+
+def step_report(bench, label, samples, answers, step, unloaded_ms):
+    """One step under a controller: (report line, checks). step: (capacity,
+    the capacity before or None, start s, end s)."""
+    capacity, before, t0, t1 = step
+    low, high = band(capacity)
+    first, at = in_band(samples, t0, t1, low, high)
+    settle = (at - t0) if at is not None else None
+    mid = p50(answers, at, t1) if at is not None else float("nan")
+    good = goodput(answers, t0, t1)
+    name = f"{label} {before or '-'}->{capacity}"
+    bench.record("adaptive", name, 0, "first_in_band_s",
+                 f"{first - t0 if first is not None else -1:.2f}")
+    bench.record("adaptive", name, 0, "settle_s", f"{settle if settle is not None else -1:.2f}")
+    bench.record("adaptive", name, 0, "p50_settled_ms", f"{mid:.1f}")
+    bench.record("adaptive", name, 0, "goodput_per_s", f"{good:.1f}")
+    line = (f"    capacity {capacity:>2}: limit in [{low:.0f}, {high:.1f}] "
+            + (f"first {first - t0:.1f} s after the step, " if first is not None else "")
+            + (f"for good from {settle:.1f} s" if settle is not None else "not at the step's end")
+            + f"; p50 once settled {mid:.1f} ms; goodput {good:.0f}/s")
+    if not before:
+        return line, []
+    budget = SETTLE_BUDGET_S["down" if capacity < before else "up"]
+    return line, [
+        (settle is not None and settle <= budget,
+         f"adaptive {label}: capacity {before} -> {capacity}, the limit in [{low:.0f}, "
+         f"{high:.1f}] for good from " + (f"{settle:.1f} s" if settle is not None else "never")
+         + f" after the step (limit {budget:.0f} s)"),
+        (mid <= 2 * unloaded_ms,
+         f"adaptive {label}: capacity {capacity}, p50 latency once settled {mid:.1f} ms "
+         f"(limit {2 * unloaded_ms:.1f} ms: 2 x the unloaded p50, S = {SERVICE_MS} ms and "
+         f"the harness's own time)")]
 
 
 def steps(bench, tmp, base, port, ctl, variants, unloaded_ms):
@@ -220,44 +262,19 @@ def steps(bench, tmp, base, port, ctl, variants, unloaded_ms):
     checks = []
     for label, limit, controller in variants:
         samples, answers, changes = steps_run(bench, tmp, base, port, ctl, limit, controller)
-        each_second = {int(t): lim for t, lim in reversed(samples)}  # each second's first
-        lines.append(f"  {label}, each second: limit   "
-                     + " ".join(f"{each_second.get(k, '?'):>3}" for k in range(int(ends[-1]))))
-        lines.append(f"  {'':<{len(label)}}               goodput "
-                     + " ".join(f"{goodput(answers, k, k + 1):>3.0f}"
-                                for k in range(int(ends[-1]))))
+        lines += each_second(label, samples, answers, int(ends[-1]))
         for i, (capacity, _) in enumerate(STEPS):
             t0, t1 = changes[i], ends[i]
-            good = goodput(answers, t0, t1)
             if controller is None:
-                lines.append(f"    capacity {capacity:>2}: goodput {good:.0f}/s, p50 "
+                lines.append(f"    capacity {capacity:>2}: goodput "
+                             f"{goodput(answers, t0, t1):.0f}/s, p50 "
                              f"{p50(answers, t0, t1):.1f} ms")
                 continue
-            low, high = band(capacity)
-            at = settled_at(samples, t0, t1, low, high)
-            settle = (at - t0) if at is not None else None
-            mid = p50(answers, at, t1) if at is not None else float("nan")
-            name = f"{label} {STEPS[i - 1][0] if i else '-'}->{capacity}"
-            bench.record("adaptive", name, 0, "settle_s", f"{settle if settle is not None else -1:.2f}")
-            bench.record("adaptive", name, 0, "p50_settled_ms", f"{mid:.1f}")
-            bench.record("adaptive", name, 0, "goodput_per_s", f"{good:.1f}")
-            lines.append(f"    capacity {capacity:>2}: limit in [{low:.0f}, {high:.1f}] "
-                         + (f"from {settle:.1f} s after the step" if settle is not None
-                            else "not by the step's end")
-                         + f"; p50 once settled {mid:.1f} ms; goodput {good:.0f}/s")
-            if i == 0:
-                continue
-            direction = "down" if capacity < STEPS[i - 1][0] else "up"
-            budget = SETTLE_BUDGET_S[direction]
-            checks.append((settle is not None and settle <= budget,
-                           f"adaptive {label}: capacity {STEPS[i - 1][0]} -> {capacity}, the "
-                           f"limit settled in [{low:.0f}, {high:.1f}] in "
-                           + (f"{settle:.1f} s" if settle is not None else "never")
-                           + f" (limit {budget:.0f} s)"))
-            checks.append((mid <= 2 * unloaded_ms,
-                           f"adaptive {label}: capacity {capacity}, p50 latency once settled "
-                           f"{mid:.1f} ms (limit {2 * unloaded_ms:.1f} ms: 2 x the unloaded "
-                           f"p50, S = {SERVICE_MS} ms and the harness's own time)"))
+            before = STEPS[i - 1][0] if i else None
+            line, step_checks = step_report(bench, label, samples, answers,
+                                            (capacity, before, t0, t1), unloaded_ms)
+            lines.append(line)
+            checks += step_checks
     return lines, checks
 
 
