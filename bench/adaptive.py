@@ -9,9 +9,9 @@ The downstream is tests/server/capacityserver.py: CAPACITY requests at a
 time for SERVICE_MS each, the rest queued inside it, so a limit above
 CAPACITY only adds queueing. The load is WORKERS closed-loop threads of one
 bench_client under the shim (fail fast: a refused connect retries after
-5 to 15 ms). CAPACITY / SERVICE_MS = 320 answers/s at best: about a third of one
-CPU for the server, the clients and their refused retries together, so the
-two cores are never what bounds it.
+5 to 15 ms). CAPACITY / SERVICE_MS = 320 answers/s at best: about 300
+answers and 5,500 refusals a second take 0.4 of one CPU (the workers 0.3,
+the server 0.07), so the two cores are never what bounds it.
 """
 
 import os
