@@ -252,22 +252,36 @@ static void fill_outcome_cells(const struct bh_stat_row *row, char (*cells)[BH_N
     snprintf(cells[7], BH_NAME_MAX, "%" PRIu64, row->view.io_timeouts);
 }
 
+enum { SECTION_COLUMNS_MAX = 10 };
+_Static_assert((int)OUTCOME_COLUMNS <= (int)SECTION_COLUMNS_MAX, "print_section's cells");
+
+/* A table below the permits: one row per compartment that shows(), filled
+ * by fill(), under its headings, after a blank line; nothing when no
+ * compartment shows. Names and words in the first two columns. */
+static void print_section(const struct snapshot *snapshot, const char *const *headings,
+                          int columns, int (*shows)(const struct bh_stat_row *),
+                          void (*fill)(const struct bh_stat_row *, char (*)[BH_NAME_MAX]))
+{
+    static char cells[(BH_MAX_COMPARTMENTS + 1) * SECTION_COLUMNS_MAX][BH_NAME_MAX];
+    int rows = 1;
+    for (int column = 0; column < columns; column++)
+        snprintf(cells[column], BH_NAME_MAX, "%s", headings[column]);
+    for (int i = 0; i < snapshot->count; i++)
+        if (shows(&snapshot->rows[i].stat))
+            fill(&snapshot->rows[i].stat, &cells[rows++ * columns]);
+    if (rows == 1)
+        return;
+    printf("\n");
+    print_aligned(rows, columns, 2, cells);
+}
+
 /* Below the permits: the breaker and how connects turned out, one row per
  * compartment that has any. Kept apart from the permits table so both fit
  * about 100 columns. */
 static void print_outcomes(const struct snapshot *snapshot)
 {
-    static char cells[(BH_MAX_COMPARTMENTS + 1) * OUTCOME_COLUMNS][BH_NAME_MAX];
-    int rows = 1;
-    for (int column = 0; column < OUTCOME_COLUMNS; column++)
-        snprintf(cells[column], BH_NAME_MAX, "%s", outcome_headings[column]);
-    for (int i = 0; i < snapshot->count; i++)
-        if (has_outcomes(&snapshot->rows[i].stat))
-            fill_outcome_cells(&snapshot->rows[i].stat, &cells[rows++ * OUTCOME_COLUMNS]);
-    if (rows == 1)
-        return;
-    printf("\n");
-    print_aligned(rows, OUTCOME_COLUMNS, 2, cells);
+    print_section(snapshot, outcome_headings, OUTCOME_COLUMNS, has_outcomes,
+                  fill_outcome_cells);
 }
 
 static const char *const histogram_headings[] = {
@@ -336,6 +350,7 @@ static const char *const adaptive_headings[] = {
     "LAST_CHANGE", "WHY", "CHANGED",
 };
 enum { ADAPTIVE_COLUMNS = sizeof adaptive_headings / sizeof adaptive_headings[0] };
+_Static_assert((int)ADAPTIVE_COLUMNS <= (int)SECTION_COLUMNS_MAX, "print_section's cells");
 
 static void fill_adaptive_cells(const struct bh_stat_row *row, char (*cells)[BH_NAME_MAX])
 {
@@ -360,17 +375,8 @@ static void fill_adaptive_cells(const struct bh_stat_row *row, char (*cells)[BH_
  * its bounds, the latencies it compares, its last change and why. */
 static void print_adaptive(const struct snapshot *snapshot)
 {
-    static char cells[(BH_MAX_COMPARTMENTS + 1) * ADAPTIVE_COLUMNS][BH_NAME_MAX];
-    int rows = 1;
-    for (int column = 0; column < ADAPTIVE_COLUMNS; column++)
-        snprintf(cells[column], BH_NAME_MAX, "%s", adaptive_headings[column]);
-    for (int i = 0; i < snapshot->count; i++)
-        if (bh_stat_shows_adaptive(&snapshot->rows[i].stat))
-            fill_adaptive_cells(&snapshot->rows[i].stat, &cells[rows++ * ADAPTIVE_COLUMNS]);
-    if (rows == 1)
-        return;
-    printf("\n");
-    print_aligned(rows, ADAPTIVE_COLUMNS, 2, cells);
+    print_section(snapshot, adaptive_headings, ADAPTIVE_COLUMNS, bh_stat_shows_adaptive,
+                  fill_adaptive_cells);
 }
 
 static const char *const policy_headings[] = {

@@ -144,7 +144,7 @@ static const struct metric adaptive_metrics[] = {
     { "bulkhead_adaptive_baseline_seconds", "", "gauge",
       "The controller's no-load latency; 0 until learned.", read_adaptive_baseline, 1, 0 },
     { "bulkhead_adaptive_recent_seconds", "", "gauge",
-      "Mean latency of the last window that changed anything.", read_adaptive_recent, 1, 0 },
+      "Mean latency of the last window the controller judged (a low-traffic window is not judged).", read_adaptive_recent, 1, 0 },
     { "bulkhead_adaptive_changed_seconds", "", "gauge",
       "Unix time of the limit's last change; 0 if it never changed.",
       read_adaptive_changed, 1, 0 },

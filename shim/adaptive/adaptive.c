@@ -39,9 +39,9 @@
  * What a death costs, at each point:
  *   - in a sample's adds: that sample, no more.
  *   - between winning and reopening: the window stays odd; samples keep
- *     landing in it, and the first one BH_ADAPTIVE_TAKEOVER_MS after it
- *     opened swaps it back to even, so the next close happens. One
- *     window's figures are lost; no process is waited for.
+ *     landing in it, and the first one BH_ADAPTIVE_TAKEOVER_MS after the
+ *     winner restarted the clock swaps it back to even, so the next close
+ *     happens. One window's decision is lost; no process is waited for.
  *   - inside the namespace lock: its SEM_UNDO releases it (permits.c),
  *     and the window is taken over as above.
  *   - between the estimate's swap and the live limit: the estimate is a

@@ -281,25 +281,29 @@ void bh_outcome_before_exec(void)
     bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
 }
 
-/* Past its connect, and not failed: the hold is the downstream's time.
- * Out of line: a compartment that is not adaptive pays one load. */
-static __attribute__((noinline)) void adaptive_sample(int shared, uint32_t watch,
-                                                      int64_t held_ns, int64_t now_ns)
+/* An adaptive compartment's hold: counted, and past its connect and not
+ * failed, a latency sample. Out of line, so that a compartment that is
+ * not adaptive pays one load and a branch. */
+static __attribute__((noinline)) void adaptive_hold(int shared, uint32_t watch,
+                                                    int64_t since_ns, int64_t held_ns)
 {
     struct bh_adaptive_change change;
+    bh_histogram_record(&shared_of(shared)->hold_time, held_ns);
     if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED)) &&
-        bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, now_ns, &change))
+        bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, since_ns + held_ns, &change))
         log_limit_change(shared, &change);
 }
 
-static void hold_time(struct bh_fd_ended ended)
+/* Inlined into both callers, as it was before adaptive_hold. */
+static inline __attribute__((always_inline)) void hold_time(struct bh_fd_ended ended)
 {
     if (!ended.since_ns)
         return;
-    int64_t now_ns = monotonic_ns(), held_ns = now_ns - ended.since_ns;
-    bh_histogram_record(&shared_of(ended.compartment)->hold_time, held_ns);
+    int64_t held_ns = monotonic_ns() - ended.since_ns;
     if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
-        adaptive_sample(ended.compartment, ended.watch, held_ns, now_ns);
+        adaptive_hold(ended.compartment, ended.watch, ended.since_ns, held_ns);
+    else
+        bh_histogram_record(&shared_of(ended.compartment)->hold_time, held_ns);
 }
 
 /* One process's copy of a socket whose record holds the permit
