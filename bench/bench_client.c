@@ -526,9 +526,14 @@ static void *capacity_thread(void *arg)
 
 static int mode_capacity(int workers, int duration_ms, int pace_ms)
 {
+    if (workers < 1 || duration_ms < 0 || pace_ms < 0) {
+        fprintf(stderr, "bench_client: capacity takes W >= 1, DURATION_MS >= 0, "
+                "PACE_MS >= 0\n");
+        return 2;
+    }
     struct capacity_worker *w = calloc((size_t)workers, sizeof *w);
-    if (!w || workers < 1)
-        fail("workers");
+    if (!w)
+        fail("calloc");
     int64_t start = now_ns() + 50000000;  /* every thread started by then */
     printf("start_ns=%lld\n", (long long)start);
     for (int i = 0; i < workers; i++) {
