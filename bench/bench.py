@@ -27,6 +27,8 @@ import tempfile
 import threading
 import time
 
+import adaptive
+
 # ---------------------------------------------------------------------------
 # settings
 
@@ -1279,6 +1281,8 @@ def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
     if name == "fleet":
         log(f"the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
         return fleet_section(hold, ctl, tmp, base, fl_seconds)
+    if name == "adaptive":
+        return adaptive.section(sys.modules[__name__], tmp, base, sink, cfgp is QUICK)
     if name == "deadlines":
         log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
         return dead_downstream_section(tmp, base, dd_seconds)
@@ -1301,7 +1305,7 @@ def main():
     ap.add_argument("--summary", help="also write the report to this file")
     ap.add_argument("--quick", action="store_true",
                     help="fewer rounds and iterations (a smoke test, not numbers)")
-    ap.add_argument("--only", choices=("handoff", "deadlines", "cost", "fleet"),
+    ap.add_argument("--only", choices=("handoff", "deadlines", "cost", "fleet", "adaptive"),
                     help="run one section alone (its table and budget lines)")
     args = ap.parse_args()
     cfgp = QUICK if args.quick else FULL
@@ -1535,6 +1539,9 @@ backend be_hold
         # ---- 8. the fleet -----------------------------------------------------------
         log(f"[8/9] the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
         fl_lines, fl_checks = fleet_section(hold, ctl, tmp, base, fl_seconds)
+        log("[8b/9] adaptive limits against a downstream of known capacity")
+        ad_lines, ad_checks = adaptive.section(sys.modules[__name__], tmp, base, sink,
+                                               args.quick)
 
         # ---- 9. deterministic cost ------------------------------------------------
         log(f"[9/9] callgrind and strace, N = {CG_N[0]} and {CG_N[1]}")
@@ -1648,7 +1655,7 @@ backend be_hold
         for line in ho_lines:
             print(line)
         print()
-        for line in dd_lines + [""] + fl_lines:
+        for line in dd_lines + [""] + fl_lines + [""] + ad_lines:
             print(line)
         print()
 
@@ -1693,7 +1700,7 @@ backend be_hold
                     f"{max(c['util'] for c in runs32):.3f}] (limit >= 0.900); "
                     f"{p32 / ceiling_per_s:.3f} of this harness's ceiling; "
                     f"32 threads {ctab[('threads', 32)]['util']:.3f}")
-        for ok, text in ho_checks + dd_checks + fl_checks:
+        for ok, text in ho_checks + dd_checks + fl_checks + ad_checks:
             table.check(ok, text)
         s, h = median(added_shim), median(added_hp)
         table.check(s < h, f"against haproxy: shim adds {s:.1f} us per request, haproxy "

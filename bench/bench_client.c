@@ -13,6 +13,18 @@
  *   contend HOST PORT procs|threads W DURATION_MS
  *                                    W workers loop for DURATION_MS: connect,
  *                                    read the hold server's one byte, close
+ *   capacity HOST PORT W DURATION_MS PACE_MS
+ *                                    W threads loop for DURATION_MS against
+ *                                    the capacity server: connect, a line
+ *                                    out, read the answer to EOF, close;
+ *                                    PACE_MS 0: at once again (closed loop),
+ *                                    else each starts one every PACE_MS. A
+ *                                    refused connect waits about BACKOFF_MS
+ *                                    and tries again. Prints start_ns=T (the
+ *                                    CLOCK_MONOTONIC start), one line per
+ *                                    answer: r END_US LATENCY_US (END from
+ *                                    the start; latency from connect() to
+ *                                    EOF), then done=N refused=R errors=E
  *   window HOST PORT N kill|exit|_exit CONTROL_PORT
  *                                    N hand-off trials against the server's
  *                                    watch port (limit 1): a holder connects,
@@ -443,6 +455,111 @@ static int mode_contend(const char *how, int workers, int duration_ms)
     return 0;
 }
 
+/* ---- capacity: closed-loop workers against a service of limited capacity -- */
+
+enum { BACKOFF_MS = 10 };  /* after a refusal: retries cost CPU, not capacity */
+
+struct capacity_worker {
+    pthread_t tid;
+    int64_t start, deadline, pace;
+    long refused, errors, count, size;
+    unsigned seed;
+    int64_t (*answers)[2];  /* end (from start) and latency, ns */
+};
+
+static int capacity_request(void)
+{
+    int fd = open_connection();
+    if (fd < 0)
+        return -1;
+    char buf[256];
+    ssize_t n = send(fd, "q\n", 2, 0) == 2 ? 1 : -1;
+    while (n > 0)
+        n = recv(fd, buf, sizeof buf, 0);
+    close(fd);
+    return n == 0 ? 0 : -2;
+}
+
+static void sleep_until(int64_t t)
+{
+    struct timespec ts = { t / 1000000000, t % 1000000000 };
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+static void *capacity_thread(void *arg)
+{
+    struct capacity_worker *w = arg;
+    int64_t next = w->start;
+    for (;;) {
+        if (w->pace)
+            sleep_until(next);
+        int64_t t0 = now_ns();
+        if (t0 >= w->deadline)
+            break;
+        int rc = capacity_request();
+        int64_t t1 = now_ns();
+        if (rc == -1) {
+            w->refused++;
+            /* anywhere in [BACKOFF_MS / 2, 3 * BACKOFF_MS / 2): refused
+             * together, workers would otherwise all retry together */
+            sleep_until(t1 + BACKOFF_MS * (500000LL + rand_r(&w->seed) % 1000000));
+            continue;
+        }
+        next += w->pace;
+        if (rc < 0) {
+            w->errors++;
+            continue;
+        }
+        if (w->count == w->size) {
+            w->size = w->size ? 2 * w->size : 1024;
+            w->answers = realloc(w->answers, (size_t)w->size * sizeof *w->answers);
+            if (!w->answers)
+                fail("realloc");
+        }
+        w->answers[w->count][0] = t1 - w->start;
+        w->answers[w->count][1] = t1 - t0;
+        w->count++;
+    }
+    return NULL;
+}
+
+static int mode_capacity(int workers, int duration_ms, int pace_ms)
+{
+    if (workers < 1 || duration_ms < 0 || pace_ms < 0) {
+        fprintf(stderr, "bench_client: capacity takes W >= 1, DURATION_MS >= 0, "
+                "PACE_MS >= 0\n");
+        return 2;
+    }
+    struct capacity_worker *w = calloc((size_t)workers, sizeof *w);
+    if (!w)
+        fail("calloc");
+    int64_t start = now_ns() + 50000000;  /* every thread started by then */
+    printf("start_ns=%lld\n", (long long)start);
+    for (int i = 0; i < workers; i++) {
+        w[i].start = start;
+        w[i].deadline = start + (int64_t)duration_ms * 1000000;
+        w[i].pace = (int64_t)pace_ms * 1000000;
+        w[i].seed = (unsigned)i;
+        if (pthread_create(&w[i].tid, NULL, capacity_thread, &w[i]))
+            fail("pthread_create");
+    }
+    long done = 0, refused = 0, errors = 0;
+    for (int i = 0; i < workers; i++) {
+        pthread_join(w[i].tid, NULL);
+        for (long j = 0; j < w[i].count; j++)
+            printf("r %lld %lld\n", (long long)(w[i].answers[j][0] / 1000),
+                   (long long)(w[i].answers[j][1] / 1000));
+        done += w[i].count;
+        refused += w[i].refused;
+        errors += w[i].errors;
+        free(w[i].answers);
+    }
+    printf("done=%ld refused=%ld errors=%ld\n", done, refused, errors);
+    free(w);
+    return 0;
+}
+
 /* ---- window: the permit hand-off when a holder ends ---------------------- */
 
 /* One question to the server's control port (an address no rule names:
@@ -663,6 +780,7 @@ static void usage(void)
             "       bench_client request HOST PORT N\n"
             "       bench_client socketpair N [send|rw]\n"
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
+            "       bench_client capacity HOST PORT W DURATION_MS PACE_MS\n"
             "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
             "       bench_client getpid N\n"
             "       bench_client nsstat KEY\n");
@@ -695,6 +813,8 @@ int main(int argc, char **argv)
         return mode_request(atol(argv[4]));
     if (strcmp(mode, "alternate") == 0)
         mode_alternate(argv[2], argv[4]);
+    if (strcmp(mode, "capacity") == 0 && argc >= 7)
+        return mode_capacity(atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
     if (strcmp(mode, "contend") == 0 && argc >= 7)
         return mode_contend(argv[4], atoi(argv[5]), atoi(argv[6]));
     usage();

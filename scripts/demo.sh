@@ -4,7 +4,8 @@
 # fast, 127.0.0.1:18080). The server counts what really reaches it.
 # Then a dead downstream: workers alternate a healthy server and a
 # blackholed one, without the shim, with a limit, and with a limit,
-# connect_timeout_ms and the breaker.
+# connect_timeout_ms and the breaker. Last, an adaptive limit following a
+# downstream whose capacity drops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,7 @@ command -v curl >/dev/null || die "curl is not installed (make deps)"
 tmp=$(mktemp -d)
 server_pid=
 hole_pid=
+cap_pid=
 workers=()
 
 stop_server() {
@@ -42,8 +44,11 @@ cleanup() {
     stop_workers
     stop_server
     [[ -z "$hole_pid" ]] || kill "$hole_pid" 2>/dev/null || true
-    "$BULKHEAD" reset --force -n "$NAMESPACE" >/dev/null 2>&1 || true
-    "$BULKHEAD" reset --force -n "$NAMESPACE-dead" >/dev/null 2>&1 || true
+    [[ -z "$cap_pid" ]] || kill "$cap_pid" 2>/dev/null || true
+    local ns
+    for ns in "$NAMESPACE" "$NAMESPACE-dead" "$NAMESPACE-adaptive"; do
+        "$BULKHEAD" reset --force -n "$ns" >/dev/null 2>&1 || true
+    done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -176,13 +181,19 @@ dead_rules() {  # dead_rules FILE [extra keys...]
     } >"$file"
 }
 
+# wait_ready FILE WHAT: a server's ready file, written within 5 s.
+wait_ready() {
+    local i
+    for ((i = 0; i < 250; i++)); do
+        [[ -s "$1" ]] && return 0
+        sleep 0.02
+    done
+    die "$2 did not start"
+}
+
 python3 tests/server/blackhole.py --ready "$tmp/hole" --lifetime 120 2>/dev/null &
 hole_pid=$!
-for ((i = 0; i < 250; i++)); do
-    [[ -s "$tmp/hole" ]] && break
-    sleep 0.02
-done
-[[ -s "$tmp/hole" ]] || die "the blackhole did not start"
+wait_ready "$tmp/hole" "the blackhole"
 DEAD=$(cat "$tmp/hole")
 dead_rules "$tmp/limit.ini"
 dead_rules "$tmp/breaker.ini" "connect_timeout_ms = 1000" "breaker_failures = 3" \
@@ -208,3 +219,89 @@ row "limit 4 + connect_timeout_ms 1000 + breaker (stuck 1 s at most)"
 stop_server
 echo
 echo "A dead downstream costs milliseconds, not workers."
+
+# ---- a limit that sizes itself ---------------------------------------------
+
+CAP_SERVICE_MS=50
+CAP_WORKERS=16
+
+# say COMMAND: one line to the capacity server's control port; its answer.
+say() {
+    local fd line
+    exec {fd}<>"/dev/tcp/127.0.0.1/$cap_ctl" || die "the capacity server does not answer"
+    echo "$1" >&"$fd"
+    read -r -t 5 line <&"$fd" || true
+    exec {fd}<&-
+    echo "$line"
+}
+
+figure() {  # figure NAME LINE: NAME=N out of a stat line
+    sed -n "s/.*\\b$1=\\([0-9]*\\).*/\\1/p" <<<"$2"
+}
+
+live_limit() {  # the compartment's live limit, from bulkhead stat --json
+    "$BULKHEAD" stat -c "$tmp/adaptive.ini" --json 2>/dev/null |
+        grep -o '"limit": [0-9]*' | head -1 | grep -o '[0-9]*$' || echo "?"
+}
+
+python3 tests/server/capacityserver.py --ready "$tmp/cap" --capacity 8 \
+    --service-ms "$CAP_SERVICE_MS" --lifetime 120 2>/dev/null &
+cap_pid=$!
+wait_ready "$tmp/cap" "the capacity server"
+cap_port=$(sed -n 1p "$tmp/cap")
+cap_ctl=$(sed -n 2p "$tmp/cap")
+cat >"$tmp/adaptive.ini" <<INI
+[global]
+namespace = $NAMESPACE-adaptive
+log = error
+
+[downstream]
+limit = 8
+wait_ms = 0
+adaptive = gradient
+match = 127.0.0.1:$cap_port
+INI
+
+echo
+echo "A limit that sizes itself: a downstream that serves 8 requests at a time"
+echo "($CAP_SERVICE_MS ms each) and queues the rest, as an overloaded service does."
+echo "$CAP_WORKERS workers call it in a loop through bulkhead, with adaptive = gradient"
+echo "(the limit starts at 8). After 3 s the downstream can serve only 2 at a time."
+echo "Each second: the live limit at that moment (bulkhead stat) and the most"
+echo "requests the downstream itself had at once during that second."
+printf '  %6s %9s %6s %10s\n' time capacity limit "at once"
+env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/adaptive.ini" \
+    python3 tests/clients/capacity_load.py 127.0.0.1 "$cap_port" "$CAP_WORKERS" 20 \
+    >/dev/null 2>&1 &
+workers+=($!)
+for ((i = 0; i < 500; i++)); do  # until the workers are under way
+    (($(figure served "$(say stat)") > 0)) && break
+    sleep 0.02
+done
+say reset >/dev/null
+capacity=8 followed=
+start=${EPOCHREALTIME/./}
+for ((t = 1; t <= 10; t++)); do
+    # sleep until t seconds after the start: the lines are a second apart
+    left=$((t * 1000000 - (${EPOCHREALTIME/./} - start)))
+    ((left <= 0)) || sleep "$(printf '%d.%06d' $((left / 1000000)) $((left % 1000000)))"
+    limit=$(live_limit)
+    at_once=$(figure max_open "$(say reset)")
+    printf '  %4d s %9d %6s %10s\n' "$t" "$capacity" "$limit" "$at_once"
+    if ((capacity == 2)) && [[ -z "$followed" && "$limit" =~ ^[0-9]+$ ]] && ((limit <= 4)); then
+        followed=$((t - 3))
+    fi
+    if ((t == 3)); then
+        capacity=2
+        say "capacity 2" >/dev/null
+    fi
+done
+stop_workers
+echo
+if [[ -n "$followed" ]]; then
+    echo "The limit followed the downstream down to 2 plus a little room, within $followed s;"
+    echo "nobody changed it: the shim measured how long the downstream took to answer."
+else
+    echo "Unexpected: the limit did not come down to the downstream's capacity." >&2
+    exit 1
+fi
