@@ -78,7 +78,7 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
     if (compartment->io_timeout_ms > 0)
         watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE;
     if (bh_compartment_turnaround(compartment))
-        watch |= BH_WATCH_TURNAROUND;
+        watch |= BH_WATCH_TURNAROUND | BH_WATCH_ANSWERED;
     return watch;
 }
 
@@ -250,15 +250,20 @@ static int learn_from_error(int fd, uint32_t watch, int err, int receive, int fl
     return err;
 }
 
-/* A send went out, or an answer came in, on a connection that measures
- * turnaround (see the top). */
-static void turnaround(int fd, int receive)
+void bh_outcome_timed_send(int fd, uint32_t number)
 {
-    if (!receive) {
-        if (!bh_fd_send_waits(fd))
-            bh_fd_note_send(fd, monotonic_ns());
-        return;
-    }
+    int saved_errno = errno;
+    int64_t now = monotonic_ns();
+    int shared = bh_fd_note_send(fd, now);
+    if (shared >= 0)  /* the exchanges since the last timed one, this one included */
+        bh_window_count_many(bh_window_of(&bh_shim.ns, shared), BH_WINDOW_TURNAROUNDS,
+                             number ? BH_TURNAROUND_EVERY : 1, now);
+    errno = saved_errno;
+}
+
+void bh_outcome_timed_answer(int fd)
+{
+    int saved_errno = errno;
     int shared = -1;
     int64_t sent = bh_fd_take_send(fd, &shared);
     if (sent && shared >= 0) {
@@ -269,6 +274,7 @@ static void turnaround(int fd, int receive)
             bh_adaptive_sample(&bh_shim.ns, shared, now - sent, 1, now, &change))
             log_limit_change(shared, &change);
     }
+    errno = saved_errno;
 }
 
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
@@ -282,8 +288,9 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
             bh_outcome_connected(fd);
         if (receive && result > 0 && (watch & BH_WATCH_FIRST_BYTE))
             first_byte(fd, watch);
-        if (result > 0 && (watch & BH_WATCH_TURNAROUND))
-            turnaround(fd, receive);
+        _Atomic uint32_t *word = bh_fd_watch_word(fd);
+        if (result > 0 && (watch & BH_WATCH_TURNAROUND) && word)
+            bh_outcome_turnaround(fd, word, atomic_load(word), receive);
     }
     errno = err;
     return result;
@@ -357,8 +364,21 @@ static __attribute__((noinline)) void copy_ended(struct bh_fd_ended ended)
         hold_time(ended);
 }
 
+/* A turnaround connection's exchanges after its last timed one: no timed
+ * send will count them, so its end does. */
+static __attribute__((noinline)) void exchanges_ended(struct bh_fd_ended ended)
+{
+    uint32_t begun = ended.watch >> BH_WATCH_EXCHANGE_SHIFT;
+    uint32_t uncounted = begun ? (begun - 1) % BH_TURNAROUND_EVERY : 0;
+    if (uncounted)
+        bh_window_count_many(bh_window_of(&bh_shim.ns, ended.compartment),
+                             BH_WINDOW_TURNAROUNDS, uncounted, monotonic_ns());
+}
+
 void bh_connection_ended(struct bh_fd_ended ended)
 {
+    if (__builtin_expect(ended.watch & BH_WATCH_TURNAROUND, 0))
+        exchanges_ended(ended);
     if (__builtin_expect(ended.share != 0, 0)) {
         copy_ended(ended);
         return;
