@@ -32,7 +32,7 @@ enum {
 
 /* Turnaround times the first exchange of each connection and then one in
  * BH_TURNAROUND_EVERY (a power of two that divides 2^16; see outcome.c). */
-enum { BH_TURNAROUND_EVERY = 16 };
+enum { BH_TURNAROUND_EVERY = 32 };
 
 /* The bits a new connection of this compartment starts with. */
 uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
@@ -84,35 +84,45 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
 /* Successful calls whose bits ask for more than turnaround. */
 #define BH_WATCH_ON_SUCCESS (BH_WATCH_CONNECTING | BH_WATCH_FIRST_BYTE)
 
-/* What a send or receive hook does on a connection with watch bits:
- * `call` is the real libc call. The usual case (bytes moved, nothing but
- * turnaround to learn) stays inline and leaves errno alone. */
-#define BH_WATCHED_IO(fd, receive, flags, call) __extension__ ({               \
-        _Atomic uint32_t *word_ = bh_fd_watch_word(fd);                        \
-        uint32_t watch_ = word_ ? atomic_load_explicit(word_, memory_order_relaxed) : 0; \
+/* What a send or receive hook does on a connection with watch bits, word
+ * its watch word: `call` is the real libc call. The usual case (bytes
+ * moved, nothing but turnaround to learn) stays inline and leaves errno
+ * alone. The word may be a newer connection's by the time the call
+ * returns (another thread closed the fd and the slot was reused), as a
+ * lookup after the call could be: it costs a misplaced step, never a
+ * permit. */
+#define BH_WATCHED_IO(fd, word, receive, flags, call) __extension__ ({         \
+        uint32_t watch_ = atomic_load_explicit(word, memory_order_relaxed);    \
         if ((receive) && (watch_ & BH_WATCH_ARM_RECEIVE))                      \
             watch_ = bh_outcome_before_io(fd, watch_, receive);                \
         ssize_t result_ = (call);                                              \
         if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS), 0)) \
             result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
         else if (watch_ & BH_WATCH_TURNAROUND)                                 \
-            bh_outcome_turnaround(fd, word_, watch_, receive);                 \
+            bh_outcome_turnaround(fd, word, watch_, receive);                  \
         result_; })
 
+/* A parameter list, args a call's arguments, with the watch word first. */
+#define BH_WITH_WORD(...) (_Atomic uint32_t *word_, __VA_ARGS__)
+#define BH_PASS_WORD(...) (word_, __VA_ARGS__)
+
 /* A send or a receive as two functions: the fast path, FAST, is the inline
- * lookup of the fd's watch bits and a tail jump to libc_NAME when there
- * are none (no connection, or one with nothing left to learn), with no
- * stack frame of its own; the watched path, FAST_watched, is out of line. */
+ * lookup of the fd's watch word and a tail jump to libc_NAME when the
+ * bits are clear (no connection, or one with nothing left to learn), with
+ * no stack frame of its own; the watched path, FAST_watched, is out of
+ * line and takes the word from it. */
 #define BH_IO_FUNCTIONS(fast, name, receive, flags, params, args)              \
-    static __attribute__((noinline)) ssize_t fast##_watched params             \
+    static __attribute__((noinline)) ssize_t fast##_watched BH_WITH_WORD params \
     {                                                                          \
-        return BH_WATCHED_IO(fd, receive, flags, libc_##name args);            \
+        return BH_WATCHED_IO(fd, word_, receive, flags, libc_##name args);     \
     }                                                                          \
     static inline ssize_t fast params                                          \
     {                                                                          \
-        if (__builtin_expect(!bh_fd_watched(fd), 1))                           \
+        _Atomic uint32_t *word_ = bh_fd_watch_word(fd);                        \
+        if (__builtin_expect(!word_ ||                                         \
+                             !atomic_load_explicit(word_, memory_order_relaxed), 1)) \
             return libc_##name args;                                           \
-        return fast##_watched args;                                            \
+        return fast##_watched BH_PASS_WORD args;                               \
     }
 
 /* A hook whose every call is a send or a receive: bh_NAME. */
