@@ -11,11 +11,28 @@
  * many requests (keep-alive) holds its permit for minutes, so its hold
  * time says nothing of how long the downstream takes to answer. Its
  * TURNAROUND bit never clears, so each send and receive on it takes the
- * watched path: a successful send notes the time in the fd table (this
- * process's memory) unless an earlier send still waits for its answer;
- * the first receive that brings bytes after it takes that time back and
- * records the difference in the compartment's windowed histogram
- * (permits/window.c). Connections without the bit pay nothing for it.
+ * watched path. An exchange runs from the first send after an answer (or
+ * the connection's first send) to the first receive that brings bytes
+ * after it: the ANSWERED bit flips at both ends, and the watch word's top
+ * 16 bits count the exchanges begun, in one compare-and-swap on the
+ * connection's own word (outcome.h, inline in the hooks). The first
+ * exchange of each connection and then one in BH_TURNAROUND_EVERY (32)
+ * is timed: its send reads the clock into the fd table (this process's
+ * memory) and sets TIMED, its answer takes the time back and records the
+ * difference in the compartment's windowed histogram (permits/window.c)
+ * and, adaptive, as a latency sample. So one measurement at a time per
+ * connection, and the common send or receive reads no clock: a bit test
+ * and a compare-and-swap. Why 32: it cuts the clock reads and shared
+ * writes 32-fold (the cost table in README.md) and still times a
+ * connection doing 10 exchanges a second every 3.2 s. The timed send
+ * also counts, in the window's exchanges, the ones since the last timed
+ * one (32; 1 for the first), and the connection's end counts those after
+ * the last, so suggest's request rate is every exchange, not only the
+ * timed ones (when a connection's counter wraps, every 65,536 exchanges,
+ * 31 go uncounted). Threads racing on one connection: each flip goes to
+ * one of them; an answer that reads TIMED before its send stored the
+ * time records nothing, and that time is overwritten by the next timed
+ * send. Connections without the bit pay nothing for it.
  *
  * The probe slot names the process that took it and when (breaker.c), and
  * the connection's since_ns is that when: only that process may give it

@@ -22,17 +22,14 @@ enum {
     BH_WATCH_IO_DEADLINE = 1 << 6, /* io_timeout_ms: ETIMEDOUT is an io timeout */
     BH_WATCH_DROPPED = 1 << 7,     /* adaptive: it failed; its hold is no latency */
     BH_WATCH_TURNAROUND = 1 << 8,  /* turnaround: kept for the connection's
-                                      life, so each send and receive pays it */
+                                      life, so each send and receive pays a
+                                      bit test (and a CAS at an exchange's ends) */
     BH_WATCH_ANSWERED = 1 << 9,    /* turnaround: bytes came back since the
                                       last send; the next send begins an exchange */
     BH_WATCH_TIMED = 1 << 10,      /* turnaround: this exchange is timed */
     /* turnaround: the bits above count the exchanges begun (mod 2^16) */
     BH_WATCH_EXCHANGE_SHIFT = 16,
 };
-
-/* Turnaround times the first exchange of each connection and then one in
- * BH_TURNAROUND_EVERY (a power of two that divides 2^16; see outcome.c). */
-enum { BH_TURNAROUND_EVERY = 32 };
 
 /* The bits a new connection of this compartment starts with. */
 uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
