@@ -119,7 +119,8 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
 /* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
  * it carries no connection. One load for an fd below 4096 without a
  * connection, two more for one with. The layout below is here only for
- * this function; fd_table.c alone writes it. */
+ * these functions; fd_table.c alone writes it, but for the watch word,
+ * whose bits are the caller's and which the hooks change in place. */
 enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
 struct bh_fd_connection {
     _Atomic uint32_t refs;
