@@ -153,8 +153,9 @@ static void print_compartment(const struct bh_config *config, int index)
         printf("  %s\n", adaptive);
     }
     if (bh_compartment_turnaround(compartment))
-        printf("  turnaround   yes (each send and receive times the answer; "
-               "suggest sizes keep-alive connections by it)\n");
+        printf("  turnaround   yes (counts each exchange and times one in %d from "
+               "send to answer; suggest sizes keep-alive connections by it)\n",
+               BH_TURNAROUND_EVERY);
     print_policy(compartment);
     const char *label = "match";
     for (int i = 0; i < config->rule_count; i++) {

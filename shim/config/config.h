@@ -100,7 +100,7 @@ struct bh_compartment {
     int adaptive_latency_ms; /* aimd: a window's mean latency over it backs
                                 off; 0 (default): drops only */
     int turnaround;        /* 1: measure send-to-answer time on its
-                              connections (costs each send and receive) */
+                              connections (sampled; costs each send and receive) */
     int line;              /* line of the [section] header */
 };
 
@@ -110,6 +110,11 @@ static inline int bh_compartment_turnaround(const struct bh_compartment *compart
 {
     return compartment->turnaround;
 }
+
+/* Turnaround counts every exchange and times the first of each connection
+ * and then one in BH_TURNAROUND_EVERY (a power of two that divides 2^16;
+ * why 32: core/outcome.c). */
+enum { BH_TURNAROUND_EVERY = 32 };
 
 struct bh_config {
     char *path;

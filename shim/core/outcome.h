@@ -22,7 +22,13 @@ enum {
     BH_WATCH_IO_DEADLINE = 1 << 6, /* io_timeout_ms: ETIMEDOUT is an io timeout */
     BH_WATCH_DROPPED = 1 << 7,     /* adaptive: it failed; its hold is no latency */
     BH_WATCH_TURNAROUND = 1 << 8,  /* turnaround: kept for the connection's
-                                      life, so each send and receive pays it */
+                                      life, so each send and receive pays a
+                                      bit test (and a CAS at an exchange's ends) */
+    BH_WATCH_ANSWERED = 1 << 9,    /* turnaround: bytes came back since the
+                                      last send; the next send begins an exchange */
+    BH_WATCH_TIMED = 1 << 10,      /* turnaround: this exchange is timed */
+    /* turnaround: the bits above count the exchanges begun (mod 2^16) */
+    BH_WATCH_EXCHANGE_SHIFT = 16,
 };
 
 /* The bits a new connection of this compartment starts with. */
@@ -33,36 +39,87 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
 void bh_outcome_connected(int fd);
 void bh_outcome_connect_failed(int fd, int err);
 
-/* Around a send or receive on a connection with watch bits: before it,
- * arms the receive deadline if due and returns the bits to use after;
- * after it, learns what the result says and returns the result, with
- * errno ETIMEDOUT when our deadline expired. */
+/* Around a send or receive on a connection with watch bits: before a
+ * receive, arms its deadline if due and returns the bits to use after;
+ * after a call that failed, returned 0 or had a first outcome to learn,
+ * learns what the result says and returns the result, with errno
+ * ETIMEDOUT when our deadline expired. */
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive);
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags);
+/* Out of line, once per timed exchange: its send went out (number: the
+ * exchange's, mod 2^16), its answer came. */
+void bh_outcome_timed_send(int fd, uint32_t number);
+void bh_outcome_timed_answer(int fd);
 
-/* What a send or receive hook does on a connection with watch bits:
- * `call` is the real libc call. */
-#define BH_WATCHED_IO(fd, watch, receive, flags, call) __extension__ ({         \
-        uint32_t watch_ = bh_outcome_before_io(fd, watch, receive);            \
+/* Turnaround after a send or receive that moved bytes, with the watch bits
+ * seen before it: the first send since an answer begins an exchange
+ * (counted, and timed if its number says so), the first receive after it
+ * ends it. Between those, a counter step and a compare-and-swap on the
+ * connection's own word; a lost race means another thread took the step. */
+static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_t watch,
+                                         int receive)
+{
+    uint32_t next;
+    do {
+        if (receive ? (watch & BH_WATCH_ANSWERED) : !(watch & BH_WATCH_ANSWERED))
+            return;  /* more of the same answer, or of the same request */
+        if (receive)
+            next = (watch | BH_WATCH_ANSWERED) & ~(uint32_t)BH_WATCH_TIMED;
+        else if ((watch >> BH_WATCH_EXCHANGE_SHIFT) % BH_TURNAROUND_EVERY == 0)
+            next = ((watch & ~(uint32_t)BH_WATCH_ANSWERED) | BH_WATCH_TIMED) +
+                   (1u << BH_WATCH_EXCHANGE_SHIFT);
+        else
+            next = (watch & ~(uint32_t)BH_WATCH_ANSWERED) + (1u << BH_WATCH_EXCHANGE_SHIFT);
+    } while (!atomic_compare_exchange_weak(word, &watch, next));
+    if (receive && (watch & BH_WATCH_TIMED))
+        bh_outcome_timed_answer(fd);
+    else if (!receive && (next & BH_WATCH_TIMED))
+        bh_outcome_timed_send(fd, watch >> BH_WATCH_EXCHANGE_SHIFT);
+}
+
+/* Successful calls whose bits ask for more than turnaround. */
+#define BH_WATCH_ON_SUCCESS (BH_WATCH_CONNECTING | BH_WATCH_FIRST_BYTE)
+
+/* What a send or receive hook does on a connection with watch bits, word
+ * its watch word: `call` is the real libc call. The usual case (bytes
+ * moved, nothing but turnaround to learn) stays inline and leaves errno
+ * alone. The word may be a newer connection's by the time the call
+ * returns (another thread closed the fd and the slot was reused), as a
+ * lookup after the call could be: it costs a misplaced step, never a
+ * permit. */
+#define BH_WATCHED_IO(fd, word, receive, flags, call) __extension__ ({         \
+        uint32_t watch_ = atomic_load_explicit(word, memory_order_relaxed);    \
+        if ((receive) && (watch_ & BH_WATCH_ARM_RECEIVE))                      \
+            watch_ = bh_outcome_before_io(fd, watch_, receive);                \
         ssize_t result_ = (call);                                              \
-        bh_outcome_after_io(fd, watch_, result_, receive, flags); })
+        if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS), 0)) \
+            result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
+        else if (watch_ & BH_WATCH_TURNAROUND)                                 \
+            bh_outcome_turnaround(fd, word, watch_, receive);                  \
+        result_; })
+
+/* A parameter list, args a call's arguments, with the watch word first. */
+#define BH_WITH_WORD(...) (_Atomic uint32_t *word_, __VA_ARGS__)
+#define BH_PASS_WORD(...) (word_, __VA_ARGS__)
 
 /* A send or a receive as two functions: the fast path, FAST, is the inline
- * lookup of the fd's watch bits and a tail jump to libc_NAME when there
- * are none (no connection, or one with nothing left to learn), with no
- * stack frame of its own; the watched path, FAST_watched, is out of line. */
+ * lookup of the fd's watch word and a tail jump to libc_NAME when the
+ * bits are clear (no connection, or one with nothing left to learn), with
+ * no stack frame of its own; the watched path, FAST_watched, is out of
+ * line and takes the word from it. */
 #define BH_IO_FUNCTIONS(fast, name, receive, flags, params, args)              \
-    static __attribute__((noinline)) ssize_t fast##_watched params             \
+    static __attribute__((noinline)) ssize_t fast##_watched BH_WITH_WORD params \
     {                                                                          \
-        return BH_WATCHED_IO(fd, bh_fd_watched(fd), receive, flags,            \
-                             libc_##name args);                                \
+        return BH_WATCHED_IO(fd, word_, receive, flags, libc_##name args);     \
     }                                                                          \
     static inline ssize_t fast params                                          \
     {                                                                          \
-        if (__builtin_expect(!bh_fd_watched(fd), 1))                           \
+        _Atomic uint32_t *word_ = bh_fd_watch_word(fd);                        \
+        if (__builtin_expect(!word_ ||                                         \
+                             !atomic_load_explicit(word_, memory_order_relaxed), 1)) \
             return libc_##name args;                                           \
-        return fast##_watched args;                                            \
+        return fast##_watched BH_PASS_WORD args;                               \
     }
 
 /* A hook whose every call is a send or a receive: bh_NAME. */

@@ -357,18 +357,13 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits)
     return connection ? atomic_fetch_and(&connection->watch, ~bits) & bits : 0;
 }
 
-int bh_fd_send_waits(int fd)
+int bh_fd_note_send(int fd, int64_t now_ns)
 {
     struct bh_fd_connection *connection = connection_of(fd);
-    return connection && atomic_load_explicit(&connection->sent_ns, memory_order_relaxed);
-}
-
-void bh_fd_note_send(int fd, int64_t now_ns)
-{
-    struct bh_fd_connection *connection = connection_of(fd);
-    int64_t none = 0;
-    if (connection)
-        atomic_compare_exchange_strong(&connection->sent_ns, &none, now_ns);
+    if (!connection)
+        return -1;
+    atomic_store_explicit(&connection->sent_ns, now_ns, memory_order_relaxed);
+    return atomic_load_explicit(&connection->compartment, memory_order_relaxed);
 }
 
 int64_t bh_fd_take_send(int fd, int *compartment)

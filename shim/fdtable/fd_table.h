@@ -11,6 +11,7 @@
 #define BH_FD_TABLE_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum { BH_FD_NOTHING_ENDED = -1 };
@@ -104,12 +105,10 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits);
 /* Sets `bits` on fd's connection, if it has one. */
 void bh_fd_rewatch(int fd, uint32_t bits);
 
-/* Turnaround: whether fd's connection has a send waiting for its answer;
- * a send at now_ns, kept unless one already waits; the waiting send's
- * time, taken (0: none), with the connection's compartment, when an
- * answer comes. */
-int bh_fd_send_waits(int fd);
-void bh_fd_note_send(int fd, int64_t now_ns);
+/* Turnaround: the time of the send being timed (the caller allows one at
+ * a time), returning the connection's compartment (-1: none); that time,
+ * taken (0: none), when its answer comes. */
+int bh_fd_note_send(int fd, int64_t now_ns);
 int64_t bh_fd_take_send(int fd, int *compartment);
 
 /* Calls visit(fd, connection_id, compartment) for every tracked fd; visits
@@ -120,7 +119,8 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
 /* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
  * it carries no connection. One load for an fd below 4096 without a
  * connection, two more for one with. The layout below is here only for
- * this function; fd_table.c alone writes it. */
+ * these functions; fd_table.c alone writes it, but for the watch word,
+ * whose bits are the caller's and which the hooks change in place. */
 enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
 struct bh_fd_connection {
     _Atomic uint32_t refs;
@@ -130,8 +130,8 @@ struct bh_fd_connection {
     _Atomic int64_t since_ns;   /* the caller's clock, at attach */
     _Atomic uint32_t share;     /* the caller's, for copies in other processes */
     _Atomic uint32_t visited;   /* bh_fd_for_each_connection's round */
-    _Atomic int64_t sent_ns;    /* the caller's clock at the first send not
-                                   answered yet; 0: none (turnaround) */
+    _Atomic int64_t sent_ns;    /* the caller's clock at the send being
+                                   timed; 0: none (turnaround) */
 };
 extern _Atomic uint32_t bh_fd_first[];
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
@@ -156,16 +156,24 @@ static inline int bh_fd_has_connection(int fd)
     return (bh_fd_entry(fd) >> BH_FD_KIND_BITS) != 0;
 }
 
-static inline uint32_t bh_fd_watched(int fd)
+/* fd's connection's watch word, NULL when it carries none. The word is
+ * the caller's: the hooks' watched path reads it once and changes its own
+ * bits there with atomics, without a second lookup. */
+static inline _Atomic uint32_t *bh_fd_watch_word(int fd)
 {
     enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
     uint32_t id_plus_one = bh_fd_entry(fd) >> BH_FD_KIND_BITS;
     if (!id_plus_one)
-        return 0;
+        return NULL;
     struct bh_fd_connection *connections = atomic_load_explicit(
         &bh_fd_connections[(id_plus_one - 1) >> BH_FD_CHUNK_BITS], memory_order_acquire);
-    return atomic_load_explicit(&connections[(id_plus_one - 1) & MASK].watch,
-                                memory_order_relaxed);
+    return &connections[(id_plus_one - 1) & MASK].watch;
+}
+
+static inline uint32_t bh_fd_watched(int fd)
+{
+    _Atomic uint32_t *word = bh_fd_watch_word(fd);
+    return word ? atomic_load_explicit(word, memory_order_relaxed) : 0;
 }
 
 #endif

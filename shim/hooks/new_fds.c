@@ -77,12 +77,19 @@ static __attribute__((noinline)) ssize_t forget_passed_fds(ssize_t received,
 BH_IO_FUNCTIONS(receive_message, recvmsg, 1, flags,
                 (int fd, struct msghdr *msg, int flags), (fd, msg, flags))
 
+/* Out of line, so that the common case below needs no stack frame. */
+static __attribute__((noinline)) ssize_t receive_with_control(int fd, struct msghdr *msg,
+                                                              int flags)
+{
+    return forget_passed_fds(receive_message(fd, msg, flags), msg);
+}
+
 /* Without a control buffer no fd can come in: a lookup and a jump. */
 static ssize_t bh_recvmsg(int fd, struct msghdr *msg, int flags)
 {
     if (__builtin_expect(!msg || !msg->msg_control || !msg->msg_controllen, 1))
         return receive_message(fd, msg, flags);
-    return forget_passed_fds(receive_message(fd, msg, flags), msg);
+    return receive_with_control(fd, msg, flags);
 }
 
 /* open's mode is only there with O_CREAT or O_TMPFILE. */

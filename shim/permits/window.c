@@ -188,14 +188,20 @@ static inline void note_last(struct bh_window_shared *window, int64_t at_ns)
 
 /* ---- recording ---- */
 
-void bh_window_count(struct bh_window_shared *window, enum bh_window_event event,
-                     int64_t now_ns)
+void bh_window_count_many(struct bh_window_shared *window, enum bh_window_event event,
+                          uint32_t count, int64_t now_ns)
 {
     struct bh_window_second *slot = second_at(window, now_ns / NS_PER_S, now_ns);
     if (!slot)
         return;
-    atomic_fetch_add_explicit(&slot->events[event], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&slot->events[event], count, memory_order_relaxed);
     note_last(window, now_ns);
+}
+
+void bh_window_count(struct bh_window_shared *window, enum bh_window_event event,
+                     int64_t now_ns)
+{
+    bh_window_count_many(window, event, 1, now_ns);
 }
 
 /* weight x the part of [since_ns, now_ns] in each second still in the
@@ -253,7 +259,7 @@ void bh_window_turnaround(struct bh_window_shared *window, int64_t elapsed_ns,
         return;
     add_to_period(window->turnaround, (uint64_t)(now_ns / NS_PER_S),
                   (uint64_t)elapsed_ns / NS_PER_US);
-    bh_window_count(window, BH_WINDOW_TURNAROUNDS, now_ns);
+    note_last(window, now_ns);
     bh_histogram_record((struct bh_histogram *)&window->turnaround_total, elapsed_ns);
 }
 

@@ -27,7 +27,8 @@ enum {
 /* Events counted per second (admissions through bh_window_hold). */
 enum bh_window_event {
     BH_WINDOW_ADMITTED, BH_WINDOW_REFUSED, BH_WINDOW_TIMED_OUT,
-    BH_WINDOW_TURNAROUNDS,        /* answers timed (bh_window_turnaround) */
+    BH_WINDOW_TURNAROUNDS,        /* exchanges on turnaround connections,
+                                     timed or not (outcome.c samples them) */
     BH_WINDOW_EVENTS
 };
 
@@ -69,13 +70,16 @@ struct bh_window_shared {
  * since_ns are CLOCK_MONOTONIC. */
 void bh_window_count(struct bh_window_shared *window, enum bh_window_event event,
                      int64_t now_ns);
+void bh_window_count_many(struct bh_window_shared *window, enum bh_window_event event,
+                          uint32_t count, int64_t now_ns);
 /* A hold of `weight` permits from since_ns to now_ns ended: its time in
  * the histogram, weight x its length spread over the seconds it covered
  * (those still in the ring), and its admission in the second it began:
  * the connect path pays nothing, and a connection counts once it ends. */
 void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_ns,
                     int64_t now_ns);
-/* A send's first answer came back elapsed_ns after it. */
+/* A timed send's first answer came back elapsed_ns after it: the
+ * histograms only (its exchange is counted with bh_window_count_many). */
 void bh_window_turnaround(struct bh_window_shared *window, int64_t elapsed_ns,
                           int64_t now_ns);
 /* Forgets everything (bulkhead reset NAME). */
