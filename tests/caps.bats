@@ -23,29 +23,23 @@ EOF
 }
 
 @test "20 parallel curls, limit 3, fail fast: 3 reach the server, 17 exit 7 at once" {
-    start_server web 2000
+    # The server holds the three it admits past the test's end (teardown
+    # ends them): however slowly 20 curls start, no permit comes back.
+    start_server web 60000
     caps_rules 3 0
-    local i pids=()
+    local i
     for i in $(seq 1 20); do
-        run_rc "$T/curl.$i" run_shim curl -s -o /dev/null --noproxy '*' --max-time 10 \
+        run_rc "$T/curl.$i" run_shim curl -s -o /dev/null --noproxy '*' --max-time 100 \
             "http://127.0.0.1:$SERVER_PORT/" 3>&- &
-        pids+=($!)
         track_pid $!
     done
-    # "At once": all 17 refusals are in while the server still holds the
-    # three admitted connections, so none of them waited for a permit.
+    # "At once": all 17 refusals are in while the server holds the three
+    # admitted connections, so none of them waited for a permit.
     wait_for refusals_are 17
     assert_equal "$(server_stat web open)" 3
-    wait "${pids[@]}" || true
-
-    local ok refused
-    ok=$(count_rc 0 "$T"/curl.*)
-    refused=$(count_rc 7 "$T"/curl.*)
-    assert_equal "$((ok + refused))" 20
     assert_equal "$(server_stat web max)" 3
-    # Every success is one connection at the server; a refusal sends nothing.
-    assert_equal "$(server_stat web total)" "$ok"
-    assert_equal "$ok" 3
+    # A refusal sends nothing: the server saw the three and no more.
+    assert_equal "$(server_stat web total)" 3
 }
 
 refusals_are() {
