@@ -30,16 +30,19 @@
  * above the downstream's capacity sees the queue it makes in its first
  * window, takes that for no load, and the gradient stays 1. So gradient
  * re-measures, as Envoy's adaptive concurrency and brpc do: at its first
- * window, then every PROBE_EVERY_MS plus up to PROBE_JITTER_MS (so that
- * many hosts do not pin together), it pins the limit at max(min_limit, 2)
- * for two windows: the first drains what the old limit let in, the second
- * is the new baseline, outright (up or down); then the limit goes back to
- * where it was and the gradient brings it down from there if it queues.
- * 2 rather than 1: twice the samples a window at no queue for any
- * downstream that serves two at once. It costs about a second at the pin
- * every 30 to 60 s. A window in which in use never exceeded the pin is
- * itself such a measurement: it is taken instead, with no pin (low
- * traffic never sees the limit move). The drain only ends on a window
+ * window, and then every PROBE_EVERY_MS plus up to PROBE_JITTER_MS, it
+ * pins the limit at max(min_limit, 2) for two windows: the first drains
+ * what the old limit let in, the second is the new baseline, outright
+ * (up or down); then the limit goes back to where it was and the
+ * gradient brings it down from there if it queues. 2 rather than 1:
+ * twice the samples a window, at no queue for any downstream that serves
+ * two at once. Once a minute (60 s and 15% jitter, as Envoy's example
+ * configuration), since a wrong baseline is the start's, re-measured at
+ * once, and later ones only creep; each re-measure costs about a second
+ * at the pin, and the jitter keeps hosts from pinning together. A window
+ * in which in use never exceeded the pin is itself such a measurement:
+ * it is taken instead, with no pin (low traffic never sees the limit
+ * move). The drain only ends on a window
  * that closed with the pin live, so a pin lost with its process is
  * applied by the next window's closer and drained before measuring; an
  * estimate that is no longer the pin (bulkhead set) ends the re-measure.
@@ -58,8 +61,8 @@ enum {
     BASELINE_UP_AT_MIN = 8,  /* ... and at min_limit */
     PROBE_LIMIT = 2,         /* the re-measure's pin, at least min_limit */
 };
-static const int64_t PROBE_EVERY_MS = 30000;
-static const int64_t PROBE_JITTER_MS = 30000;
+static const int64_t PROBE_EVERY_MS = 60000;
+static const int64_t PROBE_JITTER_MS = 9000;
 
 /* Gradient: the gradient is TOLERANCE x baseline / recent, clamped to
  * [GRADIENT_MIN, 1]; the new limit is limit x gradient + queue, moving
