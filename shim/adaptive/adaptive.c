@@ -50,16 +50,19 @@
  *     live limit as set by someone else, which it was, by the dead one:
  *     the same value.
  *   - in a re-measure (probe, resume_milli, probe_at_ns: stored with the
- *     baseline, before the estimate's swap): dead before the swap, the
- *     phase is stale (the estimate is not the pin) and the next window
- *     ends it: the re-measure starts a window later. Dead after the swap,
- *     before the live limit: the next winner applies the pin, and the
- *     drain waits for a window that closed with the pin live, so no
- *     window of the old limit is taken for the baseline: a window's
- *     delay. Dead between the measuring window and the resume: the next
- *     winner's window measures again. No death leaves the limit pinned.
- *     An operator's `set` in between ends the re-measure the same way
- *     (the estimate is no longer the pin), unless it sets the pin itself.
+ *     baseline, before the estimate's swap). Starting one, dead before
+ *     the swap: the phase is stale (the estimate is still the one to
+ *     resume, not the pin) and the next window pins: a window later.
+ *     Dead after the swap, before the live limit: the next winner applies
+ *     the pin, and the drain waits for a window that closed with the pin
+ *     live, so no window of the old limit is taken for the baseline: a
+ *     window later. Resuming, dead before the swap: the new baseline is
+ *     kept, the phase is over, and the estimate stays at the pin; the
+ *     gradient climbs from there by its allowance a window, as from
+ *     min_limit (a few seconds back to a limit of 30). No death leaves
+ *     the limit pinned. An operator's `set` during a re-measure ends it
+ *     (the estimate is neither the pin nor the one to resume) and puts
+ *     the next off a minute, unless it sets the pin itself.
  *
  * Signal handlers: samples and drops are atomics; a close reads the
  * counters and the clock, and a change takes the namespace lock (a

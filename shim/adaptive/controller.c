@@ -42,10 +42,12 @@
  * at the pin, and the jitter keeps hosts from pinning together. A window
  * in which in use never exceeded the pin is itself such a measurement:
  * it is taken instead, with no pin (low traffic never sees the limit
- * move). The drain only ends on a window
- * that closed with the pin live, so a pin lost with its process is
- * applied by the next window's closer and drained before measuring; an
- * estimate that is no longer the pin (bulkhead set) ends the re-measure.
+ * move). The drain only ends on a window that closed with the pin live,
+ * so a pin lost with its process is applied by the next window's closer
+ * and drained before measuring. A phase whose estimate is not the pin is
+ * stale: still the estimate it would resume, the pin was never swapped
+ * in (its closer died) and the next window pins; else an operator moved
+ * it (bulkhead set), and the re-measure is put off to the next one.
  *
  * Idle windows: a window that did not reach the limit and whose peak in
  * use stayed under half of it does not lower the limit on latency. Our
@@ -152,8 +154,12 @@ static enum bh_adaptive_reason remeasure(const struct bh_adaptive_settings *sett
                                          const struct bh_adaptive_window *window)
 {
     int pin = probe_limit(settings);
-    if (state->probe != BH_PROBE_NONE && bh_adaptive_limit_of(state) != pin)
-        schedule_probe(state, window->closed_ns);  /* moved by an operator: theirs */
+    if (state->probe != BH_PROBE_NONE && bh_adaptive_limit_of(state) != pin) {
+        if (state->estimate_milli == state->resume_milli)
+            state->probe = BH_PROBE_NONE;  /* the pin never came: pin now */
+        else
+            schedule_probe(state, window->closed_ns);  /* moved by an operator: theirs */
+    }
     if (state->probe == BH_PROBE_DRAINING) {
         if (window->limit <= pin)
             state->probe = BH_PROBE_MEASURING;

@@ -268,6 +268,14 @@ static void test_remeasure_steps(void **state)
     assert_true(controller.probe_at_ns >= 61400 * (int64_t)MS &&
                 controller.probe_at_ns < 70400 * (int64_t)MS);
 
+    /* Its closer died before the pin's swap: the next window pins. */
+    controller = (struct bh_adaptive_state){ 32 * 1000, 25 * MS, BH_PROBE_DRAINING,
+                                             32 * 1000, 0 };
+    assert_int_equal(bh_adaptive_step(&settings, &controller, &queued),
+                     BH_ADAPTIVE_REMEASURE);
+    assert_int_equal(bh_adaptive_limit_of(&controller), PIN);
+    assert_int_equal(controller.resume_milli, 32 * 1000);
+
     /* An operator's set in the middle: theirs, and no pin again at once. */
     controller = (struct bh_adaptive_state){ 32 * 1000, 25 * MS, BH_PROBE_NONE, 0, 0 };
     bh_adaptive_step(&settings, &controller, &queued);
