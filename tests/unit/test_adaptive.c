@@ -1,7 +1,8 @@
 /* The adaptive controllers: tables of windows fed to the arithmetic
- * (controller.c), each row expecting a limit; and, over a real namespace
- * of its own, 8 processes closing windows at once, whose result is read
- * back from the semaphores: exactly one update per window. */
+ * (controller.c), each row expecting a limit; gradient's re-measure of
+ * the no-load latency over a simulated queueing downstream; and, over a
+ * real namespace of its own, 8 processes closing windows at once, whose
+ * result is read back from the semaphores: exactly one update per window. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,8 +37,8 @@ static int converge(enum bh_adaptive_mode mode, int start, int capacity, int win
                     int latency_ms)
 {
     struct bh_adaptive_settings settings = { mode, 1, 64, latency_ms };
-    /* A learned downstream: a controller turned on over a queue it cannot
-     * see takes that latency for its baseline (see controller.c). */
+    /* A learned baseline and no re-measure due: the gradient alone (the
+     * re-measure has its table below). */
     struct bh_adaptive_state state = { (int64_t)start * 1000, 50 * MS, BH_PROBE_NONE, 0,
                                        NO_PROBE };
     for (int i = 0; i < windows; i++) {
