@@ -129,14 +129,14 @@ server_total_past() {
     traffic 8
     wait_for -t 30 json_is 'a["baseline_ms"] > 0 and a["last_change"] is not None' True
     run "$BULKHEAD" stat -c "$RULES"
-    assert_line --regexp '^downstream +gradient +[0-9]+ +2 +12 +[0-9.]+ +[0-9.]+ +[0-9]+->[0-9]+ +(grew|latency|drops) +[0-9]+s ago$'
+    assert_line --regexp '^downstream +gradient +[0-9]+ +2 +12 +[0-9.]+ +[0-9.]+ +[0-9]+->[0-9]+ +(grew|latency|drops|re-measure|resumed) +[0-9]+s ago$'
     run "$BULKHEAD" stat -c "$RULES" --prometheus
     assert_line --regexp '^bulkhead_adaptive_mode\{namespace="[^"]+",compartment="downstream"\} 1$'
     assert_line --regexp '^bulkhead_adaptive_min_limit\{namespace="[^"]+",compartment="downstream"\} 2$'
     assert_line --regexp '^bulkhead_adaptive_max_limit\{namespace="[^"]+",compartment="downstream"\} 12$'
     assert_line --regexp '^bulkhead_adaptive_baseline_seconds\{namespace="[^"]+",compartment="downstream"\} 0\.[0-9]+$'
     assert_line --regexp '^bulkhead_adaptive_changes_total\{namespace="[^"]+",compartment="downstream"\} [1-9][0-9]*$'
-    run json 'a["mode"], a["min_limit"], a["max_limit"], a["last_change"]["why"] in ("grew", "latency", "drops")'
+    run json 'a["mode"], a["min_limit"], a["max_limit"], a["last_change"]["why"] in ("grew", "latency", "drops", "re-measure", "resumed")'
     assert_output "('gradient', 2, 12, True)"
 }
 

@@ -49,6 +49,20 @@
  *   - between the live limit and `applied`: the next winner takes the
  *     live limit as set by someone else, which it was, by the dead one:
  *     the same value.
+ *   - in a re-measure (probe, resume_milli, probe_at_ns: stored with the
+ *     baseline, before the estimate's swap). Starting one, dead before
+ *     the swap: the phase is stale (the estimate is still the one to
+ *     resume, not the pin) and the next window pins: a window later.
+ *     Dead after the swap, before the live limit: the next winner applies
+ *     the pin, and the drain waits for a window that closed with the pin
+ *     live, so no window of the old limit is taken for the baseline: a
+ *     window later. Resuming, dead before the swap: the new baseline is
+ *     kept, the phase is over, and the estimate stays at the pin; the
+ *     gradient climbs from there by its allowance a window, as from
+ *     min_limit (a few seconds back to a limit of 30). No death leaves
+ *     the limit pinned. An operator's `set` during a re-measure ends it
+ *     (the estimate is neither the pin nor the one to resume) and puts
+ *     the next off a minute, unless it sets the pin itself.
  *
  * Signal handlers: samples and drops are atomics; a close reads the
  * counters and the clock, and a change takes the namespace lock (a
@@ -158,13 +172,20 @@ static int decide(struct bh_namespace *ns, int index, struct bh_adaptive_window 
     struct bh_adaptive_settings settings;
     read_settings(adaptive, mode, &settings);
     int64_t estimate = atomic_load(&adaptive->estimate_milli);
-    struct bh_adaptive_state state = { estimate, atomic_load(&adaptive->baseline_ns) };
+    struct bh_adaptive_state state = {
+        estimate, atomic_load(&adaptive->baseline_ns),
+        (enum bh_adaptive_probe)atomic_load(&adaptive->probe),
+        atomic_load(&adaptive->resume_milli), atomic_load(&adaptive->probe_at_ns),
+    };
     /* Nothing above the live limit was tried (a fleet's grant caps it). */
     window->reached &= bh_adaptive_limit_of(&state) <= live;
     enum bh_adaptive_reason reason = bh_adaptive_step(&settings, &state, window);
     if (reason == BH_ADAPTIVE_LOW_TRAFFIC)
         return 0;
     atomic_store(&adaptive->baseline_ns, state.baseline_ns);
+    atomic_store(&adaptive->probe, (int32_t)state.probe);
+    atomic_store(&adaptive->resume_milli, state.resume_milli);
+    atomic_store(&adaptive->probe_at_ns, state.probe_at_ns);
     if (window->samples)
         atomic_store(&adaptive->recent_ns, window->latency_ns);
     if (!atomic_compare_exchange_strong(&adaptive->estimate_milli, &estimate,
@@ -200,9 +221,10 @@ static int close_window(struct bh_namespace *ns, int index, uint64_t seq, int64_
     uint64_t full_then = atomic_exchange(&adaptive->window_full, full_now);
     atomic_fetch_add(&adaptive->windows, 1);
     uint32_t samples = (uint32_t)(sum >> COUNT_SHIFT);
+    int limit = atomic_load(&shared->limit);
     struct bh_adaptive_window window = {
         samples, samples ? (int64_t)(sum & LATENCY_MASK) / samples * 1000 : 0, drops,
-        peak >= atomic_load(&shared->limit) || full_now != full_then,
+        peak >= limit || full_now != full_then, peak, limit, now_ns,
     };
     int logged = decide(ns, index, &window, now_ns, change);
     uint64_t closing = seq + 1;  /* no longer ours if it was taken over */
@@ -265,12 +287,14 @@ void bh_adaptive_moved(struct bh_namespace *ns, int index, int limit)
     struct bh_adaptive_shared *adaptive = &shared_of(ns, index)->adaptive;
     int from = atomic_exchange(&adaptive->applied, limit);
     atomic_store(&adaptive->estimate_milli, (int64_t)limit * MILLI);
+    atomic_store(&adaptive->probe, BH_PROBE_NONE);
     if (from != limit)
         record_change(adaptive, from, limit, BH_ADAPTIVE_SET);
 }
 
 /* A controller starting (again): from the live limit, with a baseline to
- * learn and a fresh window (the next sample finds it due: low traffic). */
+ * learn (gradient: re-measured at the first window) and a fresh window
+ * (the next sample finds it due: low traffic). */
 static void start(struct bh_shared_compartment *shared)
 {
     struct bh_adaptive_shared *adaptive = &shared->adaptive;
@@ -278,6 +302,8 @@ static void start(struct bh_shared_compartment *shared)
     atomic_store(&adaptive->estimate_milli, (int64_t)live * MILLI);
     atomic_store(&adaptive->applied, live);
     atomic_store(&adaptive->baseline_ns, 0);
+    atomic_store(&adaptive->probe, BH_PROBE_NONE);
+    atomic_store(&adaptive->probe_at_ns, 0);
     atomic_store(&adaptive->window_full, full_count(shared));
     atomic_store(&adaptive->window_start_ns, 0);
 }

@@ -42,22 +42,38 @@ struct bh_adaptive_window {
     int64_t latency_ns;          /* their mean */
     uint32_t drops;              /* connect failures and timeouts, io timeouts, resets */
     int reached;                 /* in use reached the limit, or a connect found it full */
+    int peak;                    /* the most in use a sample saw */
+    int limit;                   /* the live limit as it closed */
+    int64_t closed_ns;           /* when it closed: CLOCK_MONOTONIC */
+};
+
+/* The re-measure of the no-load latency (gradient): see controller.c. */
+enum bh_adaptive_probe {
+    BH_PROBE_NONE,
+    BH_PROBE_DRAINING,           /* pinned low; what the old limit let in drains */
+    BH_PROBE_MEASURING,          /* pinned low; this window is the baseline */
 };
 
 /* What the controller carries from window to window. */
 struct bh_adaptive_state {
     int64_t estimate_milli;      /* the limit, in thousandths of a permit */
     int64_t baseline_ns;         /* no-load latency; 0: none yet */
+    enum bh_adaptive_probe probe;
+    int64_t resume_milli;        /* while probing: the estimate to go back to */
+    int64_t probe_at_ns;         /* the next re-measure: the first window closed from then */
 };
 
 enum bh_adaptive_reason {
     BH_ADAPTIVE_NONE,
     BH_ADAPTIVE_LOW_TRAFFIC,     /* too few samples: nothing changed */
-    BH_ADAPTIVE_APP_LIMITED,     /* would have grown, but in use never reached the limit */
+    BH_ADAPTIVE_APP_LIMITED,     /* held: would have grown, but in use never reached the
+                                  * limit; or slower, but in use stayed under half of it */
     BH_ADAPTIVE_GREW,
     BH_ADAPTIVE_LATENCY,         /* lowered: latency above the baseline or adaptive_latency_ms */
     BH_ADAPTIVE_DROPS,           /* lowered: the window had drops */
     BH_ADAPTIVE_SET,             /* moved by bulkhead set or apply */
+    BH_ADAPTIVE_REMEASURE,       /* pinned low to re-measure the no-load latency */
+    BH_ADAPTIVE_RESUMED,         /* back from the re-measure, with a new baseline */
 };
 
 /* One window: updates state, returns why the estimate moved (or did not). */

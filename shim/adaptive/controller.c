@@ -24,16 +24,47 @@
  * own queueing from a downstream that got slower: if latency stays up even
  * at min_limit, it is the downstream's new normal, learned in a few
  * windows. Elsewhere the slow rate keeps the baseline from drifting up
- * with the controller's own queue (Gradient2's known creep); brpc and
- * Envoy get the same from re-measuring the no-load latency at a pinned
- * low limit now and then, which costs throughput each time. */
+ * with the controller's own queue (Gradient2's known creep).
+ *
+ * That cannot undo a wrong first baseline: a controller that starts far
+ * above the downstream's capacity sees the queue it makes in its first
+ * window, takes that for no load, and the gradient stays 1. So gradient
+ * re-measures, as Envoy's adaptive concurrency and brpc do: at its first
+ * window, and then every PROBE_EVERY_MS plus up to PROBE_JITTER_MS, it
+ * pins the limit at max(min_limit, 2) for two windows: the first drains
+ * what the old limit let in, the second is the new baseline, outright
+ * (up or down); then the limit goes back to where it was and the
+ * gradient brings it down from there if it queues. 2 rather than 1:
+ * twice the samples a window, at no queue for any downstream that serves
+ * two at once. Once a minute (60 s and 15% jitter, as Envoy's example
+ * configuration), since a wrong baseline is the start's, re-measured at
+ * once, and later ones only creep; each re-measure costs about a second
+ * at the pin, and the jitter keeps hosts from pinning together. A window
+ * in which in use never exceeded the pin is itself such a measurement:
+ * it is taken instead, with no pin (low traffic never sees the limit
+ * move). The drain only ends on a window that closed with the pin live,
+ * so a pin lost with its process is applied by the next window's closer
+ * and drained before measuring. A phase whose estimate is not the pin is
+ * stale: still the estimate it would resume, the pin was never swapped
+ * in (its closer died) and the next window pins; else an operator moved
+ * it (bulkhead set), and the re-measure is put off to the next one.
+ *
+ * Idle windows: a window that did not reach the limit and whose peak in
+ * use stayed under half of it does not lower the limit on latency. Our
+ * queue is not what made it slow (a stall, another client), and a limit
+ * that binds nothing cannot fix it: on a busy machine at low traffic a
+ * window of ten samples with one stall in it would otherwise move the
+ * limit. Drops still lower it. */
 #include "adaptive/adaptive.h"
 
 enum {
     MILLI = 1000,
     BASELINE_UP_SLOW = 256,  /* the baseline's upward step: 1/256 of the gap */
     BASELINE_UP_AT_MIN = 8,  /* ... and at min_limit */
+    PROBE_LIMIT = 2,         /* the re-measure's pin, at least min_limit */
 };
+static const int64_t PROBE_EVERY_MS = 60000;
+static const int64_t PROBE_JITTER_MS = 9000;
 
 /* Gradient: the gradient is TOLERANCE x baseline / recent, clamped to
  * [GRADIENT_MIN, 1]; the new limit is limit x gradient + queue, moving
@@ -102,17 +133,76 @@ static enum bh_adaptive_reason aimd(const struct bh_adaptive_settings *settings,
                                                    : BH_ADAPTIVE_GREW;
 }
 
+static int probe_limit(const struct bh_adaptive_settings *settings)
+{
+    int pin = settings->min_limit > PROBE_LIMIT ? settings->min_limit : PROBE_LIMIT;
+    return pin < settings->max_limit ? pin : settings->max_limit;
+}
+
+/* The jitter comes from the clock's microseconds: unrelated across hosts. */
+static void schedule_probe(struct bh_adaptive_state *state, int64_t now_ns)
+{
+    int64_t jitter_ms = now_ns / 1000 % PROBE_JITTER_MS;
+    state->probe = BH_PROBE_NONE;
+    state->probe_at_ns = now_ns + (PROBE_EVERY_MS + jitter_ms) * 1000000;
+}
+
+/* The re-measure (see the top): NONE when the window goes on to the
+ * gradient. */
+static enum bh_adaptive_reason remeasure(const struct bh_adaptive_settings *settings,
+                                         struct bh_adaptive_state *state,
+                                         const struct bh_adaptive_window *window)
+{
+    int pin = probe_limit(settings);
+    if (state->probe != BH_PROBE_NONE && bh_adaptive_limit_of(state) != pin) {
+        if (state->estimate_milli == state->resume_milli)
+            state->probe = BH_PROBE_NONE;  /* the pin never came: pin now */
+        else
+            schedule_probe(state, window->closed_ns);  /* moved by an operator: theirs */
+    }
+    if (state->probe == BH_PROBE_DRAINING) {
+        if (window->limit <= pin)
+            state->probe = BH_PROBE_MEASURING;
+        return BH_ADAPTIVE_REMEASURE;
+    }
+    if (state->probe == BH_PROBE_MEASURING) {
+        if (window->samples > 0)
+            state->baseline_ns = window->latency_ns;
+        state->estimate_milli = state->resume_milli;
+        schedule_probe(state, window->closed_ns);
+        return BH_ADAPTIVE_RESUMED;
+    }
+    if (window->closed_ns < state->probe_at_ns)
+        return BH_ADAPTIVE_NONE;
+    if (window->peak <= pin && !window->reached && window->samples > 0) {
+        state->baseline_ns = window->latency_ns;  /* no queue of ours: as good */
+        schedule_probe(state, window->closed_ns);
+        return BH_ADAPTIVE_NONE;
+    }
+    state->resume_milli = state->estimate_milli;
+    state->estimate_milli = (int64_t)pin * MILLI;
+    state->probe = BH_PROBE_DRAINING;
+    return BH_ADAPTIVE_REMEASURE;
+}
+
 enum bh_adaptive_reason bh_adaptive_step(const struct bh_adaptive_settings *settings,
                                          struct bh_adaptive_state *state,
                                          const struct bh_adaptive_window *window)
 {
     if (window->samples + window->drops < BH_ADAPTIVE_MIN_EVENTS)
         return BH_ADAPTIVE_LOW_TRAFFIC;
+    if (settings->mode == BH_ADAPTIVE_GRADIENT) {
+        enum bh_adaptive_reason probing = remeasure(settings, state, window);
+        if (probing != BH_ADAPTIVE_NONE)
+            return probing;
+    }
     double limit = (double)state->estimate_milli / MILLI, next;
     enum bh_adaptive_reason reason = settings->mode == BH_ADAPTIVE_AIMD
         ? aimd(settings, window, limit, &next)
         : gradient(state, window, limit, &next);
-    if (next > limit && !window->reached) {
+    int idle = !window->reached && 2.0 * window->peak < limit;
+    if ((next > limit && !window->reached) ||
+        (next < limit && idle && reason == BH_ADAPTIVE_LATENCY)) {
         next = limit;
         reason = BH_ADAPTIVE_APP_LIMITED;
     }
@@ -137,6 +227,8 @@ const char *bh_adaptive_reason_name(enum bh_adaptive_reason reason)
     case BH_ADAPTIVE_LATENCY: return "latency";
     case BH_ADAPTIVE_DROPS: return "drops";
     case BH_ADAPTIVE_SET: return "set";
+    case BH_ADAPTIVE_REMEASURE: return "re-measure";
+    case BH_ADAPTIVE_RESUMED: return "resumed";
     case BH_ADAPTIVE_NONE: break;
     }
     return "none";

@@ -18,7 +18,7 @@
 #include "permits/window.h"
 
 enum {
-    BH_LAYOUT_VERSION = 7,
+    BH_LAYOUT_VERSION = 8,
     BH_SEM_LOCK = 0,            /* registration lock, taken with SEM_UNDO */
     BH_MAX_RESERVE_SLOTS = 256, /* reserves per namespace, all compartments */
     BH_HOLDERS_FIRST = 4096,    /* holder records in the main segment */
@@ -108,6 +108,9 @@ struct bh_adaptive_shared {
     _Atomic int32_t last_from;
     _Atomic int32_t last_to;
     _Atomic int64_t baseline_ns;
+    _Atomic int32_t probe;            /* enum bh_adaptive_probe: the re-measure's phase */
+    _Atomic int64_t resume_milli;     /* the estimate to go back to after it */
+    _Atomic int64_t probe_at_ns;      /* CLOCK_MONOTONIC: the next re-measure; 0: at once */
     _Atomic int64_t recent_ns;        /* the last window's mean latency */
     _Atomic int64_t last_change_ns;   /* CLOCK_REALTIME */
     _Atomic int64_t logged_second;    /* CLOCK_MONOTONIC second of the last line */
