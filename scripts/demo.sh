@@ -268,7 +268,9 @@ echo "($CAP_SERVICE_MS ms each) and queues the rest, as an overloaded service do
 echo "$CAP_WORKERS workers call it in a loop through bulkhead, with adaptive = gradient"
 echo "(the limit starts at 8). After 3 s the downstream can serve only 2 at a time."
 echo "Each second: the live limit at that moment (bulkhead stat) and the most"
-echo "requests the downstream itself had at once during that second."
+echo "requests the downstream itself had at once during that second. In its first"
+echo "second the controller pins the limit at 2 for a moment, to learn how fast the"
+echo "downstream answers with no queue."
 printf '  %6s %9s %6s %10s\n' time capacity limit "at once"
 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$tmp/adaptive.ini" \
     python3 tests/clients/capacity_load.py 127.0.0.1 "$cap_port" "$CAP_WORKERS" 20 \
