@@ -35,15 +35,11 @@ EOF
     done
     # "At once": all 17 refusals are in while the server holds the three
     # admitted connections, so none of them waited for a permit.
-    wait_for refusals_are 17
+    wait_for rc_count_is 7 17 "$T/curl"
     assert_equal "$(server_stat web open)" 3
     assert_equal "$(server_stat web max)" 3
     # A refusal sends nothing: the server saw the three and no more.
     assert_equal "$(server_stat web total)" 3
-}
-
-refusals_are() {
-    [[ "$(count_rc 7 "$T"/curl.*)" == "$1" ]]
 }
 
 @test "curl connects non-blocking, so it is refused at once even when the compartment waits" {

@@ -416,3 +416,9 @@ count_rc() {
     done
     echo "$n"
 }
+
+# rc_count_is RC N PREFIX: exactly N of the PREFIX.* files say rc=RC; the
+# glob is taken at each call, for wait_for while run_rc writes them.
+rc_count_is() {
+    [[ "$(count_rc "$1" "$3".*)" == "$2" ]]
+}
