@@ -1,12 +1,26 @@
-/* What the unit tests over a real namespace share: a fresh compartment in
- * it and a plain take. Each test program owns its namespace (opened in its
- * set-up, removed in its tear-down) and passes it here. */
+/* What the unit tests over a real namespace share: opening it, a fresh
+ * compartment in it and a plain take. Each test program owns its
+ * namespace (opened in its set-up, removed in its tear-down). */
 #ifndef BH_TESTS_UNIT_NAMESPACE_FIXTURE_H
 #define BH_TESTS_UNIT_NAMESPACE_FIXTURE_H
 
 #include <stdio.h>
+#include <unistd.h>
 
 #include "permits/permits.h"
+
+/* Opens (creating) the namespace "unit-WHAT-PID" into ns: 0, or -1 after
+ * saying why on stderr. */
+static inline int fixture_open(struct bh_namespace *ns, const char *what)
+{
+    char name[64], err[256];
+    snprintf(name, sizeof name, "unit-%s-%d", what, (int)getpid());
+    if (bh_namespace_open(name, 1, ns, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    return 0;
+}
 
 /* A compartment never registered before in ns: `limit` permits, and one
  * reserve of `reserved` for "env=CLASS=critical" when reserved > 0. */

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "adaptive/adaptive.h"
+#include "namespace_fixture.h"
 
 enum { MS = 1000000 };
 /* No re-measure due: the rows that test the gradient alone. */
@@ -310,13 +311,7 @@ static struct bh_namespace ns;
 static int open_namespace(void **state)
 {
     (void)state;
-    char name[64], err[256];
-    snprintf(name, sizeof name, "unit-adaptive-%d", (int)getpid());
-    if (bh_namespace_open(name, 1, &ns, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    return 0;
+    return fixture_open(&ns, "adaptive");
 }
 
 static int remove_namespace(void **state)

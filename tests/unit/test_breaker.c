@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "breaker/breaker.h"
+#include "namespace_fixture.h"
 
 static struct bh_namespace ns;
 static int index_;
@@ -28,12 +29,8 @@ static const struct bh_compartment db = { .name = "db", .limit = 10,
 static int set_up(void **state)
 {
     (void)state;
-    char name[64], err[256];
-    snprintf(name, sizeof name, "unit-breaker-%d", (int)getpid());
-    if (bh_namespace_open(name, 1, &ns, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
+    if (fixture_open(&ns, "breaker") < 0)
         return -1;
-    }
     int live;
     index_ = bh_compartment_register(&ns, &db, 10, &live);
     return index_ < 0 ? -1 : 0;

@@ -27,13 +27,7 @@ static struct bh_namespace ns;
 static int set_up(void **state)
 {
     (void)state;
-    char name[64], err[256];
-    snprintf(name, sizeof name, "unit-pools-%d", (int)getpid());
-    if (bh_namespace_open(name, 1, &ns, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    return 0;
+    return fixture_open(&ns, "pools");
 }
 
 static int tear_down(void **state)

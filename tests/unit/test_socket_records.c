@@ -27,20 +27,14 @@ static struct sockaddr_in listening;
 static int set_up(void **state)
 {
     (void)state;
-    char name[64], err[256];
     socklen_t length = sizeof listening;
-    snprintf(name, sizeof name, "unit-sockets-%d", (int)getpid());
     listening = (struct sockaddr_in){ .sin_family = AF_INET,
                                       .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     listener = socket(AF_INET, SOCK_STREAM, 0);
     if (listener < 0 || bind(listener, (struct sockaddr *)&listening, sizeof listening) ||
         listen(listener, 64) || getsockname(listener, (struct sockaddr *)&listening, &length))
         return -1;
-    if (bh_namespace_open(name, 1, &ns, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    return 0;
+    return fixture_open(&ns, "sockets");
 }
 
 static int tear_down(void **state)
