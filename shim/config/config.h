@@ -169,8 +169,14 @@ void bh_config_free(struct bh_config *config);
  * rules.ini (default ~/.config/bulkhead/rules.ini), else
  * /etc/bulkhead/rules.ini. In a secure-execution process (AT_SECURE) the
  * environment is not trusted and only /etc is looked at. Writes the path
- * into buf and returns 0 when a file exists there, -1 when none does. */
+ * into buf and returns 0 when a file exists there, -1 when none does.
+ * A relative $BULKHEAD_CONFIG comes back joined to the working directory. */
 int bh_config_locate(char *buf, unsigned long buflen);
+/* A relative $BULKHEAD_CONFIG becomes `located`, the absolute path
+ * bh_config_locate gave: every child started after a chdir() ("cd /" in
+ * an init script, a daemon's chdir("/") before its workers) finds the same
+ * file. Called once, at start-up, before the program runs. */
+void bh_config_hand_down(const char *located);
 
 /* Name <-> value helpers shared with the command's output. The *_name
  * functions return "unknown" for values they do not know; parse returns 0,

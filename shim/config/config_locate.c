@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -39,13 +40,43 @@ int bh_config_locate(char *buf, unsigned long buflen)
     const char *named = secure_getenv("BULKHEAD_CONFIG");
 
     /* A file named explicitly is used even when missing, so that loading it
-     * fails loudly instead of quietly falling back to another file. */
+     * fails loudly instead of quietly falling back to another file. A
+     * relative name is made absolute here, once: the process may chdir()
+     * before it reads the file again or starts a child (see
+     * bh_config_hand_down). */
     if (named && named[0] != '\0') {
-        snprintf(buf, buflen, "%s", named);
+        char cwd[4096];
+        if (named[0] == '/' || !getcwd(cwd, sizeof cwd))
+            snprintf(buf, buflen, "%s", named);
+        else
+            snprintf(buf, buflen, "%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, named);
         return 0;
     }
     if (user_rules_path(buf, buflen) && is_readable(buf))
         return 0;
     snprintf(buf, buflen, "%s", system_rules);
     return is_readable(buf) ? 0 : -1;
+}
+
+/* The entry is replaced in place, as glibc's setenv() does for a variable
+ * that exists, rather than through setenv(): the program may define its
+ * own (bash does, and it knows nothing of its variables before main), and
+ * a program that reads main()'s envp sees the same array. Every entry of
+ * the name is replaced: getenv() takes the first, execve() passes all. */
+void bh_config_hand_down(const char *located)
+{
+    static const char name[] = "BULKHEAD_CONFIG=";
+    const char *named = secure_getenv("BULKHEAD_CONFIG");
+    if (!named || named[0] == '\0' || named[0] == '/' || located[0] != '/')
+        return;
+    size_t size = sizeof name + strlen(located);
+    for (char **entry = environ; *entry; entry++) {
+        if (strncmp(*entry, name, sizeof name - 1) != 0)
+            continue;
+        char *absolute = malloc(size);  /* in environ for the image's life */
+        if (!absolute)
+            return;
+        snprintf(absolute, size, "%s%s", name, located);
+        *entry = absolute;
+    }
 }

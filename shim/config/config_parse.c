@@ -248,19 +248,32 @@ static int set_log(struct parser *p, const char *key, const char *value)
     return -1;
 }
 
+/* A path setting, as every process of the tree must read it: a relative
+ * one is taken from the rules file's directory, not from the working
+ * directory, which differs between processes (a daemon's chdir("/")). */
+static int set_path(struct parser *p, const char *value, char **field)
+{
+    free(*field);  /* a second [global] may set it again */
+    *field = NULL;
+    const char *slash = strrchr(p->path, '/');
+    int dir_length = value[0] == '/' || !slash ? 0 : (int)(slash - p->path) + 1;
+    size_t size = (size_t)dir_length + strlen(value) + 1;
+    if ((*field = malloc(size))) {
+        snprintf(*field, size, "%.*s%s", dir_length, p->path, value);
+        return 0;
+    }
+    report_out_of_memory(p);
+    return -1;
+}
+
 static int set_log_file(struct parser *p, const char *key, const char *value)
 {
     (void)key;
-    /* A second [global] may set it again. */
+    if (strcmp(value, "stderr") != 0)
+        return set_path(p, value, &p->config->log_file);
     free(p->config->log_file);
     p->config->log_file = NULL;
-    if (strcmp(value, "stderr") == 0)
-        return 0;
-    p->config->log_file = strdup(value);
-    if (p->config->log_file)
-        return 0;
-    report_out_of_memory(p);
-    return -1;
+    return 0;
 }
 
 static int set_namespace(struct parser *p, const char *key, const char *value)
@@ -315,7 +328,7 @@ static int set_fleet_password_file(struct parser *p, const char *key,
 {
     (void)key;
     p->config->fleet_password_file_line = p->line;
-    return set_string(p, value, &p->config->fleet_password_file);
+    return set_path(p, value, &p->config->fleet_password_file);
 }
 
 static int set_fleet_host(struct parser *p, const char *key, const char *value)

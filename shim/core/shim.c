@@ -89,6 +89,7 @@ static int load_rules(void)
     char path[4096];
     if (bh_config_locate(path, sizeof path) < 0)
         return -1;  /* no rules anywhere: do nothing, quietly */
+    bh_config_hand_down(path);
     struct config_errors errors = { .path = path, .count = 0 };
     if (bh_config_load(path, &bh_shim.config, keep_config_error, &errors)) {
         report_config_errors(&errors, path);  /* before the log is set up: stderr */

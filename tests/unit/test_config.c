@@ -1016,6 +1016,31 @@ static void log_file_stderr(void **state)
     bh_config_free(&config);
 }
 
+/* Path settings are read by every process of a tree, whatever its working
+ * directory: a relative one is taken from the rules file's directory. */
+static void relative_paths_from_the_rules_directory(void **state)
+{
+    (void)state;
+    static const char text[] = "[global]\nlog_file = logs/bh.log\n"
+                               "fleet = redis://r:6379\nfleet_password_file = redis.pass\n";
+    assert_int_equal(mkdir("conf", 0700) == 0 || errno == EEXIST, 1);
+    write_file("conf/rules.ini", text, sizeof text - 1);
+    struct bh_config config;
+    struct errors errors = { 0 };
+    assert_int_equal(bh_config_load("conf/rules.ini", &config, collect, &errors), 0);
+    assert_string_equal(config.log_file, "conf/logs/bh.log");
+    assert_string_equal(config.fleet_password_file, "conf/redis.pass");
+    bh_config_free(&config);
+    /* absolute ones, and a file named without a directory, as written */
+    parse_ok("[global]\nlog_file = /var/log/bh.log\nfleet = redis://r:6379\n"
+             "fleet_password_file = pass\n", &config);
+    assert_string_equal(config.log_file, "/var/log/bh.log");
+    assert_string_equal(config.fleet_password_file, "pass");
+    bh_config_free(&config);
+    unlink("conf/rules.ini");
+    rmdir("conf");
+}
+
 struct rule_case {
     const char *match;
     enum bh_rule_kind kind;
@@ -1246,6 +1271,7 @@ int main(void)
         cmocka_unit_test(every_key),
         cmocka_unit_test(hold_wait_inherited),
         cmocka_unit_test(log_file_stderr),
+        cmocka_unit_test(relative_paths_from_the_rules_directory),
         cmocka_unit_test(rules_in_file_order),
         cmocka_unit_test(fleet_global_after_compartments),
         cmocka_unit_test(default_fleet_host),
