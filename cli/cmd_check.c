@@ -3,12 +3,14 @@
  * parser, rule index, name notes). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "policy/who.h"
@@ -385,7 +387,14 @@ static void describe_who(const struct bh_who *who,
     const char *verdict = matches ? "applies" : "does not apply";
     switch (who->kind) {
     case BH_WHO_PROGRAM:
-        if (identity->program)
+        if (identity->executed && bh_who_program_matched(who, identity) ==
+                                      identity->executed)
+            snprintf(text, size, "%s (program %s, the script %s runs)", verdict,
+                     identity->executed, identity->program);
+        else if (identity->executed)
+            snprintf(text, size, "%s (program %s, running the script %s)", verdict,
+                     identity->program, identity->executed);
+        else if (identity->program)
             snprintf(text, size, "%s (program %s)", verdict, identity->program);
         else
             snprintf(text, size, "applies if the program's name matches %s",
@@ -540,6 +549,7 @@ struct explain_request {
     struct bh_identity identity;
     char **env;
     int env_count;
+    char interpreter[256];  /* a script's: what its #! line runs */
 };
 
 /* --user NAME|UID, resolved as the rules' user= is. */
@@ -566,15 +576,57 @@ static int add_explain_env(struct explain_request *request, char *assignment)
     return -1;
 }
 
-/* --program NAME: a path is taken by its short name, as the shim sees it. */
+static const char *short_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* The interpreter a script's "#!" line names, and its first argument,
+ * into line (both point there); 0, or -1 when path is no such script. */
+static int read_shebang(const char *path, char *line, size_t size,
+                        char **interpreter, char **argument)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat info;
+    ssize_t length = -1;
+    if (fd >= 0 && fstat(fd, &info) == 0 && S_ISREG(info.st_mode))
+        length = read(fd, line, size - 1);
+    if (fd >= 0)
+        close(fd);
+    if (length < 3 || line[0] != '#' || line[1] != '!')
+        return -1;
+    line[length] = '\0';
+    line[strcspn(line, "\n")] = '\0';
+    *interpreter = strtok(line + 2, " \t");
+    *argument = *interpreter ? strtok(NULL, " \t") : NULL;
+    return *interpreter ? 0 : -1;
+}
+
+/* --program NAME: a path is taken by its short name, as the shim sees it.
+ * A script's process is its interpreter, started with the script's path:
+ * the shim sees both names, unless "#!/usr/bin/env" stood between them. */
 static int set_explain_program(struct explain_request *request,
                                const char *program)
 {
-    const char *slash = strrchr(program, '/');
-    request->identity.program = slash ? slash + 1 : program;
+    char *interpreter, *argument;
+    request->identity.program = short_name(program);
     if (*request->identity.program == '\0')
         return cli_usage_error(&cli_explain_command, "--program %s: no program "
                                "name", program);
+    if (read_shebang(program, request->interpreter, sizeof request->interpreter,
+                     &interpreter, &argument) < 0)
+        return -1;
+    if (strcmp(short_name(interpreter), "env") != 0 || !argument) {
+        request->identity.executed = request->identity.program;
+        request->identity.program = short_name(interpreter);
+        return -1;
+    }
+    request->identity.program = short_name(argument);
+    printf("%s: a script started through %s %s: its process is known as %s "
+           "only (env hides the script's name from program=: write the "
+           "interpreter's full path after #!)\n", program, interpreter, argument,
+           request->identity.program);
     return -1;
 }
 
@@ -660,8 +712,10 @@ const struct cli_command cli_explain_command = {
         "\n"
         "  -c, --config FILE     the rules file (default: as for run)\n"
         "  --program NAME        the program's short name, for program= (a path\n"
-        "                        counts by its last part); without it, program=\n"
-        "                        says \"applies if the program's name matches\"\n"
+        "                        counts by its last part; a script's path, by\n"
+        "                        its name and its #! interpreter's); without it,\n"
+        "                        program= says \"applies if the program's name\n"
+        "                        matches\"\n"
         "  --user NAME|UID       the effective user, for user= (default: yours)\n"
         "  --env VAR=VALUE       an environment variable, for env=; repeat it:\n"
         "                        together they replace your environment\n"

@@ -207,6 +207,19 @@ bulkhead: $RULES: 1 error"
     assert_line "  bypass program=pg_dump: applies (program pg_dump): this compartment does not limit the connection"
 }
 
+@test "explain --program SCRIPT: by its own name after #!/usr/bin/python3, by the interpreter's only after #!/usr/bin/env" {
+    policy_rules
+    printf '#!/usr/bin/python3\n' >"$T/billing-eu"
+    printf '#!/usr/bin/env python3\n' >"$T/billing-us"
+    run "$BULKHEAD" explain -c "$RULES" --program "$T/billing-eu" 127.0.0.1:7001
+    assert_success
+    assert_line "  reserve 2 for program=billing-*: applies (program billing-eu, the script python3 runs)"
+    run "$BULKHEAD" explain -c "$RULES" --program "$T/billing-us" 127.0.0.1:7001
+    assert_success
+    assert_line --index 0 "$T/billing-us: a script started through /usr/bin/env python3: its process is known as python3 only (env hides the script's name from program=: write the interpreter's full path after #!)"
+    assert_line "  reserve 2 for program=billing-*: does not apply (program python3)"
+}
+
 @test "explain: a weight other than 1 is said; policy only for the compartment matched" {
     policy_rules
     run "$BULKHEAD" explain -c "$RULES" --program billing-7 127.0.0.1:7002 \

@@ -92,6 +92,25 @@ EOF
     assert_equal "$(server_stat srv max)" 5
 }
 
+@test "a script is known by its own name: billing-conn (#!python3) gets billing-*'s reserve" {
+    # The kernel starts a script's interpreter with argv[0] "python3": only
+    # the executed file's name says billing-conn.
+    start_server srv -1
+    compartment_rules 2 'reserve=1 for program=billing-*'
+    start_as export export 2
+    assert_equal "$(client_report export)" "ok=1 refused=1 ECONNREFUSED"
+    { echo "#!$REAL_PYTHON"; cat "$CLIENT"; } >"$T/billing-conn"
+    chmod +x "$T/billing-conn"
+    (LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
+        exec "$T/billing-conn" "$SERVER_PORT" "$T/billing.out" hold 2 \
+        >"$T/billing.log" 2>&1 3>&-) &
+    track_pid $!
+    assert_equal "$(client_report billing)" "ok=1 refused=1 ECONNREFUSED"
+    assert_equal "$(server_stat srv open)" 2
+    run "$BULKHEAD" explain -c "$RULES" --program "$T/billing-conn" "127.0.0.1:$SERVER_PORT"
+    assert_line "  reserve 1 for program=billing-*: applies (program billing-conn, the script python3 runs)"
+}
+
 @test "per_process: threads of one process get 2, refused at once; another process still gets its 2" {
     start_server srv -1
     # wait_ms is long: a refusal that waited would hang the client.

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "policy/who.h"
@@ -25,6 +26,13 @@ extern char **environ;
 void bh_identity_self(struct bh_identity *self)
 {
     self->program = program_invocation_short_name;
+    /* For a script the kernel starts its interpreter with the script's
+     * path as argv[1]: AT_EXECFN still names the script. */
+    const char *executed = (const char *)getauxval(AT_EXECFN);
+    const char *slash = executed ? strrchr(executed, '/') : NULL;
+    self->executed = slash ? slash + 1 : executed;
+    if (self->executed && strcmp(self->executed, self->program) == 0)
+        self->executed = NULL;
     self->uid = geteuid();
     self->env = environ;
 }
@@ -223,12 +231,22 @@ static bool has_entry(char *const *env, const char *entry)
     return false;
 }
 
+const char *bh_who_program_matched(const struct bh_who *who,
+                                   const struct bh_identity *identity)
+{
+    const char *glob = who->text + strlen("program=");
+    if (identity->program && fnmatch(glob, identity->program, 0) == 0)
+        return identity->program;
+    if (identity->executed && fnmatch(glob, identity->executed, 0) == 0)
+        return identity->executed;
+    return NULL;
+}
+
 int bh_who_matches(const struct bh_who *who, const struct bh_identity *identity)
 {
     switch (who->kind) {
     case BH_WHO_PROGRAM:
-        return identity->program
-            && fnmatch(who->text + strlen("program="), identity->program, 0) == 0;
+        return bh_who_program_matched(who, identity) != NULL;
     case BH_WHO_USER:
         return identity->uid == who->uid;
     case BH_WHO_ENV:

@@ -14,20 +14,31 @@
 #include "config/config.h"
 
 struct bh_identity {
-    const char *program;  /* short name; NULL: unknown (explain without
-                             --program): program= never matches */
+    const char *program;  /* argv[0]'s short name; NULL: unknown (explain
+                             without --program): program= never matches */
+    const char *executed; /* the short name of the file execve() was given,
+                             when it differs: a script's own name, which
+                             its #! interpreter's argv[0] hides; or NULL */
     uid_t uid;
     char *const *env;     /* environ-style, NULL-terminated */
 };
 
-/* This process: program_invocation_short_name, geteuid(), environ. */
+/* This process: program_invocation_short_name, the file it was executed
+ * as (getauxval(AT_EXECFN)), geteuid(), environ. comm is not asked: it is
+ * the executed file's name cut to 15 characters, and the program may
+ * rename it (prctl PR_SET_NAME). */
 void bh_identity_self(struct bh_identity *self);
 
 /* Parses text into who; 0, or -1 with what is wrong in why ("has an
  * unknown kind \"group\"; use program=, user= or env="). */
 int bh_who_parse(const char *text, struct bh_who *who, char *why, size_t whylen);
 
-/* 1 when the identity is one of whom `who` names. */
+/* 1 when the identity is one of whom `who` names; program= matches
+ * either name. */
 int bh_who_matches(const struct bh_who *who, const struct bh_identity *identity);
+/* For a program= WHO: the identity's name it matched (program, then
+ * executed), or NULL. */
+const char *bh_who_program_matched(const struct bh_who *who,
+                                   const struct bh_identity *identity);
 
 #endif

@@ -142,6 +142,23 @@ static void run_match_case(void **state)
     assert_int_equal(bh_who_matches(&who, &identity), row->matches);
 }
 
+/* A script: its interpreter's argv[0] and the executed file's name both
+ * count, and bh_who_program_matched says which one did. */
+static void program_matches_either_name(void **state)
+{
+    (void)state;
+    struct bh_who who;
+    char why[256];
+    struct bh_identity script = { .program = "python3", .executed = "billing-conn" };
+    assert_int_equal(bh_who_parse("program=billing-*", &who, why, sizeof why), 0);
+    assert_ptr_equal(bh_who_program_matched(&who, &script), script.executed);
+    assert_int_equal(bh_who_parse("program=python*", &who, why, sizeof why), 0);
+    assert_ptr_equal(bh_who_program_matched(&who, &script), script.program);
+    assert_int_equal(bh_who_parse("program=perl", &who, why, sizeof why), 0);
+    assert_null(bh_who_program_matched(&who, &script));
+    assert_false(bh_who_matches(&who, &script));
+}
+
 /* This process as the shim sees it. */
 static void identity_self(void **state)
 {
@@ -152,6 +169,7 @@ static void identity_self(void **state)
 
     bh_identity_self(&self);
     assert_string_equal(self.program, "test_who");
+    assert_null(self.executed);  /* executed as itself: no second name */
     assert_int_equal(self.uid, geteuid());
     assert_int_equal(setenv("BH_TEST_WHO", "here", 1), 0);
     bh_identity_self(&self);
@@ -165,7 +183,7 @@ static void identity_self(void **state)
 
 int main(void)
 {
-    static struct CMUnitTest tests[COUNT(parse_cases) + COUNT(match_cases) + 2];
+    static struct CMUnitTest tests[COUNT(parse_cases) + COUNT(match_cases) + 3];
     size_t n = 0;
 
     for (size_t i = 0; i < COUNT(parse_cases); i++)
@@ -179,6 +197,7 @@ int main(void)
             .initial_state = (void *)&match_cases[i],
         };
     tests[n++] = (struct CMUnitTest) cmocka_unit_test(short_why);
+    tests[n++] = (struct CMUnitTest) cmocka_unit_test(program_matches_either_name);
     tests[n++] = (struct CMUnitTest) cmocka_unit_test(identity_self);
     return _cmocka_run_group_tests("who", tests, n, NULL, NULL);
 }
