@@ -181,6 +181,7 @@ static void leased(struct agent *agent, struct fleet_compartment *c,
                   "(every host is granted no more than it holds)", c->rules->name,
                   agent->config.fleet_lease_ms);
     c->grant = reply->grant;
+    c->owed = reply->owed;
     c->hosts_seen = reply->hosts;
     c->lease_until_ns = asked_at + ms_ns(agent->config.fleet_lease_ms);
     c->state = reply->learning ? BH_FLEET_LEARNING : BH_FLEET_LEASED;
@@ -219,12 +220,15 @@ static void lease_refused(struct fleet_compartment *c, const char *why)
     snprintf(c->refused_said, sizeof c->refused_said, "%s", why);
 }
 
-/* want: what is in use and waited for, a little room to grow, and what was
- * refused lately: a fail-fast compartment (wait_ms = 0) has no waiters, so
- * its refusals are its only sign of demand. Those since the last refresh
- * count in full, then half as much each refresh, so a burst's demand
- * outlives the refresh that saw it. Never more than this host's ceiling. */
-static int demand(struct fleet_compartment *c, const struct bh_compartment_view *view)
+/* want: what is in use and waited for, and what was refused lately: a
+ * fail-fast compartment (wait_ms = 0) has no waiters, so its refusals are
+ * its only sign of demand. Those since the last refresh count in full,
+ * then half as much each refresh, so a burst's demand outlives the refresh
+ * that saw it. Never more than this host's ceiling. Room to grow (a tenth
+ * of what is held, at least 1) is asked for apart: Redis grants it only
+ * out of capacity no other host wants. */
+static void demand(struct fleet_compartment *c, const struct bh_compartment_view *view,
+                   struct bh_lease_report *report)
 {
     uint64_t refusals = view->rejected + view->timed_out;
     uint64_t fresh = refusals >= c->refusals_seen ? refusals - c->refusals_seen : 0;
@@ -232,9 +236,12 @@ static int demand(struct fleet_compartment *c, const struct bh_compartment_view 
     int64_t halved = c->recent_refusals / 2;
     c->recent_refusals = fresh > (uint64_t)halved
         ? (fresh > INT32_MAX ? INT32_MAX : (int64_t)fresh) : halved;
-    int holding = view->in_use, headroom = holding / 10 > 1 ? holding / 10 : 1;
-    int64_t want = (int64_t)holding + view->waiting + headroom + c->recent_refusals;
-    return want < c->rules->limit ? (int)want : c->rules->limit;
+    int holding = view->in_use;
+    int64_t want = (int64_t)holding + view->waiting + c->recent_refusals;
+    *report = (struct bh_lease_report){
+        .want = want < c->rules->limit ? (int)want : c->rules->limit,
+        .holding = holding, .previous_grant = c->grant,
+        .headroom = holding / 10 > 1 ? holding / 10 : 1 };
 }
 
 static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t now)
@@ -245,12 +252,15 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
     c->next_refresh_ns = now + ms_ns(agent->config.fleet_refresh_ms);
     if (bh_compartment_read(&agent->ns, c->index, &view) < 0)
         return;
-    int want = demand(c, &view);
+    struct bh_lease_report report;
+    demand(c, &view, &report);
+    c->told_want = report.want;
+    c->told_holding = report.holding;
     struct bh_lease_reply reply;
     connect_redis(agent, now);
     int rc = agent->redis
-        ? bh_lease_call(agent->redis, &agent->config, c->rules, want, view.in_use,
-                        c->grant, &reply, why, sizeof why)
+        ? bh_lease_call(agent->redis, &agent->config, c->rules, &report, &reply, why,
+                        sizeof why)
         : BH_LEASE_DOWN;
     if (rc == BH_LEASE_OK) {
         if (c->refused_said[0])
@@ -273,13 +283,36 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
         c->next_refresh_ns = c->lease_until_ns;  /* fall back on time */
 }
 
-/* Waiters and no free permit: ask for more now, not at the next refresh. */
+/* Ask now rather than at the next refresh:
+ *   - Waiters, no free permit, and the grant is what binds (not the host's
+ *     own ceiling, nor an adaptive one): when Redis has not heard of this demand (it was told a
+ *     want within the grant), at once, so the first connection waits one
+ *     tick and one Redis round trip when the fleet has room; and while
+ *     Redis says more is owed to us, every WAITER_GAP_MS, to take it as
+ *     the others give it up. A host held at its fair share asks only at
+ *     its refresh: the cost to Redis stays one call per host per refresh.
+ *   - Holding more than the grant was (others came, the limit was
+ *     lowered) and down to it now: at once, so that what it gave up is
+ *     counted free for the others without waiting for a refresh. */
+static int ask_now(const struct fleet_compartment *c,
+                   const struct bh_compartment_view *view, int64_t now)
+{
+    if (c->state != BH_FLEET_LEASED && c->state != BH_FLEET_LEARNING)
+        return 0;
+    if (c->told_holding > c->grant && view->in_use <= c->grant)
+        return 1;
+    if (view->waiting == 0 || view->in_use < view->limit || view->limit < c->grant ||
+        c->grant >= c->rules->limit)
+        return 0;
+    return c->told_want <= c->grant ||
+           (c->owed > 0 && now >= c->last_refresh_ns + ms_ns(WAITER_GAP_MS));
+}
+
 static int starved(struct agent *agent, const struct fleet_compartment *c, int64_t now)
 {
     struct bh_compartment_view view;
-    return now >= c->last_refresh_ns + ms_ns(WAITER_GAP_MS) &&
-           bh_compartment_read(&agent->ns, c->index, &view) == 0 &&
-           view.waiting > 0 && view.in_use >= view.limit;
+    return bh_compartment_read(&agent->ns, c->index, &view) == 0 &&
+           ask_now(c, &view, now);
 }
 
 static void on_signal(int signal_number)

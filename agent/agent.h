@@ -39,6 +39,9 @@ struct fleet_compartment {
     char refused_said[512];    /* Redis's last error for it, logged; "": none */
     uint64_t refusals_seen;    /* rejected + timed_out at the last refresh */
     int64_t recent_refusals;   /* refusals counted as demand, halving each refresh */
+    int told_want;             /* want and holding at the last lease call */
+    int told_holding;
+    int owed;                  /* Redis said more of our share is coming */
 };
 
 struct agent {

@@ -3,10 +3,12 @@
  * that hangs must not hang it past its refresh).
  *
  * Keys, per fleet (fleet_name, by default the namespace) and compartment,
- * with a hash tag so that both keys of a compartment live on one Redis
+ * with a hash tag so that the keys of a compartment live on one Redis
  * Cluster shard and compartments spread over the shards:
- *   bulkhead:{FLEET/COMPARTMENT}:hosts   the live hosts' leases
- *   bulkhead:{FLEET/COMPARTMENT}:meta    the live fleet limit, learning mode */
+ *   bulkhead:{FLEET/COMPARTMENT}:leases  the live hosts' leases
+ *   bulkhead:{FLEET/COMPARTMENT}:expiry  the same hosts by lease expiry
+ *   bulkhead:{FLEET/COMPARTMENT}:meta    the live fleet limit, learning mode,
+ *                                        the totals over the leases */
 #include "lease.h"
 
 #include <errno.h>
@@ -171,11 +173,19 @@ void bh_lease_close(struct bh_lease_client *client)
     free(client);
 }
 
+struct lease_keys {
+    char leases[256], expiry[256], meta[256];
+};
+
 static void keys_of(const struct bh_config *config, const char *compartment,
-                    char hosts[256], char meta[256])
+                    struct lease_keys *keys)
 {
-    snprintf(hosts, 256, "bulkhead:{%s/%s}:hosts", config->fleet_name, compartment);
-    snprintf(meta, 256, "bulkhead:{%s/%s}:meta", config->fleet_name, compartment);
+    snprintf(keys->leases, sizeof keys->leases, "bulkhead:{%s/%s}:leases",
+             config->fleet_name, compartment);
+    snprintf(keys->expiry, sizeof keys->expiry, "bulkhead:{%s/%s}:expiry",
+             config->fleet_name, compartment);
+    snprintf(keys->meta, sizeof keys->meta, "bulkhead:{%s/%s}:meta",
+             config->fleet_name, compartment);
 }
 
 /* Element i of an array reply if it is an integer from low to high. */
@@ -194,8 +204,8 @@ static int integer_in(const redisReply *reply, size_t i, long long low, long lon
 static int read_reply(const redisReply *reply, const char *meta,
                       struct bh_lease_reply *out, char *why, size_t whylen)
 {
-    long long v[5] = { 0 };
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 5 ||
+    long long v[6] = { 0 };
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 6 ||
         reply->element[4]->type != REDIS_REPLY_INTEGER) {
         snprintf(why, whylen, "lease: unexpected answer from Redis (%s)", meta);
         return -1;
@@ -208,40 +218,44 @@ static int read_reply(const redisReply *reply, const char *meta,
     if (integer_in(reply, 0, 0, v[4], &v[0]) < 0 ||
         integer_in(reply, 1, 0, INT_MAX, &v[1]) < 0 ||
         integer_in(reply, 2, 1, INT_MAX, &v[2]) < 0 ||
-        integer_in(reply, 3, 0, 1, &v[3]) < 0) {
+        integer_in(reply, 3, 0, 1, &v[3]) < 0 ||
+        integer_in(reply, 5, 0, v[4], &v[5]) < 0) {
         snprintf(why, whylen, "lease: unexpected answer from Redis (%s)", meta);
         return -1;
     }
     *out = (struct bh_lease_reply){ (int)v[0], (int)v[1], (int)v[2], (int)v[3],
-                                    (int)v[4] };
+                                    (int)v[4], (int)v[5] };
     return 0;
 }
 
 int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config,
-                  const struct bh_compartment *compartment, int want, int holding,
-                  int previous_grant, struct bh_lease_reply *out,
+                  const struct bh_compartment *compartment,
+                  const struct bh_lease_report *report, struct bh_lease_reply *out,
                   char *why, size_t whylen)
 {
-    char hosts[256], meta[256], args[5][16];
-    keys_of(config, compartment->name, hosts, meta);
-    snprintf(args[0], 16, "%d", want);
-    snprintf(args[1], 16, "%d", holding);
-    snprintf(args[2], 16, "%d", previous_grant);
+    struct lease_keys keys;
+    char args[6][16];
+    keys_of(config, compartment->name, &keys);
+    snprintf(args[0], 16, "%d", report->want);
+    snprintf(args[1], 16, "%d", report->holding);
+    snprintf(args[2], 16, "%d", report->previous_grant);
     snprintf(args[3], 16, "%d", config->fleet_lease_ms);
     snprintf(args[4], 16, "%d", compartment->fleet_limit);
-    const char *argv[] = { "EVALSHA", client->sha, "2", hosts, meta,
-                           config->fleet_host, args[0], args[1], args[2], args[3],
-                           args[4] };
-    redisReply *reply = command(client, why, whylen, "lease", 11, argv);
+    snprintf(args[5], 16, "%d", report->headroom);
+    const char *argv[] = { "EVALSHA", client->sha, "3", keys.leases, keys.expiry,
+                           keys.meta, config->fleet_host, args[0], args[1], args[2],
+                           args[3], args[4], args[5] };
+    enum { ARGC = sizeof argv / sizeof argv[0] };
+    redisReply *reply = command(client, why, whylen, "lease", ARGC, argv);
     if (!reply && !client->redis->err && strstr(why, "NOSCRIPT")) {
         /* Redis restarted: load it again */
         const char *load[] = { "SCRIPT", "LOAD", LEASE_LUA };
         if (simple(client, why, whylen, "SCRIPT LOAD", 3, load) == 0)
-            reply = command(client, why, whylen, "lease", 11, argv);
+            reply = command(client, why, whylen, "lease", ARGC, argv);
     }
     if (!reply)
         return client->redis->err ? BH_LEASE_DOWN : BH_LEASE_REFUSED;
-    int rc = read_reply(reply, meta, out, why, whylen);
+    int rc = read_reply(reply, keys.meta, out, why, whylen);
     freeReplyObject(reply);
     return rc == 0 ? BH_LEASE_OK : BH_LEASE_REFUSED;
 }
@@ -249,9 +263,10 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
 int bh_lease_set_limit(struct bh_lease_client *client, const struct bh_config *config,
                        const char *compartment, int limit, char *why, size_t whylen)
 {
-    char hosts[256], meta[256], number[16];
-    keys_of(config, compartment, hosts, meta);
+    struct lease_keys keys;
+    char number[16];
+    keys_of(config, compartment, &keys);
     snprintf(number, sizeof number, "%d", limit);
-    const char *argv[] = { "HSET", meta, "limit", number };
+    const char *argv[] = { "HSET", keys.meta, "limit", number };
     return simple(client, why, whylen, "HSET", 4, argv);
 }

@@ -16,6 +16,16 @@ struct bh_lease_reply {
     int hosts;       /* live hosts, this one included */
     int learning;    /* Redis restarted: granted no more than held */
     int limit;       /* the fleet limit in force (set --fleet overrides the file) */
+    int owed;        /* more of this host's fair share is coming as others shrink */
+};
+
+/* What one host tells Redis in a lease call. */
+struct bh_lease_report {
+    int want;           /* in use + waiting + recent refusals: what it would use */
+    int holding;        /* in use */
+    int previous_grant;
+    int headroom;       /* room to grow beyond want, granted only from capacity
+                           no other host wants */
 };
 
 /* Connects (AUTH, SELECT, SCRIPT LOAD) within timeout_ms. NULL with a
@@ -39,8 +49,8 @@ enum bh_lease_result {
 /* One lease call for a compartment: a bh_lease_result, with why unless
  * BH_LEASE_OK. */
 int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config,
-                  const struct bh_compartment *compartment, int want, int holding,
-                  int previous_grant, struct bh_lease_reply *reply,
+                  const struct bh_compartment *compartment,
+                  const struct bh_lease_report *report, struct bh_lease_reply *reply,
                   char *why, size_t whylen);
 
 /* `bulkhead set --fleet NAME limit=N`: the fleet limit every agent uses

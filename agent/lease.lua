@@ -1,42 +1,186 @@
 -- One host's lease of a fleet compartment: run atomically by Redis
 -- (EVALSHA), once per host per refresh. Doorman's lease model, applied to
--- concurrency.
+-- concurrency. A call costs the same at 4 hosts and at 1,000: it reads and
+-- writes this host's entry, a few fleet totals and at most PRUNE expired
+-- hosts, never every host.
 --
--- KEYS[1]  hash: host -> "want holding grant expires_ms"
--- KEYS[2]  hash: limit (set by `bulkhead set --fleet`), born, learning_until
--- ARGV     host, want, holding, previous grant, lease_ms, fleet_limit
--- Returns  { grant, fleet in use, live hosts, learning (0/1), fleet limit }
+-- KEYS[1]  hash: host -> "want holding grant expires_ms satisfied owed"
+-- KEYS[2]  sorted set: host by lease expiry (ms)
+-- KEYS[3]  hash: limit (set by `bulkhead set --fleet`), born,
+--          learning_until, and the totals over the hosts of KEYS[1]:
+--          hosts, use (max(grant, holding)), held, unmet (want beyond
+--          grant), owed, sat_want and sat_hosts (see below)
+-- ARGV     host, want, holding, previous grant, lease_ms, fleet_limit,
+--          headroom
+-- Returns  { grant, fleet in use, live hosts, learning (0/1), fleet limit,
+--            owed (more is coming to this host as others shrink) }
 --
 -- The invariant: the sum over hosts of max(grant, holding) never exceeds
--- the fleet limit. Grants handed out earlier stay in force until their
--- host refreshes or its lease expires, so a host's new grant is at most
--- what the others' grants and holdings leave. Its target is its max-min
--- fair share: water-filling over everyone's want, so a host wanting less
--- than the level keeps all it wants and the rest is split among the others.
--- A host holding more than its grant (the limit was lowered) keeps its
--- connections; its grant shrinks and it retires permits as they end.
+-- the fleet limit. A grant stays in force until its host refreshes or its
+-- lease expires, so a host's new grant is at most what the others' grants
+-- and holdings leave (limit - use of the others). An expired host still
+-- counted (not pruned yet) only makes that smaller.
+--
+-- Shares: max-min fairness by water-filling, done lazily. Each host
+-- remembers whether its want was under the water level when it last
+-- asked ("satisfied"); the level is what the limit leaves after the
+-- satisfied hosts' wants, split equally among the others. A satisfied
+-- host's target is its want, any other's the level (rounded down). Each
+-- call re-decides only the caller, so after demand changes the shares
+-- reach the exact max-min point within a refresh or two of every host.
+-- The units that rounding leaves go one each to whoever asks first, and
+-- only out of capacity that no other host's target still claims (owed).
+-- Headroom, a little room to grow above want, comes only out of capacity
+-- that nobody else wants at all (unmet).
+--
+-- A host holding more than its grant (the limit was lowered, or others
+-- came) keeps its connections; its grant shrinks and it retires permits
+-- as they end.
 --
 -- Redis restarted empty: the first agent to come back with a grant from
 -- before starts learning mode, for one lease period, in which each host is
 -- granted no more than it holds. Agents that were granted nothing before
 -- (a new deployment) start it normally.
+--
+-- Everything is read and checked before the first write: Redis does not
+-- roll a script back, so a failed call must leave nothing half-done. The
+-- totals are checked against the host count of KEYS[1] and KEYS[2]; when
+-- they disagree (keys expired, edited by hand) they are rebuilt from
+-- KEYS[1] once, the only call that reads every host.
 
-local hosts_key, meta_key = KEYS[1], KEYS[2]
+local leases_key, expiry_key, meta_key = KEYS[1], KEYS[2], KEYS[3]
+local PRUNE = 8           -- expired hosts dropped per call, at most
+local LIMIT_MAX = 1000000 -- as fleet_limit and `bulkhead set --fleet`
+local COUNT_MAX = 2147483647
+local TOTALS = { 'hosts', 'use', 'held', 'unmet', 'owed', 'sat_want', 'sat_hosts' }
+
+local function whole(text, low, high)
+  local n = tonumber(text)
+  if n == nil or n ~= math.floor(n) or n < low or n > high then return nil end
+  return n
+end
+
+local function bad_argument(i, what, low, high)
+  return redis.error_reply('lease: argument ' .. i .. ' (' .. what .. ') is "' ..
+                           tostring(ARGV[i]) .. '", not a whole number from ' ..
+                           low .. ' to ' .. high)
+end
+
+-- ---- arguments -------------------------------------------------------------
+
+if #KEYS ~= 3 or #ARGV ~= 7 then
+  return redis.error_reply('lease: wants 3 keys and 7 arguments, got ' .. #KEYS ..
+                           ' and ' .. #ARGV)
+end
 local host = ARGV[1]
-local want, holding = tonumber(ARGV[2]), tonumber(ARGV[3])
-local previous, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
-local raw_limit = redis.call('HGET', meta_key, 'limit')
-local limit = tonumber(raw_limit or ARGV[6])
+if host == '' then return redis.error_reply('lease: argument 1 (host) is empty') end
+local checks = { { 2, 'want', 0, COUNT_MAX }, { 3, 'holding', 0, COUNT_MAX },
+                 { 4, 'previous grant', 0, COUNT_MAX }, { 5, 'lease_ms', 1, COUNT_MAX },
+                 { 6, 'fleet_limit', 1, LIMIT_MAX }, { 7, 'headroom', 0, COUNT_MAX } }
+local arg = {}
+for _, c in ipairs(checks) do
+  arg[c[1]] = whole(ARGV[c[1]], c[3], c[4])
+  if arg[c[1]] == nil then return bad_argument(c[1], c[2], c[3], c[4]) end
+end
+local want, holding, previous, lease, headroom = arg[2], arg[3], arg[4], arg[5], arg[7]
+
+-- ---- reads -------------------------------------------------------------------
+
+local meta = redis.call('HMGET', meta_key, 'limit', 'born', 'learning_until', unpack(TOTALS))
+local raw_limit = meta[1]
+local limit = tonumber(raw_limit or arg[6])
 -- Bad data (a hand-edited limit): refuse to grant from it, and say what it
--- is; the agent keeps its last grant and says so. The range is the rules
--- file's and `bulkhead set --fleet`'s.
-if limit == nil or limit ~= math.floor(limit) or limit < 1 or limit > 1000000 then
+-- is; the agent keeps its last grant and says so.
+if limit == nil or limit ~= math.floor(limit) or limit < 1 or limit > LIMIT_MAX then
   return redis.error_reply('bad fleet limit in Redis: ' .. meta_key .. ' limit is "' ..
                            tostring(raw_limit) .. '", not a whole number from 1 to 1000000')
 end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', expiry_key, '-inf', now, 'LIMIT', 0, PRUNE)
+local entries = redis.call('HMGET', leases_key, host, unpack(expired))
+local counted = redis.call('HLEN', leases_key)
+local ranked = redis.call('ZCARD', expiry_key)
+
+local function parse(text)
+  if not text then return nil end
+  local w, h, g, e, s, o = string.match(text,
+    '^(%d+) (%d+) (%d+) (%d+) ([01]) (%d+)$')
+  if w == nil then return nil end
+  return { want = tonumber(w), holding = tonumber(h), grant = tonumber(g),
+           expires = tonumber(e), sat = tonumber(s), owed = tonumber(o) }
+end
+
+-- What one host's entry adds to each total.
+local function shares(e)
+  return { hosts = 1, use = math.max(e.grant, e.holding), held = e.holding,
+           unmet = math.max(0, e.want - e.grant), owed = e.owed,
+           sat_want = e.sat * e.want, sat_hosts = e.sat }
+end
+
+local function add(totals, e, sign)
+  for name, v in pairs(shares(e)) do totals[name] = totals[name] + sign * v end
+end
+
+-- The totals as stored, and whether they agree with the keys.
+local totals, consistent = {}, true
+for i, name in ipairs(TOTALS) do
+  totals[name] = whole(meta[3 + i] or '0', 0, 1e15)
+  if totals[name] == nil then consistent = false end
+end
+consistent = consistent and totals.hosts == counted and counted == ranked
+local mine = parse(entries[1])
+if entries[1] and not mine then consistent = false end
+local pruned = {}
+for i = 1, #expired do
+  pruned[i] = parse(entries[i + 1])
+  if pruned[i] == nil then consistent = false end
+end
+
+-- ---- writes ------------------------------------------------------------------
+
+-- Every host's entry read again: the totals from them, expired and bad
+-- entries dropped, the expiry set remade.
+local function rebuild()
+  local all = redis.call('HGETALL', leases_key)
+  local sums, batch = {}, {}
+  for _, name in ipairs(TOTALS) do sums[name] = 0 end
+  redis.call('DEL', expiry_key)
+  local function flush()
+    if #batch > 0 then redis.call('ZADD', expiry_key, unpack(batch)) end
+    batch = {}
+  end
+  mine = nil
+  for i = 1, #all, 2 do
+    local e = parse(all[i + 1])
+    if e == nil or e.expires <= now then
+      redis.call('HDEL', leases_key, all[i])
+    else
+      add(sums, e, 1)
+      if all[i] == host then mine = e end
+      batch[#batch + 1] = e.expires
+      batch[#batch + 1] = all[i]
+      if #batch >= 1000 then flush() end
+    end
+  end
+  flush()
+  return sums
+end
+
+if not consistent then
+  totals = rebuild()
+else
+  for i, name in ipairs(expired) do
+    if name ~= host then
+      add(totals, pruned[i], -1)
+      redis.call('HDEL', leases_key, name)
+      redis.call('ZREM', expiry_key, name)
+    end
+  end
+end
+-- The others: the totals without this host's last entry.
+if mine then add(totals, mine, -1) end
 
 if redis.call('HEXISTS', meta_key, 'born') == 0 then
   redis.call('HSET', meta_key, 'born', now)
@@ -46,54 +190,35 @@ if redis.call('HEXISTS', meta_key, 'born') == 0 then
 end
 local learning = now < tonumber(redis.call('HGET', meta_key, 'learning_until') or '0')
 
--- Everyone else still live: their wants, and what they hold or may use.
-local others_use, in_use = 0, holding
-local hosts = { { name = host, want = want } }
-local entries = redis.call('HGETALL', hosts_key)
-for i = 1, #entries, 2 do
-  local name = entries[i]
-  local w, h, g, e = string.match(entries[i + 1], '^(%d+) (%d+) (%d+) (%d+)$')
-  if name ~= host then
-    if w == nil or tonumber(e) <= now then
-      redis.call('HDEL', hosts_key, name)
-    else
-      others_use = others_use + math.max(tonumber(g), tonumber(h))
-      in_use = in_use + tonumber(h)
-      hosts[#hosts + 1] = { name = name, want = tonumber(w) }
-    end
-  end
-end
+-- The water level, and this host's target under it.
+local unsatisfied = totals.hosts - totals.sat_hosts
+local room = limit - totals.sat_want
+local level = room > 0 and math.floor(room / (unsatisfied + 1)) or 0
+local satisfied = want <= level
+local target = satisfied and want or level
 
--- The water level: hosts wanting less than an equal split of what is left
--- get all they want; the rest share the remainder equally, and the units
--- an equal split leaves over go one each to them in name order.
-table.sort(hosts, function(a, b)
-  if a.want ~= b.want then return a.want < b.want end
-  return a.name < b.name
-end)
-local left, level, extra = limit, nil, 0
-for i = 1, #hosts do
-  local sharing = #hosts - i + 1
-  local fair = math.floor(left / sharing)
-  if hosts[i].want > fair then
-    level = fair
-    local unsatisfied = {}
-    for j = i, #hosts do unsatisfied[#unsatisfied + 1] = hosts[j].name end
-    table.sort(unsatisfied)
-    for j = 1, left - fair * sharing do
-      if unsatisfied[j] == host then extra = 1 end
-    end
-    break
-  end
-  left = left - hosts[i].want
-end
-if level == nil then level = want end
-
-local grant = math.min(want, level + extra)
+-- What the others leave: all of it, what their targets do not claim, and
+-- what none of them wants.
+local free = limit - totals.use
+local grant = math.max(math.min(target, free),
+                       math.min(want, target + 1, free - totals.owed),
+                       math.min(want + headroom, free - totals.unmet))
 if learning then grant = math.min(grant, holding) end
-grant = math.max(0, math.min(grant, limit - others_use))
+grant = math.max(0, grant)
+local owed = math.max(0, math.min(target, want) - grant)
 
-redis.call('HSET', hosts_key, host,
-           want .. ' ' .. holding .. ' ' .. grant .. ' ' .. (now + lease))
-redis.call('PEXPIRE', hosts_key, 2 * lease)
-return { grant, in_use, #hosts, learning and 1 or 0, limit }
+local entry = { want = want, holding = holding, grant = grant, expires = now + lease,
+                sat = satisfied and 1 or 0, owed = owed }
+add(totals, entry, 1)
+redis.call('HSET', leases_key, host, table.concat({ want, holding, grant, entry.expires,
+                                                    entry.sat, owed }, ' '))
+redis.call('ZADD', expiry_key, entry.expires, host)
+local fields = {}
+for _, name in ipairs(TOTALS) do
+  fields[#fields + 1] = name
+  fields[#fields + 1] = totals[name]
+end
+redis.call('HSET', meta_key, unpack(fields))
+redis.call('PEXPIRE', leases_key, 2 * lease)
+redis.call('PEXPIRE', expiry_key, 2 * lease)
+return { grant, totals.held, totals.hosts, learning and 1 or 0, limit, owed }

@@ -188,8 +188,8 @@ for step in range(2000):
     # held that before a lower grant (connections are never cut).
     me["holding"] = random.randint(0, max(me["grant"], me["holding"]))
     want = me["holding"] + random.randint(0, 6)
-    grant = command(
-        sock, "EVALSHA", sha, 2, "h", "m", h, want, me["holding"], me["grant"], 60000, 10)[0]
+    grant = command(sock, "EVALSHA", sha, 3, "h", "e", "m", h, want, me["holding"],
+                    me["grant"], 60000, 10, random.randint(0, 2))[0]
     me["grant"] = grant
     asked.add(h)
     if step >= 1000 and len(asked) < len(hosts):

@@ -25,9 +25,9 @@ redis_calls() {
 # redis_calls_past COMMAND FIELD N: the count has passed N.
 redis_calls_past() { (($(redis_calls "$1" "$2") > $3)); }
 
-# meta_key / hosts_key: the compartment [db]'s keys in Redis.
+# meta_key / leases_key: the compartment [db]'s keys in Redis.
 meta_key() { echo "bulkhead:{$NS/db}:meta"; }
-hosts_key() { echo "bulkhead:{$NS/db}:hosts"; }
+leases_key() { echo "bulkhead:{$NS/db}:leases"; }
 
 # one_agent [agent options...]: Redis, a server and host a's agent, which
 # has set its first limit.
@@ -42,7 +42,7 @@ one_agent() {
 
 @test "a lease script that fails on bad data keeps the connection and is said once, until it clears" {
     one_agent
-    redis-cli -p "$REDIS_PORT" set "$(hosts_key)" not-a-hash >/dev/null
+    redis-cli -p "$REDIS_PORT" set "$(leases_key)" not-a-hash >/dev/null
     wait_for file_has "$T/agent.a.err" 'WRONGTYPE'
     local failed
     failed=$(redis_calls evalsha failed_calls)
@@ -52,7 +52,7 @@ one_agent() {
     assert_equal "$(redis_calls 'script|load')" 1
     run grep -c 'WRONGTYPE' "$T/agent.a.err"
     assert_output 1
-    redis-cli -p "$REDIS_PORT" del "$(hosts_key)" >/dev/null
+    redis-cli -p "$REDIS_PORT" del "$(leases_key)" >/dev/null
     wait_for file_has "$T/agent.a.err" '\[db\]: Redis grants leases again'
     assert_equal "$(redis_calls select)" 1
 }

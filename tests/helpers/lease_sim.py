@@ -1,0 +1,101 @@
+"""Simulated fleet hosts against a real redis-server: the lease script
+(agent/lease.lua) called with the keys and arguments bulkhead-agent sends
+(agent/lease.c), one call per host, over one connection. The tests (the
+cost and bookkeeping checks in tests/fleet_scale.bats) and the bench's
+fleetsim section use it; it needs nothing but python3.
+"""
+
+import socket
+
+
+class Redis:
+    """A minimal RESP client: one connection, one command at a time."""
+
+    def __init__(self, port, host="127.0.0.1"):
+        self.sock = socket.create_connection((host, port))
+        self.file = self.sock.makefile("rb")
+
+    def __call__(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+        return self._read()
+
+    def _read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"-":
+            raise RedisError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2].decode()
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        if not line:
+            raise RedisError("connection closed")
+        return rest.decode()
+
+    def commandstats(self, command="evalsha"):
+        """INFO commandstats for COMMAND: calls, usec, usec_per_call."""
+        for line in self("INFO", "commandstats").splitlines():
+            if line.startswith(f"cmdstat_{command}:"):
+                return {k: float(v) for k, v in
+                        (kv.split("=") for kv in line.split(":", 1)[1].split(","))
+                        if k in ("calls", "usec", "usec_per_call")}
+        return {"calls": 0.0, "usec": 0.0, "usec_per_call": 0.0}
+
+    def close(self):
+        self.file.close()
+        self.sock.close()
+
+
+class RedisError(Exception):
+    pass
+
+
+def keys(fleet, compartment):
+    """The compartment's keys, as agent/lease.c names them."""
+    tag = f"bulkhead:{{{fleet}/{compartment}}}"
+    return f"{tag}:leases", f"{tag}:expiry", f"{tag}:meta"
+
+
+class Fleet:
+    """HOSTS simulated hosts of one compartment. Each host has a want (its
+    demand, set by the caller); between its calls it uses up to its grant
+    (new connections up to a raised grant at once, those over a lowered
+    one ending before its next call), and reports at each call what it
+    holds then: min(want, grant)."""
+
+    def __init__(self, redis, script_path, hosts, fleet_limit, lease_ms=10000,
+                 fleet="sim", compartment="db"):
+        self.redis = redis
+        self.sha = redis("SCRIPT", "LOAD", open(script_path).read())
+        self.keys = keys(fleet, compartment)
+        self.limit = fleet_limit
+        self.lease_ms = lease_ms
+        self.names = [f"host-{i:04d}" for i in range(hosts)]
+        self.want = {h: 0 for h in self.names}
+        self.grant = {h: 0 for h in self.names}
+        self.holding = {h: 0 for h in self.names}
+        self.owed = {h: 0 for h in self.names}
+
+    def call(self, host):
+        """One lease call for HOST, as the agent makes it; returns the reply."""
+        holding = self.holding[host] = min(self.want[host], self.grant[host])
+        headroom = max(1, holding // 10)
+        reply = self.redis("EVALSHA", self.sha, 3, *self.keys, host, self.want[host],
+                           holding, self.grant[host], self.lease_ms, self.limit, headroom)
+        self.grant[host] = reply[0]
+        self.owed[host] = reply[5]
+        return reply
+
+    def over_grant(self):
+        """How far the sum over hosts of max(grant, holding) is over the limit
+        (0: not over), from the grants as the hosts hold them."""
+        used = sum(max(self.grant[h], self.holding[h]) for h in self.names)
+        return max(0, used - self.limit)
