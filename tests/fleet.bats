@@ -40,25 +40,60 @@ three_hosts() {
     ((max <= 6)) || fail "the server saw $max at once (fleet_limit 6)"
 }
 
-@test "a host with demand gets the idle hosts' share within two refreshes" {
+@test "a host with demand gets the idle hosts' headroom within two refreshes: all of fleet_limit" {
     three_hosts 6
-    # b and c are idle: each keeps one permit of headroom; a gets the rest.
-    holders a 6 60000
+    # b and c are idle: their permit of headroom each is capacity nobody
+    # else wants only until a wants it.
+    holders a 8 60000
+    wait_for -t 3 open_is srv 6
+    assert_equal "$(server_stat srv max)" 6
+}
+
+@test "full utilization: two busy hosts and an idle one reach fleet_limit at the server" {
+    three_hosts 4
+    holders a 3 60000
+    holders b 3 60000
     wait_for -t 3 open_is srv 4
-    run server_stat srv open
-    assert_output 4
+    assert_equal "$(server_stat srv max)" 4
+}
+
+@test "new demand on a host with no spare permit is served within a tick, not at its next refresh" {
+    REFRESH_MS=5000 LEASE_MS=20000 three_hosts 6
+    holders a 2 60000
+    wait_for -t 3 open_is srv 2
+    # c's first connection takes its permit of headroom; its second finds
+    # none free on c, and its agent asks Redis at once.
+    holders c 1 60000
+    wait_for -t 3 open_is srv 3
+    local t0 ms
+    t0=${EPOCHREALTIME/./}
+    run on c timeout 4 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
+    assert_success
+    # A tick is 20 ms; the rest is a loaded machine's slack, far below the
+    # 5,000 ms refresh.
+    ((ms < 1000)) || fail "c's second connection waited $ms ms"
 }
 
 @test "a SIGKILLed agent's share goes back to the others within lease + refresh" {
     three_hosts 6
+    local i b_clients=()
+    for i in 1 2; do
+        bg "$T/b.client.$i" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/b.ini" \
+            "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
+        b_clients+=("$BG_PID")
+    done
+    wait_for -t 3 open_is srv 2
     holders a 6 60000
+    wait_for -t 3 open_is srv 6   # a: 6 - b's 2
+    kill -KILL "$AGENT_b" "${b_clients[@]}"
     wait_for -t 3 open_is srv 4
-    kill -KILL "$AGENT_b"
-    wait_for -t 4 open_is srv 5   # b's one permit of headroom came back
+    wait_for -t 4 open_is srv 6   # b's lease ended: its 2 went to a
     # and host b, its agent gone, no longer uses a share: its connects wait
     run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
-    assert_equal "$(server_stat srv open)" 5
+    assert_equal "$(server_stat srv open)" 6
+    assert_equal "$(server_stat srv max)" 6
 }
 
 @test "Redis gone: no host grows; each keeps its grant until its lease ends, then falls back" {
@@ -70,7 +105,7 @@ three_hosts() {
     start_agent a
     start_agent c
     holders a 4 60000 "$PORT_pa"
-    wait_for -t 3 open_is pa 4     # a: 6 - c's headroom 1 = 5, 4 in use
+    wait_for -t 3 open_is pa 4     # a: 4 in use + 1 of headroom; c: 1 of headroom
     kill -KILL "$REDIS_PID"
     wait_for file_has "$T/agent.c.err" 'keeping'
     # c wants more now: it cannot grow without Redis.
