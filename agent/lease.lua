@@ -54,9 +54,12 @@ local LIMIT_MAX = 1000000 -- as fleet_limit and `bulkhead set --fleet`
 local COUNT_MAX = 2147483647
 local TOTALS = { 'hosts', 'use', 'held', 'unmet', 'owed', 'sat_want', 'sat_hosts' }
 
+-- text as a number if it is written as a whole number from low to high:
+-- digits only (tonumber would take "1e3", " 3" or "0x10").
 local function whole(text, low, high)
+  if type(text) ~= 'string' or not string.match(text, '^%d+$') then return nil end
   local n = tonumber(text)
-  if n == nil or n ~= math.floor(n) or n < low or n > high then return nil end
+  if n < low or n > high then return nil end
   return n
 end
 
@@ -98,7 +101,11 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local expired = redis.call('ZRANGEBYSCORE', expiry_key, '-inf', now, 'LIMIT', 0, PRUNE)
+-- Expired: its lease ended a whole ms ago. `now` is rounded down, so a
+-- lease that ends at `now` may still run on its host, which counted it
+-- from before this call reached Redis.
+local expired = redis.call('ZRANGEBYSCORE', expiry_key, '-inf', '(' .. now, 'LIMIT', 0,
+                           PRUNE)
 local entries = redis.call('HMGET', leases_key, host, unpack(expired))
 local counted = redis.call('HLEN', leases_key)
 local ranked = redis.call('ZCARD', expiry_key)
@@ -154,7 +161,7 @@ local function rebuild()
   mine = nil
   for i = 1, #all, 2 do
     local e = parse(all[i + 1])
-    if e == nil or e.expires <= now then
+    if e == nil or e.expires < now then
       redis.call('HDEL', leases_key, all[i])
     else
       add(sums, e, 1)

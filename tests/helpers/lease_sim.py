@@ -6,6 +6,7 @@ fleetsim section use it; it needs nothing but python3.
 """
 
 import socket
+import time
 
 
 class Redis:
@@ -69,7 +70,9 @@ class Fleet:
     demand, set by the caller); between its calls it uses up to its grant
     (new connections up to a raised grant at once, those over a lowered
     one ending before its next call), and reports at each call what it
-    holds then: min(want, grant)."""
+    holds then: min(want, grant). Its own copy of the lease runs lease_ms
+    from when it asked, as the agent's does; a host past it (dead, or
+    stalled) stops using its grant, and its connections end with it."""
 
     def __init__(self, redis, script_path, hosts, fleet_limit, lease_ms=10000,
                  fleet="sim", compartment="db"):
@@ -83,19 +86,32 @@ class Fleet:
         self.grant = {h: 0 for h in self.names}
         self.holding = {h: 0 for h in self.names}
         self.owed = {h: 0 for h in self.names}
+        self.lease_end = {h: 0.0 for h in self.names}
+
+    def lapse(self, now=None):
+        """Hosts whose own lease has ended drop their grant and holding."""
+        now = time.monotonic() if now is None else now
+        for h in self.names:
+            if now >= self.lease_end[h]:
+                self.grant[h] = self.holding[h] = 0
 
     def call(self, host):
         """One lease call for HOST, as the agent makes it; returns the reply."""
+        asked = time.monotonic()
+        if asked >= self.lease_end[host]:
+            self.grant[host] = 0
         holding = self.holding[host] = min(self.want[host], self.grant[host])
         headroom = max(1, holding // 10)
         reply = self.redis("EVALSHA", self.sha, 3, *self.keys, host, self.want[host],
                            holding, self.grant[host], self.lease_ms, self.limit, headroom)
         self.grant[host] = reply[0]
         self.owed[host] = reply[5]
+        self.lease_end[host] = asked + self.lease_ms / 1000
         return reply
 
     def over_grant(self):
         """How far the sum over hosts of max(grant, holding) is over the limit
         (0: not over), from the grants as the hosts hold them."""
+        self.lapse()
         used = sum(max(self.grant[h], self.holding[h]) for h in self.names)
         return max(0, used - self.limit)
