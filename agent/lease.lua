@@ -48,6 +48,10 @@
 -- they disagree (keys expired, edited by hand) they are rebuilt from
 -- KEYS[1] once, the only call that reads every host.
 
+-- Written for Redis's Lua: globals are slow to reach there, so the ones
+-- used are copied to locals first, and few tables are made per call.
+local call, tonumber, match, floor = redis.call, tonumber, string.match, math.floor
+local max, min, error_reply = math.max, math.min, redis.error_reply
 local leases_key, expiry_key, meta_key = KEYS[1], KEYS[2], KEYS[3]
 local PRUNE = 8           -- expired hosts dropped per call, at most
 local LIMIT_MAX = 1000000 -- as fleet_limit and `bulkhead set --fleet`
@@ -57,86 +61,86 @@ local TOTALS = { 'hosts', 'use', 'held', 'unmet', 'owed', 'sat_want', 'sat_hosts
 -- text as a number if it is written as a whole number from low to high:
 -- digits only (tonumber would take "1e3", " 3" or "0x10").
 local function whole(text, low, high)
-  if type(text) ~= 'string' or not string.match(text, '^%d+$') then return nil end
+  if not text or not match(text, '^%d+$') then return nil end
   local n = tonumber(text)
   if n < low or n > high then return nil end
   return n
 end
 
-local function bad_argument(i, what, low, high)
-  return redis.error_reply('lease: argument ' .. i .. ' (' .. what .. ') is "' ..
-                           tostring(ARGV[i]) .. '", not a whole number from ' ..
-                           low .. ' to ' .. high)
-end
-
 -- ---- arguments -------------------------------------------------------------
 
 if #KEYS ~= 3 or #ARGV ~= 7 then
-  return redis.error_reply('lease: wants 3 keys and 7 arguments, got ' .. #KEYS ..
-                           ' and ' .. #ARGV)
+  return error_reply('lease: wants 3 keys and 7 arguments, got ' .. #KEYS ..
+                     ' and ' .. #ARGV)
 end
 local host = ARGV[1]
-if host == '' then return redis.error_reply('lease: argument 1 (host) is empty') end
-local checks = { { 2, 'want', 0, COUNT_MAX }, { 3, 'holding', 0, COUNT_MAX },
-                 { 4, 'previous grant', 0, COUNT_MAX }, { 5, 'lease_ms', 1, COUNT_MAX },
-                 { 6, 'fleet_limit', 1, LIMIT_MAX }, { 7, 'headroom', 0, COUNT_MAX } }
-local arg = {}
-for _, c in ipairs(checks) do
-  arg[c[1]] = whole(ARGV[c[1]], c[3], c[4])
-  if arg[c[1]] == nil then return bad_argument(c[1], c[2], c[3], c[4]) end
+if host == '' then return error_reply('lease: argument 1 (host) is empty') end
+local bad
+local function argument(i, what, low, high)
+  local n = whole(ARGV[i], low, high)
+  if n == nil and not bad then
+    bad = 'lease: argument ' .. i .. ' (' .. what .. ') is "' .. tostring(ARGV[i]) ..
+          '", not a whole number from ' .. low .. ' to ' .. high
+  end
+  return n
 end
-local want, holding, previous, lease, headroom = arg[2], arg[3], arg[4], arg[5], arg[7]
+local want = argument(2, 'want', 0, COUNT_MAX)
+local holding = argument(3, 'holding', 0, COUNT_MAX)
+local previous = argument(4, 'previous grant', 0, COUNT_MAX)
+local lease = argument(5, 'lease_ms', 1, COUNT_MAX)
+local file_limit = argument(6, 'fleet_limit', 1, LIMIT_MAX)
+local headroom = argument(7, 'headroom', 0, COUNT_MAX)
+if bad then return error_reply(bad) end
 
 -- ---- reads -------------------------------------------------------------------
 
-local meta = redis.call('HMGET', meta_key, 'limit', 'born', 'learning_until', unpack(TOTALS))
+local meta = call('HMGET', meta_key, 'limit', 'born', 'learning_until', unpack(TOTALS))
 local raw_limit = meta[1]
-local limit = tonumber(raw_limit or arg[6])
+local limit = tonumber(raw_limit or file_limit)
 -- Bad data (a hand-edited limit): refuse to grant from it, and say what it
 -- is; the agent keeps its last grant and says so.
-if limit == nil or limit ~= math.floor(limit) or limit < 1 or limit > LIMIT_MAX then
-  return redis.error_reply('bad fleet limit in Redis: ' .. meta_key .. ' limit is "' ..
-                           tostring(raw_limit) .. '", not a whole number from 1 to 1000000')
+if limit == nil or limit ~= floor(limit) or limit < 1 or limit > LIMIT_MAX then
+  return error_reply('bad fleet limit in Redis: ' .. meta_key .. ' limit is "' ..
+                     tostring(raw_limit) .. '", not a whole number from 1 to 1000000')
 end
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local time = call('TIME')
+local now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
 -- Expired: its lease ended a whole ms ago. `now` is rounded down, so a
 -- lease that ends at `now` may still run on its host, which counted it
 -- from before this call reached Redis.
-local expired = redis.call('ZRANGEBYSCORE', expiry_key, '-inf', '(' .. now, 'LIMIT', 0,
-                           PRUNE)
-local entries = redis.call('HMGET', leases_key, host, unpack(expired))
-local counted = redis.call('HLEN', leases_key)
-local ranked = redis.call('ZCARD', expiry_key)
+local expired = call('ZRANGEBYSCORE', expiry_key, '-inf', '(' .. now, 'LIMIT', 0, PRUNE)
+local entries = call('HMGET', leases_key, host, unpack(expired))
+local counted = call('HLEN', leases_key)
+local ranked = call('ZCARD', expiry_key)
 
 local function parse(text)
   if not text then return nil end
-  local w, h, g, e, s, o = string.match(text,
-    '^(%d+) (%d+) (%d+) (%d+) ([01]) (%d+)$')
+  local w, h, g, e, s, o = match(text, '^(%d+) (%d+) (%d+) (%d+) ([01]) (%d+)$')
   if w == nil then return nil end
   return { want = tonumber(w), holding = tonumber(h), grant = tonumber(g),
            expires = tonumber(e), sat = tonumber(s), owed = tonumber(o) }
 end
 
--- What one host's entry adds to each total.
-local function shares(e)
-  return { hosts = 1, use = math.max(e.grant, e.holding), held = e.holding,
-           unmet = math.max(0, e.want - e.grant), owed = e.owed,
-           sat_want = e.sat * e.want, sat_hosts = e.sat }
-end
-
-local function add(totals, e, sign)
-  for name, v in pairs(shares(e)) do totals[name] = totals[name] + sign * v end
+-- Adds (sign 1) or takes away (-1) one host's entry from the totals.
+local function add(t, e, sign)
+  t.hosts = t.hosts + sign
+  t.use = t.use + sign * max(e.grant, e.holding)
+  t.held = t.held + sign * e.holding
+  t.unmet = t.unmet + sign * max(0, e.want - e.grant)
+  t.owed = t.owed + sign * e.owed
+  t.sat_want = t.sat_want + sign * e.sat * e.want
+  t.sat_hosts = t.sat_hosts + sign * e.sat
 end
 
 -- The totals as stored, and whether they agree with the keys.
-local totals, consistent = {}, true
-for i, name in ipairs(TOTALS) do
-  totals[name] = whole(meta[3 + i] or '0', 0, 1e15)
-  if totals[name] == nil then consistent = false end
+local totals, consistent = {}, counted == ranked
+for i = 1, #TOTALS do
+  local v = whole(meta[3 + i] or '0', 0, 1e15)
+  totals[TOTALS[i]] = v
+  if v == nil then consistent = false end
 end
-consistent = consistent and totals.hosts == counted and counted == ranked
+consistent = consistent and totals.hosts == counted
 local mine = parse(entries[1])
 if entries[1] and not mine then consistent = false end
 local pruned = {}
@@ -150,19 +154,19 @@ end
 -- Every host's entry read again: the totals from them, expired and bad
 -- entries dropped, the expiry set remade.
 local function rebuild()
-  local all = redis.call('HGETALL', leases_key)
+  local all = call('HGETALL', leases_key)
   local sums, batch = {}, {}
-  for _, name in ipairs(TOTALS) do sums[name] = 0 end
-  redis.call('DEL', expiry_key)
+  for i = 1, #TOTALS do sums[TOTALS[i]] = 0 end
+  call('DEL', expiry_key)
   local function flush()
-    if #batch > 0 then redis.call('ZADD', expiry_key, unpack(batch)) end
+    if #batch > 0 then call('ZADD', expiry_key, unpack(batch)) end
     batch = {}
   end
   mine = nil
   for i = 1, #all, 2 do
     local e = parse(all[i + 1])
     if e == nil or e.expires < now then
-      redis.call('HDEL', leases_key, all[i])
+      call('HDEL', leases_key, all[i])
     else
       add(sums, e, 1)
       if all[i] == host then mine = e end
@@ -178,54 +182,51 @@ end
 if not consistent then
   totals = rebuild()
 else
-  for i, name in ipairs(expired) do
-    if name ~= host then
+  for i = 1, #expired do
+    if expired[i] ~= host then
       add(totals, pruned[i], -1)
-      redis.call('HDEL', leases_key, name)
-      redis.call('ZREM', expiry_key, name)
+      call('HDEL', leases_key, expired[i])
+      call('ZREM', expiry_key, expired[i])
     end
   end
 end
 -- The others: the totals without this host's last entry.
 if mine then add(totals, mine, -1) end
 
-if redis.call('HEXISTS', meta_key, 'born') == 0 then
-  redis.call('HSET', meta_key, 'born', now)
-  if previous > 0 then
-    redis.call('HSET', meta_key, 'learning_until', now + lease)
-  end
+local learning_until = tonumber(meta[3] or '0') or 0
+if not meta[2] then
+  learning_until = previous > 0 and now + lease or 0
+  call('HSET', meta_key, 'born', now, 'learning_until', learning_until)
 end
-local learning = now < tonumber(redis.call('HGET', meta_key, 'learning_until') or '0')
+local learning = now < learning_until
 
 -- The water level, and this host's target under it.
 local unsatisfied = totals.hosts - totals.sat_hosts
 local room = limit - totals.sat_want
-local level = room > 0 and math.floor(room / (unsatisfied + 1)) or 0
+local level = room > 0 and floor(room / (unsatisfied + 1)) or 0
 local satisfied = want <= level
 local target = satisfied and want or level
 
 -- What the others leave: all of it, what their targets do not claim, and
 -- what none of them wants.
 local free = limit - totals.use
-local grant = math.max(math.min(target, free),
-                       math.min(want, target + 1, free - totals.owed),
-                       math.min(want + headroom, free - totals.unmet))
-if learning then grant = math.min(grant, holding) end
-grant = math.max(0, grant)
-local owed = math.max(0, math.min(target, want) - grant)
+local grant = max(min(target, free),
+                  min(want, target + 1, free - totals.owed),
+                  min(want + headroom, free - totals.unmet))
+if learning then grant = min(grant, holding) end
+grant = max(0, grant)
+local owed = max(0, target - grant)
 
-local entry = { want = want, holding = holding, grant = grant, expires = now + lease,
+local expires = now + lease
+local entry = { want = want, holding = holding, grant = grant, expires = expires,
                 sat = satisfied and 1 or 0, owed = owed }
 add(totals, entry, 1)
-redis.call('HSET', leases_key, host, table.concat({ want, holding, grant, entry.expires,
-                                                    entry.sat, owed }, ' '))
-redis.call('ZADD', expiry_key, entry.expires, host)
-local fields = {}
-for _, name in ipairs(TOTALS) do
-  fields[#fields + 1] = name
-  fields[#fields + 1] = totals[name]
-end
-redis.call('HSET', meta_key, unpack(fields))
-redis.call('PEXPIRE', leases_key, 2 * lease)
-redis.call('PEXPIRE', expiry_key, 2 * lease)
+call('HSET', leases_key, host, want .. ' ' .. holding .. ' ' .. grant .. ' ' .. expires ..
+     ' ' .. entry.sat .. ' ' .. owed)
+call('ZADD', expiry_key, expires, host)
+call('HSET', meta_key, 'hosts', totals.hosts, 'use', totals.use, 'held', totals.held,
+     'unmet', totals.unmet, 'owed', totals.owed, 'sat_want', totals.sat_want,
+     'sat_hosts', totals.sat_hosts)
+call('PEXPIRE', leases_key, 2 * lease)
+call('PEXPIRE', expiry_key, 2 * lease)
 return { grant, totals.held, totals.hosts, learning and 1 or 0, limit, owed }
