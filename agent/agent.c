@@ -21,7 +21,7 @@
 
 #include "adaptive/adaptive.h"
 
-enum { EXIT_USAGE = 2, CONNECT_TIMEOUT_MS = 1000, WAITER_GAP_MS = 50, TICK_MS = 20 };
+enum { EXIT_USAGE = 2, CONNECT_TIMEOUT_MS = 1000, OWED_GAP_MIN_MS = 50, TICK_MS = 20 };
 
 static volatile sig_atomic_t stopping;
 
@@ -288,15 +288,17 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
  *     own ceiling, nor an adaptive one): when Redis has not heard of this demand (it was told a
  *     want within the grant), at once, so the first connection waits one
  *     tick and one Redis round trip when the fleet has room; and while
- *     Redis says more is owed to us, every WAITER_GAP_MS, to take it as
- *     the others give it up. A host held at its fair share asks only at
- *     its refresh: the cost to Redis stays one call per host per refresh.
+ *     Redis says more is owed to us, every quarter refresh (50 ms at
+ *     least), to take it as the others give it up at their refreshes. A
+ *     host held at its fair share asks only at its refresh: the cost to
+ *     Redis stays one call per host per refresh, four while shares move.
  *   - Holding more than the grant was (others came, the limit was
  *     lowered) and down to it now: at once, so that what it gave up is
  *     counted free for the others without waiting for a refresh. */
-static int ask_now(const struct fleet_compartment *c,
+static int ask_now(const struct agent *agent, const struct fleet_compartment *c,
                    const struct bh_compartment_view *view, int64_t now)
 {
+    int owed_gap_ms = agent->config.fleet_refresh_ms / 4;
     if (c->state != BH_FLEET_LEASED && c->state != BH_FLEET_LEARNING)
         return 0;
     if (c->told_holding > c->grant && view->in_use <= c->grant)
@@ -305,14 +307,15 @@ static int ask_now(const struct fleet_compartment *c,
         c->grant >= c->rules->limit)
         return 0;
     return c->told_want <= c->grant ||
-           (c->owed > 0 && now >= c->last_refresh_ns + ms_ns(WAITER_GAP_MS));
+           (c->owed > 0 && now >= c->last_refresh_ns +
+            ms_ns(owed_gap_ms > OWED_GAP_MIN_MS ? owed_gap_ms : OWED_GAP_MIN_MS));
 }
 
 static int starved(struct agent *agent, const struct fleet_compartment *c, int64_t now)
 {
     struct bh_compartment_view view;
     return bh_compartment_read(&agent->ns, c->index, &view) == 0 &&
-           ask_now(c, &view, now);
+           ask_now(agent, c, &view, now);
 }
 
 static void on_signal(int signal_number)

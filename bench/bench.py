@@ -28,6 +28,7 @@ import threading
 import time
 
 import adaptive
+import fleetsim
 
 # ---------------------------------------------------------------------------
 # settings
@@ -1283,6 +1284,9 @@ def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
         return fleet_section(hold, ctl, tmp, base, fl_seconds)
     if name == "adaptive":
         return adaptive.section(sys.modules[__name__], tmp, base, sink, cfgp is QUICK)
+    if name == "fleetsim":
+        log(f"fleetsim: {', '.join(map(str, fleetsim.SIZES))} simulated hosts, one Redis")
+        return fleetsim.section(sys.modules[__name__], cfgp is QUICK)
     if name == "deadlines":
         log(f"a dead downstream: {DEAD_WORKERS} workers, {dd_seconds} s per variant")
         return dead_downstream_section(tmp, base, dd_seconds)
@@ -1305,7 +1309,8 @@ def main():
     ap.add_argument("--summary", help="also write the report to this file")
     ap.add_argument("--quick", action="store_true",
                     help="fewer rounds and iterations (a smoke test, not numbers)")
-    ap.add_argument("--only", choices=("handoff", "deadlines", "cost", "fleet", "adaptive"),
+    ap.add_argument("--only", choices=("handoff", "deadlines", "cost", "fleet", "fleetsim",
+                                       "adaptive"),
                     help="run one section alone (its table and budget lines)")
     args = ap.parse_args()
     cfgp = QUICK if args.quick else FULL
@@ -1539,7 +1544,10 @@ backend be_hold
         # ---- 8. the fleet -----------------------------------------------------------
         log(f"[8/9] the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
         fl_lines, fl_checks = fleet_section(hold, ctl, tmp, base, fl_seconds)
-        log("[8b/9] adaptive limits against a downstream of known capacity")
+        log(f"[8b/9] fleetsim: {', '.join(map(str, fleetsim.SIZES))} simulated hosts, "
+            f"one Redis")
+        fs_lines, fs_checks = fleetsim.section(sys.modules[__name__], args.quick)
+        log("[8c/9] adaptive limits against a downstream of known capacity")
         ad_lines, ad_checks = adaptive.section(sys.modules[__name__], tmp, base, sink,
                                                args.quick)
 
@@ -1655,7 +1663,7 @@ backend be_hold
         for line in ho_lines:
             print(line)
         print()
-        for line in dd_lines + [""] + fl_lines + [""] + ad_lines:
+        for line in dd_lines + [""] + fl_lines + [""] + fs_lines + [""] + ad_lines:
             print(line)
         print()
 
@@ -1700,7 +1708,7 @@ backend be_hold
                     f"{max(c['util'] for c in runs32):.3f}] (limit >= 0.900); "
                     f"{p32 / ceiling_per_s:.3f} of this harness's ceiling; "
                     f"32 threads {ctab[('threads', 32)]['util']:.3f}")
-        for ok, text in ho_checks + dd_checks + fl_checks + ad_checks:
+        for ok, text in ho_checks + dd_checks + fl_checks + fs_checks + ad_checks:
             table.check(ok, text)
         s, h = median(added_shim), median(added_hp)
         table.check(s < h, f"against haproxy: shim adds {s:.1f} us per request, haproxy "

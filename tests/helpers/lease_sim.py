@@ -87,24 +87,31 @@ class Fleet:
         self.holding = {h: 0 for h in self.names}
         self.owed = {h: 0 for h in self.names}
         self.lease_end = {h: 0.0 for h in self.names}
+        self.used = 0  # the sum over hosts of max(grant, holding), kept as it changes
+
+    def _set(self, host, grant, holding):
+        self.used -= max(self.grant[host], self.holding[host])
+        self.grant[host], self.holding[host] = grant, holding
+        self.used += max(grant, holding)
 
     def lapse(self, now=None):
         """Hosts whose own lease has ended drop their grant and holding."""
         now = time.monotonic() if now is None else now
         for h in self.names:
             if now >= self.lease_end[h]:
-                self.grant[h] = self.holding[h] = 0
+                self._set(h, 0, 0)
 
     def call(self, host):
         """One lease call for HOST, as the agent makes it; returns the reply."""
         asked = time.monotonic()
         if asked >= self.lease_end[host]:
-            self.grant[host] = 0
-        holding = self.holding[host] = min(self.want[host], self.grant[host])
+            self._set(host, 0, self.holding[host])
+        holding = min(self.want[host], self.grant[host])
+        self._set(host, self.grant[host], holding)
         headroom = max(1, holding // 10)
         reply = self.redis("EVALSHA", self.sha, 3, *self.keys, host, self.want[host],
                            holding, self.grant[host], self.lease_ms, self.limit, headroom)
-        self.grant[host] = reply[0]
+        self._set(host, reply[0], holding)
         self.owed[host] = reply[5]
         self.lease_end[host] = asked + self.lease_ms / 1000
         return reply
@@ -113,5 +120,4 @@ class Fleet:
         """How far the sum over hosts of max(grant, holding) is over the limit
         (0: not over), from the grants as the hosts hold them."""
         self.lapse()
-        used = sum(max(self.grant[h], self.holding[h]) for h in self.names)
-        return max(0, used - self.limit)
+        return max(0, self.used - self.limit)
