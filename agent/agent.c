@@ -182,6 +182,7 @@ static void leased(struct agent *agent, struct fleet_compartment *c,
                   agent->config.fleet_lease_ms);
     c->grant = reply->grant;
     c->owed = reply->owed;
+    c->leased_before = 1;
     c->hosts_seen = reply->hosts;
     c->lease_until_ns = asked_at + ms_ns(agent->config.fleet_lease_ms);
     c->state = reply->learning ? BH_FLEET_LEARNING : BH_FLEET_LEASED;
@@ -240,7 +241,7 @@ static void demand(struct fleet_compartment *c, const struct bh_compartment_view
     int64_t want = (int64_t)holding + view->waiting + c->recent_refusals;
     *report = (struct bh_lease_report){
         .want = want < c->rules->limit ? (int)want : c->rules->limit,
-        .holding = holding, .previous_grant = c->grant,
+        .holding = holding, .previous_grant = c->grant > 0 ? c->grant : c->leased_before,
         .headroom = holding / 10 > 1 ? holding / 10 : 1 };
 }
 

@@ -42,6 +42,7 @@ struct fleet_compartment {
     int told_want;             /* want and holding at the last lease call */
     int told_holding;
     int owed;                  /* Redis said more of our share is coming */
+    int leased_before;         /* Redis has answered a lease call of it */
 };
 
 struct agent {

@@ -23,7 +23,10 @@ struct bh_lease_reply {
 struct bh_lease_report {
     int want;           /* in use + waiting + recent refusals: what it would use */
     int holding;        /* in use */
-    int previous_grant;
+    int previous_grant; /* the last grant; 1 if it was 0 but Redis has granted a
+                           lease before: a Redis that lost its leases must know
+                           that hosts may hold grants from before it (learning
+                           mode), even when the first to come back holds none */
     int headroom;       /* room to grow beyond want, granted only from capacity
                            no other host wants */
 };

@@ -37,6 +37,7 @@ REFRESH_S = 1.0
 OWED_GAP_S = max(0.05, REFRESH_S / 4)  # agent.c's owed_gap(): how often an owed host asks
 LEASE_MS = 10000      # fleet_lease_ms's default
 BUSY_WANT = 8         # half the hosts want 8 each: 4 x hosts, twice the limit
+BATCH = 50            # calls sent to Redis together, at most
 RELEASE_S = 0.05      # how long a host's connections over a lowered grant last
 IDLE_S = 2.0
 MOVE_BUDGET_S = 6.0
@@ -89,23 +90,30 @@ class Clock:
             heapq.heappush(self.due, (now, True, h))
 
     def run_until(self, end, done=lambda: False):
-        """Serves every call due before END; stops early once done()."""
+        """Serves every call due before END; stops early once done(). Calls
+        due at the same moment (the sim fallen behind, or many hosts asking
+        at once) go to Redis together, BATCH at most, as many agents' calls
+        would arrive."""
         while self.due and self.due[0][0] < end and not done():
-            when, early, h = heapq.heappop(self.due)
-            wait = when - time.monotonic()
+            wait = self.due[0][0] - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            self.fleet.call(h)
-            self.calls += 1
+            now, batch = time.monotonic(), {}
+            while self.due and self.due[0][0] <= now and len(batch) < BATCH:
+                when, early, h = heapq.heappop(self.due)
+                if not early:
+                    heapq.heappush(self.due, (when + REFRESH_S, False, h))
+                batch[h] = True
+            self.fleet.call_many(list(batch))
+            self.calls += len(batch)
             self.worst = max(self.worst, self.fleet.used - self.fleet.limit)
-            if not early:
-                heapq.heappush(self.due, (when + REFRESH_S, False, h))
-            if self.fleet.owed[h] > 0 and self.fleet.want[h] > self.fleet.grant[h]:
-                heapq.heappush(self.due, (time.monotonic() + OWED_GAP_S, True, h))
-            if self.fleet.holding[h] > self.fleet.grant[h]:
-                # its connections over the grant end (RELEASE_S), and the
-                # agent reports at once that it is down to the grant
-                heapq.heappush(self.due, (time.monotonic() + RELEASE_S, True, h))
+            for h in batch:
+                if self.fleet.owed[h] > 0 and self.fleet.want[h] > self.fleet.grant[h]:
+                    heapq.heappush(self.due, (now + OWED_GAP_S, True, h))
+                if self.fleet.holding[h] > self.fleet.grant[h]:
+                    # its connections over the grant end (RELEASE_S), and the
+                    # agent reports at once that it is down to the grant
+                    heapq.heappush(self.due, (now + RELEASE_S, True, h))
 
 
 def real_time(redis, redis_pid, hosts, steady_s):

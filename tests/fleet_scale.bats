@@ -102,13 +102,9 @@ def over(asked_since_change):
     used = sum(max(f.grant[h], f.holding[h]) for h in f.names)
     return used - max(f.limit, sum(f.holding.values()))
 
-worst, asked, calls, flushed = 0, set(f.names), 0, False
+worst, asked, calls = 0, set(f.names), 0
 while calls < 3000:
-    # After a flush, one with a grant first: learning mode starts when the
-    # first host back had one (a host that had none cannot tell a
-    # restarted Redis from a new fleet).
-    order = sorted(alive, key=lambda h: (flushed and f.grant[h] == 0, random.random()))
-    flushed = False
+    order = sorted(alive, key=lambda _: random.random())
     for h in order:
         f.want[h] = random.randint(0, 8)
         f.call(h)
@@ -123,8 +119,7 @@ while calls < 3000:
         redis("HSET", meta, "limit", f.limit)
         asked = set()
     if calls % 1500 < len(order):
-        redis("FLUSHALL")
-        flushed = True  # Redis restarted empty: learning mode
+        redis("FLUSHALL")  # Redis restarted empty: learning mode
 print(f"worst={worst}")
 PY
     assert_success

@@ -17,12 +17,28 @@ class Redis:
         self.file = self.sock.makefile("rb")
 
     def __call__(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return self.pipeline([args])[0]
+
+    def pipeline(self, commands):
+        """Sends every command, then reads every answer: the replies, in order
+        (an error reply raises once all are read)."""
+        out = []
+        for args in commands:
+            out.append(b"*%d\r\n" % len(args))
+            for a in args:
+                a = a if isinstance(a, bytes) else str(a).encode()
+                out.append(b"$%d\r\n%s\r\n" % (len(a), a))
         self.sock.sendall(b"".join(out))
-        return self._read()
+        replies, error = [], None
+        for _ in commands:
+            try:
+                replies.append(self._read())
+            except RedisError as e:
+                replies.append(None)
+                error = error or e
+        if error:
+            raise error
+        return replies
 
     def _read(self):
         line = self.file.readline()
@@ -88,6 +104,7 @@ class Fleet:
         self.owed = {h: 0 for h in self.names}
         self.lease_end = {h: 0.0 for h in self.names}
         self.used = 0  # the sum over hosts of max(grant, holding), kept as it changes
+        self.leased = set()  # hosts Redis has answered
 
     def _set(self, host, grant, holding):
         self.used -= max(self.grant[host], self.holding[host])
@@ -103,18 +120,30 @@ class Fleet:
 
     def call(self, host):
         """One lease call for HOST, as the agent makes it; returns the reply."""
+        return self.call_many([host])[0]
+
+    def call_many(self, hosts):
+        """One lease call for each of HOSTS (distinct), sent together as many
+        agents' calls arrive at once; their replies."""
         asked = time.monotonic()
-        if asked >= self.lease_end[host]:
-            self._set(host, 0, self.holding[host])
-        holding = min(self.want[host], self.grant[host])
-        self._set(host, self.grant[host], holding)
-        headroom = max(1, holding // 10)
-        reply = self.redis("EVALSHA", self.sha, 3, *self.keys, host, self.want[host],
-                           holding, self.grant[host], self.lease_ms, self.limit, headroom)
-        self._set(host, reply[0], holding)
-        self.owed[host] = reply[5]
-        self.lease_end[host] = asked + self.lease_ms / 1000
-        return reply
+        commands = []
+        for host in hosts:
+            if asked >= self.lease_end[host]:
+                self._set(host, 0, self.holding[host])
+            holding = min(self.want[host], self.grant[host])
+            self._set(host, self.grant[host], holding)
+            # as the agent: a grant of 0 is sent as 1 once Redis has leased to it
+            previous = self.grant[host] or int(host in self.leased)
+            commands.append(("EVALSHA", self.sha, 3, *self.keys, host, self.want[host],
+                             holding, previous, self.lease_ms, self.limit,
+                             max(1, holding // 10)))
+        replies = self.redis.pipeline(commands)
+        for host, reply in zip(hosts, replies):
+            self._set(host, reply[0], self.holding[host])
+            self.owed[host] = reply[5]
+            self.lease_end[host] = asked + self.lease_ms / 1000
+            self.leased.add(host)
+        return replies
 
     def over_grant(self):
         """How far the sum over hosts of max(grant, holding) is over the limit
