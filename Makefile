@@ -104,7 +104,13 @@ $(1)/obj/tests/unit/%.o: tests/unit/%.c
 
 $(1)/unit/%: $(1)/obj/tests/unit/%.o $(UNIT_CODE:%.c=$(1)/obj/%.o)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) $(2) -o $$@ $$^ -lcmocka $$(INIH) -ldl -lpthread -lm
+	$$(CC) $$(CFLAGS) $(2) -o $$@ $$^ -lcmocka $$(INIH) $$(UNIT_LIBS) -ldl -lpthread -lm
+
+# test_lease: the agent's lease.c too, with hiredis, as the agent links it.
+$(1)/unit/test_lease: $(1)/obj/agent/lease.o
+$(1)/unit/test_lease: UNIT_LIBS := -lhiredis
+$(1)/obj/agent/lease.o: $(BUILD)/agent/lease_lua.h
+$(1)/obj/agent/lease.o $(1)/obj/tests/unit/test_lease.o: BH_CFLAGS += -I$(BUILD)/agent -Iagent
 endef
 $(eval $(call unit_rules,$(BUILD),))
 

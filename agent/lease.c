@@ -198,11 +198,8 @@ static int integer_in(const redisReply *reply, size_t i, long long low, long lon
     return *value >= low && *value <= high ? 0 : -1;
 }
 
-/* The script's answer, checked: a value out of range (bad data in Redis
- * that got past the script) must not become a limit, nor 0, which would
- * make the compartment no fleet compartment at all. 0, or -1 with why. */
-static int read_reply(const redisReply *reply, const char *meta,
-                      struct bh_lease_reply *out, char *why, size_t whylen)
+int bh_lease_read_reply(const struct redisReply *reply, const char *meta,
+                        struct bh_lease_reply *out, char *why, size_t whylen)
 {
     long long v[6] = { 0 };
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 6 ||
@@ -255,7 +252,7 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
     }
     if (!reply)
         return client->redis->err ? BH_LEASE_DOWN : BH_LEASE_REFUSED;
-    int rc = read_reply(reply, keys.meta, out, why, whylen);
+    int rc = bh_lease_read_reply(reply, keys.meta, out, why, whylen);
     freeReplyObject(reply);
     return rc == 0 ? BH_LEASE_OK : BH_LEASE_REFUSED;
 }

@@ -56,6 +56,14 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
                   const struct bh_lease_report *report, struct bh_lease_reply *reply,
                   char *why, size_t whylen);
 
+/* The script's answer, checked (bh_lease_call's last step): a value out of
+ * range (bad data in Redis that got past the script, or a script of
+ * another version) must not become a limit, nor 0, which would make the
+ * compartment no fleet compartment at all. 0, or -1 with why. */
+struct redisReply;
+int bh_lease_read_reply(const struct redisReply *reply, const char *meta,
+                        struct bh_lease_reply *out, char *why, size_t whylen);
+
 /* `bulkhead set --fleet NAME limit=N`: the fleet limit every agent uses
  * from its next refresh, over the rules file's. */
 int bh_lease_set_limit(struct bh_lease_client *client, const struct bh_config *config,
