@@ -2,9 +2,10 @@
  * compartment from Redis and makes it the host's live limit.
  *
  * What is shared, and who writes it:
- *   - Redis (lease.lua): every host's lease of every fleet compartment;
- *     written only by the script, atomically, one call per host per
- *     compartment per refresh.
+ *   - Redis (lease.lua): every host's lease of every fleet compartment,
+ *     and the totals over them; written only by the script, atomically,
+ *     one call per host per compartment per refresh, and a few early ones
+ *     while shares move (ask_now in agent.c).
  *   - The namespace (shim/permits): the live limit, written here through
  *     bh_compartment_set_limit as `bulkhead set` does (raising frees
  *     permits at once, lowering retires them as connections end); and the
