@@ -49,12 +49,29 @@ three_hosts() {
     assert_equal "$(server_stat srv max)" 6
 }
 
-@test "full utilization: two busy hosts and an idle one reach fleet_limit at the server" {
+# lease_calls: Redis's own count of lease calls so far (INFO commandstats).
+lease_calls() {
+    redis-cli -p "$REDIS_PORT" info commandstats |
+        sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\).*/\1/p'
+}
+
+lease_calls_past() { (($(lease_calls) >= $1)); }
+
+@test "full utilization: two busy hosts and an idle one reach fleet_limit at the server, and ask Redis only at their refreshes" {
     three_hosts 4
     holders a 3 60000
     holders b 3 60000
     wait_for -t 3 open_is srv 4
     assert_equal "$(server_stat srv max)" 4
+    # Each busy host holds its share with a connection waiting: asking again
+    # would get it nothing, so it asks at its refresh only (5 a second),
+    # not every 50 ms. 30 calls from 3 hosts take 2 s at that rate.
+    local from t0 ms
+    from=$(lease_calls)
+    t0=${EPOCHREALTIME/./}
+    wait_for lease_calls_past $((from + 30))
+    ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
+    ((ms >= 1400)) || fail "30 lease calls in $ms ms"
 }
 
 @test "new demand on a host with no spare permit is served within a tick, not at its next refresh" {
