@@ -7,7 +7,9 @@
 -- KEYS[1]  hash: host -> "want holding grant expires_ms satisfied owed"
 -- KEYS[2]  sorted set: host by lease expiry (ms)
 -- KEYS[3]  hash: limit (set by `bulkhead set --fleet`), born,
---          learning_until, and the totals over the hosts of KEYS[1]:
+--          learning_until, keys_until (when KEYS[1] and [2] expire: every
+--          host gone for long enough takes them with it), and the totals
+--          over the hosts of KEYS[1]:
 --          hosts, use (max(grant, holding)), held, unmet (want beyond
 --          grant), owed, sat_want and sat_hosts (see below)
 -- ARGV     host, want, holding, previous grant, lease_ms, fleet_limit,
@@ -37,10 +39,10 @@
 -- came) keeps its connections; its grant shrinks and it retires permits
 -- as they end.
 --
--- Redis restarted empty: the first agent to come back with a grant from
--- before starts learning mode, for one lease period, in which each host is
--- granted no more than it holds. Agents that were granted nothing before
--- (a new deployment) start it normally.
+-- Redis restarted empty: the first agent to come back that was leased to
+-- before (it sends a previous grant of at least 1) starts learning mode,
+-- for one lease period, in which each host is granted no more than it
+-- holds. A new deployment starts normally.
 --
 -- Everything is read and checked before the first write: Redis does not
 -- roll a script back, so a failed call must leave nothing half-done. The
@@ -94,7 +96,8 @@ if bad then return error_reply(bad) end
 
 -- ---- reads -------------------------------------------------------------------
 
-local meta = call('HMGET', meta_key, 'limit', 'born', 'learning_until', unpack(TOTALS))
+local meta = call('HMGET', meta_key, 'limit', 'born', 'learning_until', 'keys_until',
+                  unpack(TOTALS))
 local raw_limit = meta[1]
 local limit = tonumber(raw_limit or file_limit)
 -- Bad data (a hand-edited limit): refuse to grant from it, and say what it
@@ -136,7 +139,7 @@ end
 -- The totals as stored, and whether they agree with the keys.
 local totals, consistent = {}, counted == ranked
 for i = 1, #TOTALS do
-  local v = whole(meta[3 + i] or '0', 0, 1e15)
+  local v = whole(meta[4 + i] or '0', 0, 1e15)
   totals[TOTALS[i]] = v
   if v == nil then consistent = false end
 end
@@ -224,9 +227,18 @@ add(totals, entry, 1)
 call('HSET', leases_key, host, want .. ' ' .. holding .. ' ' .. grant .. ' ' .. expires ..
      ' ' .. entry.sat .. ' ' .. owed)
 call('ZADD', expiry_key, expires, host)
+-- The keys outlive every lease in them by a lease at least, and a call
+-- sets their expiry only when that is near (once a lease period, not once
+-- a call), or when they may be new: this host had no entry (the keys may
+-- have been emptied and made again here), or they were rebuilt. Never
+-- shortened: hosts may have longer leases than this one.
+local keys_until = whole(meta[4] or '0', 0, 1e15) or 0
+if not mine or not consistent or keys_until < now + 2 * lease then
+  keys_until = max(keys_until, now + 3 * lease)
+  call('PEXPIREAT', leases_key, keys_until)
+  call('PEXPIREAT', expiry_key, keys_until)
+end
 call('HSET', meta_key, 'hosts', totals.hosts, 'use', totals.use, 'held', totals.held,
      'unmet', totals.unmet, 'owed', totals.owed, 'sat_want', totals.sat_want,
-     'sat_hosts', totals.sat_hosts)
-call('PEXPIRE', leases_key, 2 * lease)
-call('PEXPIRE', expiry_key, 2 * lease)
+     'sat_hosts', totals.sat_hosts, 'keys_until', keys_until)
 return { grant, totals.held, totals.hosts, learning and 1 or 0, limit, owed }
