@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,20 +101,30 @@ struct setting {
     char who[BH_WHO_MAX];
 };
 
-static int parse_whole(const char *text, int *value)
+enum { SETTING_BAD = -1, SETTING_OUT_OF_RANGE = -2 };
+
+struct range { int least, most; };
+
+/* A whole number in range: 0, SETTING_BAD when it is not one, or
+ * SETTING_OUT_OF_RANGE when it is, but outside (whatever its length). */
+static int parse_whole(const char *text, struct range range, int *value)
 {
     if (*text < '0' || *text > '9')
-        return -1;
+        return SETTING_BAD;
     char *end;
     errno = 0;
     long number = strtol(text, &end, 10);
-    if (errno || *end || number > INT_MAX)
-        return -1;
+    if (*end)
+        return SETTING_BAD;
+    if (errno == ERANGE || number < range.least || number > range.most)
+        return SETTING_OUT_OF_RANGE;
     *value = (int)number;
     return 0;
 }
 
-static int parse_setting(const char *text, struct setting *setting)
+/* 0, or SETTING_BAD / SETTING_OUT_OF_RANGE; range is a limit's (a reserve
+ * may be 0 to its most). */
+static int parse_setting(const char *text, struct range range, struct setting *setting)
 {
     memset(setting, 0, sizeof *setting);
     if (strcmp(text, "breaker=open") == 0 || strcmp(text, "breaker=closed") == 0) {
@@ -124,13 +133,13 @@ static int parse_setting(const char *text, struct setting *setting)
     }
     if (strncmp(text, "limit=", 6) == 0) {
         setting->what = SET_LIMIT;
-        return parse_whole(text + 6, &setting->value);
+        return parse_whole(text + 6, range, &setting->value);
     }
     enum bh_adaptive_mode mode;
     if (strncmp(text, "adaptive=", 9) == 0) {
         setting->what = SET_ADAPTIVE;
         if (bh_adaptive_mode_parse(text + 9, &mode) < 0)
-            return -1;
+            return SETTING_BAD;
         setting->value = (int)mode;
         return 0;
     }
@@ -138,10 +147,10 @@ static int parse_setting(const char *text, struct setting *setting)
     size_t who_length = equals ? (size_t)(equals - text) - 8 : 0;
     if (strncmp(text, "reserve.", 8) != 0 || !equals || equals < text + 8 ||
         who_length == 0 || who_length >= BH_WHO_MAX)
-        return -1;
+        return SETTING_BAD;
     setting->what = SET_RESERVE;
     memcpy(setting->who, text + 8, who_length);
-    return parse_whole(equals + 1, &setting->value);
+    return parse_whole(equals + 1, (struct range){ 0, range.most }, &setting->value);
 }
 
 /* What a setting parse_setting refused should have been, by its key. */
@@ -310,7 +319,14 @@ static int set_command(int argc, char **argv)
         return cli_usage_error(&cli_set_command, "give a compartment and limit=N, "
                                "reserve.WHO=N, breaker=open|closed or "
                                "adaptive=off|gradient|aimd");
-    if (parse_setting(argv[optind + 1], &setting) < 0)
+    /* as the rules file allows: a fleet limit of 0 would shut every host */
+    struct range range = fleet ? (struct range){ 1, BH_FLEET_LIMIT_MAX }
+                               : (struct range){ 0, BH_LIMIT_MAX };
+    int setting_parsed = parse_setting(argv[optind + 1], range, &setting);
+    if (setting_parsed == SETTING_OUT_OF_RANGE)
+        return cli_usage_error(&cli_set_command, "\"%s\": out of range (%d to %d)",
+                               argv[optind + 1], range.least, range.most);
+    if (setting_parsed < 0)
         return cli_usage_error(&cli_set_command, "\"%s\": %s", argv[optind + 1],
                                setting_expected(argv[optind + 1]));
     if (fleet)

@@ -165,7 +165,9 @@ log        warn, to stderr
     check_says_only $'fleet_host = eu/web\n' "3: fleet_host: \"eu/web\" is not a valid host name ($name)"
     local long
     long=$(printf 'h%.0s' {1..64})
-    check_says_only "fleet_host = $long"$'\n' "3: fleet_host: \"$long\" is not a valid host name ($name)"
+    # the error repeats the first 60 characters of what was written
+    check_says_only "fleet_host = $long"$'\n' \
+        "3: fleet_host: \"${long:0:60}...\" is not a valid host name ($name)"
     check_says_only $'fleet_refresh_ms = 49\n' "3: fleet_refresh_ms: 49 is out of range (50 to 600000)"
     check_says_only $'fleet_refresh_ms = 1s\n' '3: fleet_refresh_ms: "1s" is not a whole number'
     check_says_only $'fleet_lease_ms = 99\n' "3: fleet_lease_ms: 99 is out of range (100 to 86400000)"

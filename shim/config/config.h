@@ -18,6 +18,8 @@ enum {
     BH_MAX_RESERVES = 4,       /* reserve = lines per compartment */
     BH_MAX_BYPASSES = 8,       /* bypass = lines per compartment */
     BH_WHO_MAX = 64,           /* a WHO as written, with NUL */
+    BH_LIMIT_MAX = 32767,      /* SEMVMX: the most a SysV semaphore holds */
+    BH_FLEET_LIMIT_MAX = 1000000,
 };
 
 /* Whom a reserve or a bypass is for. */

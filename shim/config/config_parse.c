@@ -28,7 +28,6 @@ enum {
     LINE_BUFFER_SIZE = 1024,   /* inih's line buffer: text, newline, NUL */
     MESSAGE_SIZE = 8192,
     RULES_MAX_BYTES = 4 << 20, /* a rules file is text an operator wrote */
-    LIMIT_MAX = 32767,         /* SEMVMX: the most a SysV semaphore holds */
     WAIT_MS_MAX = 3600000,
     MAX_WAITERS_MAX = 1000000,
     DEFAULT_MAX_WAITERS = 64,
@@ -39,7 +38,6 @@ enum {
     BREAKER_FAILURES_MAX = 1000000,
     DEFAULT_BREAKER_OPEN_MS = 5000,
     DEFAULT_BREAKER_OPEN_MAX_MS = 60000,
-    FLEET_LIMIT_MAX = 1000000,
     DEFAULT_FLEET_REFRESH_MS = 1000,
     DEFAULT_FLEET_LEASE_MS = 10000,
     FLEET_REFRESH_MIN_MS = 50,
@@ -376,12 +374,12 @@ static int set_fleet_fallback(struct parser *p, const char *key, const char *val
         return 0;
     }
     long number;
-    if (parse_whole(value, LIMIT_MAX, &number) == NUMBER_OK) {
+    if (parse_whole(value, BH_LIMIT_MAX, &number) == NUMBER_OK) {
         p->config->fleet_fallback = (int)number;
         return 0;
     }
     report(p, p->line, "%s: \"%s\" is neither split nor a whole number from 0 "
-           "to %d", key, value, LIMIT_MAX);
+           "to %d", key, value, BH_LIMIT_MAX);
     return -1;
 }
 
@@ -389,7 +387,7 @@ static int set_fleet_fallback(struct parser *p, const char *key, const char *val
  * line is kept for then. A value already reported is not kept: one error. */
 static int set_fleet_limit(struct parser *p, const char *key, const char *value)
 {
-    if (set_number(p, key, value, 1, FLEET_LIMIT_MAX,
+    if (set_number(p, key, value, 1, BH_FLEET_LIMIT_MAX,
                    &p->section.compartment->fleet_limit) != 0)
         return -1;
     if (p->fleet_limit_count < BH_MAX_COMPARTMENTS)
@@ -401,7 +399,7 @@ static int set_fleet_limit(struct parser *p, const char *key, const char *value)
 
 static int set_limit(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 0, LIMIT_MAX, &p->section.compartment->limit);
+    return set_number(p, key, value, 0, BH_LIMIT_MAX, &p->section.compartment->limit);
 }
 
 static int set_wait_ms(struct parser *p, const char *key, const char *value)
@@ -538,12 +536,12 @@ static int set_adaptive(struct parser *p, const char *key, const char *value)
 
 static int set_min_limit(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 1, LIMIT_MAX, &p->section.compartment->min_limit);
+    return set_number(p, key, value, 1, BH_LIMIT_MAX, &p->section.compartment->min_limit);
 }
 
 static int set_max_limit(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 1, LIMIT_MAX, &p->section.compartment->max_limit);
+    return set_number(p, key, value, 1, BH_LIMIT_MAX, &p->section.compartment->max_limit);
 }
 
 static int set_adaptive_latency_ms(struct parser *p, const char *key, const char *value)
@@ -556,7 +554,7 @@ static int set_adaptive_latency_ms(struct parser *p, const char *key, const char
 
 static int set_per_process(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 1, LIMIT_MAX,
+    return set_number(p, key, value, 1, BH_LIMIT_MAX,
                       &p->section.compartment->per_process);
 }
 
@@ -580,9 +578,9 @@ static const char *parse_reserve(const char *value, struct bh_reserve *reserve,
 
     snprintf(count, sizeof count, "%.*s", (int)length, value);
     if (length >= sizeof count
-        || parse_whole(count, LIMIT_MAX, &number) != NUMBER_OK || number < 1) {
+        || parse_whole(count, BH_LIMIT_MAX, &number) != NUMBER_OK || number < 1) {
         snprintf(why, whylen, "has a bad count \"%.*s\" (a whole number from 1 "
-                 "to %d)", (int)length, value, LIMIT_MAX);
+                 "to %d)", (int)length, value, BH_LIMIT_MAX);
         return why;
     }
     if (!who)
@@ -875,7 +873,7 @@ static const char *split_weight(const char *value, char *destination,
         return NULL;
     if (strncmp(rest, "weight=", strlen("weight=")) != 0)
         return "has something after its destination other than weight=N";
-    if (parse_whole(rest + strlen("weight="), LIMIT_MAX, &number) != NUMBER_OK
+    if (parse_whole(rest + strlen("weight="), BH_LIMIT_MAX, &number) != NUMBER_OK
         || number < 1)
         return "has a bad weight (a whole number from 1 to 32767)";
     *weight = (int)number;
@@ -1150,7 +1148,7 @@ static void check_adaptive_fits(struct parser *p, bool limit_known)
     }
 }
 
-/* max_limit's default, 4 x limit (at least 1, at most LIMIT_MAX), for
+/* max_limit's default, 4 x limit (at least 1, at most BH_LIMIT_MAX), for
  * every compartment: `bulkhead set NAME adaptive=...` may turn on one
  * whose rules did not. */
 static void default_max_limit(struct parser *p)
@@ -1159,8 +1157,8 @@ static void default_max_limit(struct parser *p)
 
     if (p->section.key_lines[KEY_MAX_LIMIT])
         return;
-    c->max_limit = c->limit < LIMIT_MAX / DEFAULT_MAX_LIMIT_FACTOR
-        ? DEFAULT_MAX_LIMIT_FACTOR * c->limit : LIMIT_MAX;
+    c->max_limit = c->limit < BH_LIMIT_MAX / DEFAULT_MAX_LIMIT_FACTOR
+        ? DEFAULT_MAX_LIMIT_FACTOR * c->limit : BH_LIMIT_MAX;
     if (c->max_limit < 1)
         c->max_limit = 1;
 }
@@ -1204,7 +1202,7 @@ static void close_section(struct parser *p)
     if (!section->key_lines[KEY_LIMIT] && section->compartment->fleet_limit > 0) {
         /* fleet-wide: this host's ceiling is the fleet limit, at most */
         int fleet = section->compartment->fleet_limit;
-        section->compartment->limit = fleet < LIMIT_MAX ? fleet : LIMIT_MAX;
+        section->compartment->limit = fleet < BH_LIMIT_MAX ? fleet : BH_LIMIT_MAX;
     } else if (!section->key_lines[KEY_LIMIT] && !section->key_bad[KEY_FLEET_LIMIT]) {
         report(p, section->compartment->line, "[%s]: limit is required",
                section->name);
