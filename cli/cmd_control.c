@@ -25,26 +25,21 @@ static int parse_control_options(const struct cli_command *command, int argc,
                                  int *flag)
 {
     static const struct option options[] = {
-        { "config", required_argument, NULL, 'c' },
-        { "namespace", required_argument, NULL, 'n' },
-        { "user", required_argument, NULL, 'u' },
+        CLI_TARGET_OPTIONS,
         { "force", no_argument, NULL, 'f' },
         { "fleet", no_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     int flag_option = command == &cli_reset_command ? 'f' : 'F';
-    const char *short_options = command == &cli_reset_command ? ":c:n:u:fh" : ":c:n:u:h";
+    const char *short_options = command == &cli_reset_command ? ":" CLI_TARGET_SHORT "fh"
+                                                              : ":" CLI_TARGET_SHORT "h";
     int option;
     opterr = 0;
     while ((option = getopt_long(argc, argv, short_options, options, NULL)) != -1) {
-        if (option == 'c')
-            target->config_path = optarg;
-        else if (option == 'n')
-            target->namespace_name = optarg;
-        else if (option == 'u')
-            target->user = optarg;
-        else if (flag && option == flag_option)
+        if (cli_target_option(target, option, optarg))
+            continue;
+        if (flag && option == flag_option)
             *flag = 1;
         else
             return cli_option_problem(command, option == 'f' || option == 'F' ? '?'
@@ -379,10 +374,7 @@ const struct cli_command cli_set_command = {
         "fleet-wide limit, kept in the Redis of the rules' fleet = (every host's\n"
         "agent uses it from its next refresh).\n"
         "\n"
-        "  -c, --config FILE     the namespace of FILE's [global] section\n"
-        "  -n, --namespace NAME  that namespace\n"
-        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
-        "                        unless USER is yourself)\n"
+        CLI_TARGET_HELP
         "\n"
         "Exit status: 0; 1 when the namespace has no state yet, has no such\n"
         "compartment or reserve, or the change does not fit the limit; 2 for a\n"
@@ -548,11 +540,11 @@ const struct cli_command cli_apply_command = {
         "namespace's shared state when nothing has run in it yet. The rules\n"
         "file defaults to the one the shim would load.\n"
         "\n"
-        "  -c, --config FILE     the rules file (also accepted as the argument)\n"
-        "  -n, --namespace NAME  push into that namespace instead of FILE's\n"
-        "  -u, --user USER       into USER's namespace (a name or a uid; root\n"
-        "                        only, unless USER is yourself); made as USER's\n"
-        "                        when nothing has run in it yet\n"
+        "The rules file may also be given as the argument, and -n pushes into\n"
+        "another namespace than the file's; another user's is made as that\n"
+        "user's when nothing has run in it yet.\n"
+        "\n"
+        CLI_TARGET_HELP
         "\n"
         "Exit status: 0; 1 when the file is not valid or a limit could not be\n"
         "set; 2 for a usage error.\n",
@@ -761,10 +753,7 @@ const struct cli_command cli_reset_command = {
         "timed_out, waits and wait times; peak restarts from in_use). Permits,\n"
         "waiters and the live limit are left alone; --force changes nothing.\n"
         "\n"
-        "  -c, --config FILE     the namespace of FILE's [global] section\n"
-        "  -n, --namespace NAME  that namespace\n"
-        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
-        "                        unless USER is yourself)\n"
+        CLI_TARGET_HELP
         "  -f, --force           remove the state even while permits are held\n"
         "\n"
         "Exit status: 0, also when there was no state to remove; 1 when\n"
