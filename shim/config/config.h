@@ -11,28 +11,16 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "policy/who.h"
+
 enum {
     BH_MAX_COMPARTMENTS = 1024, /* per namespace; sized into the shared state */
     BH_NAME_MAX = 48,          /* compartment and namespace names, with NUL */
     BH_FLEET_HOST_MAX = 64,    /* fleet_host, with NUL */
     BH_MAX_RESERVES = 4,       /* reserve = lines per compartment */
     BH_MAX_BYPASSES = 8,       /* bypass = lines per compartment */
-    BH_WHO_MAX = 64,           /* a WHO as written, with NUL */
     BH_LIMIT_MAX = 32767,      /* SEMVMX: the most a SysV semaphore holds */
     BH_FLEET_LIMIT_MAX = 1000000,
-};
-
-/* Whom a reserve or a bypass is for. */
-enum bh_who_kind {
-    BH_WHO_PROGRAM,  /* program=GLOB: the program's short name (argv[0]'s base) */
-    BH_WHO_USER,     /* user=NAME or user=UID: the effective user */
-    BH_WHO_ENV,      /* env=VAR=VALUE: the variable set to exactly VALUE */
-};
-struct bh_who {
-    enum bh_who_kind kind;
-    char text[BH_WHO_MAX]; /* as written, "program=billing-*": names it in
-                              stat, set and explain, and in the namespace */
-    uid_t uid;             /* user=: resolved when the file is read */
 };
 
 struct bh_reserve {
