@@ -276,6 +276,12 @@ server_stat() {
     sed -n "s/.*\\b$2=\\([0-9]*\\).*/\\1/p" "$T/$1.stats"
 }
 
+# server_open_is NAME N: the server has exactly N connections open (for
+# wait_for).
+server_open_is() {
+    [[ "$(server_stat "$1" open)" == "$2" ]]
+}
+
 # -------------------------------------------------------------- config ----
 
 # write_rules FILE <<EOF ... EOF
