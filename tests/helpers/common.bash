@@ -284,6 +284,19 @@ server_open_is() {
 
 # -------------------------------------------------------------- config ----
 
+# storm_rules WAIT_MS [ERRNO]: one compartment [db], limit 4, on the server.
+storm_rules() {
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[db]
+limit = 4
+wait_ms = $1
+errno = ${2:-ECONNREFUSED}
+match = 127.0.0.1:$SERVER_PORT
+EOF
+}
+
 # write_rules FILE <<EOF ... EOF
 write_rules() {
     cat >"$1"
