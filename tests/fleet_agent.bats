@@ -97,6 +97,43 @@ one_agent() {
     assert_output 1
 }
 
+# auth_calls: the AUTH commands Redis has run (its own count), asked with
+# the password.
+auth_calls() {
+    local n
+    n=$(redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning info commandstats |
+        sed -n 's/^cmdstat_auth:calls=\([0-9]*\).*/\1/p')
+    echo "${n:-0}"
+}
+
+@test "a password file others may read: check, the agent and set --fleet refuse it in check's line, and Redis never sees it" {
+    REDIS_PASSWORD=right
+    start_redis
+    printf 'right\n' >"$T/pass"
+    chmod 640 "$T/pass"
+    host a 6 1 "fleet_password_file = $T/pass"
+    local line auth_before
+    line=$(grep -n '^fleet_password_file' "$T/a.ini" | cut -d: -f1)
+    auth_before=$(auth_calls)
+    run "$BULKHEAD" check "$T/a.ini"
+    assert_failure 1
+    assert_line "bulkhead: $T/a.ini:$line: fleet_password_file: $T/pass: others may read it (mode 0640); chmod 600 it"
+    # (Bounded: an agent that took it would run on.)
+    run timeout 5 "$BULKHEAD" agent -c "$T/a.ini" --metrics "127.0.0.1:$(free_port)"
+    assert_failure 1
+    assert_output "bulkhead agent: $T/a.ini:$line: fleet_password_file: $T/pass: others may read it (mode 0640); chmod 600 it"
+    run "$BULKHEAD" set --fleet -c "$T/a.ini" db limit=3
+    assert_failure 1
+    assert_output "bulkhead agent: $T/a.ini:$line: fleet_password_file: $T/pass: others may read it (mode 0640); chmod 600 it"
+    # Only auth_calls's own AUTHs since.
+    assert_equal "$(auth_calls)" $((auth_before + 1))
+    # chmod 600, and the same agent logs in and leases.
+    chmod 600 "$T/pass"
+    start_agent a
+    wait_for file_has "$T/agent.a.err" 'limit 0 -> 1'
+    (($(auth_calls) > auth_before + 2))
+}
+
 @test "a password file that is a directory or /dev/zero: check says what it is, no empty password is sent" {
     REDIS_PASSWORD=right start_redis
     mkdir -m 700 "$T/pass.d"
