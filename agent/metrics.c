@@ -277,7 +277,8 @@ static int wait_ms(int64_t now)
 {
     int64_t wait = WAKE_MAX_MS;
     MHD_UNSIGNED_LONG_LONG mhd_ms;
-    if (MHD_get_timeout(server.daemon, &mhd_ms) == MHD_YES && (int64_t)mhd_ms < wait)
+    if (MHD_get_timeout(server.daemon, &mhd_ms) == MHD_YES &&
+        mhd_ms < (MHD_UNSIGNED_LONG_LONG)wait)
         wait = (int64_t)mhd_ms;
     if (server.oldest) {
         int64_t due = server.oldest->accepted_ns + HEADER_DEADLINE_MS * NS_PER_MS - now;
