@@ -37,8 +37,9 @@ CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/
 SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 # The fleet agent: a program of its own, the only one linking hiredis and
-# libmicrohttpd; it shares the stat renderer with the command.
-AGENT_SRC := $(wildcard agent/*.c) cli/stat_render.c
+# libmicrohttpd; it shares the stat renderer and the password file rule
+# with the command.
+AGENT_SRC := $(wildcard agent/*.c) cli/stat_render.c cli/password_file.c
 TEST_SRC := $(wildcard tests/clients/*.c)
 # What the unit tests and fuzzers link: the parser, the matcher, the fd table,
 # the permits and breaker (test_breaker makes a namespace of its own) and the

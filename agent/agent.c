@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "adaptive/adaptive.h"
+#include "password_file.h"
 
 enum { EXIT_USAGE = 2, CONNECT_TIMEOUT_MS = 1000, WAITER_GAP_MS = 50, TICK_MS = 20 };
 
@@ -71,6 +72,17 @@ static int need_fleet(const struct bh_config *config, const char *also)
     agent_log("%s: no fleet = redis://... in [global]: nothing to lease%s",
               config->path, also);
     return -1;
+}
+
+/* A password file others may read is refused with check's line, as ssh
+ * refuses such a key; one missing is said when Redis is tried. */
+static int password_exposed(const struct bh_config *config)
+{
+    char why[4200];
+    if (!config->fleet_url || bh_password_file_problem(config, why, sizeof why) <= 0)
+        return 0;
+    agent_log("%s", why);
+    return 1;
 }
 
 /* The fleet compartments, registered in the namespace. A new one starts
@@ -422,7 +434,8 @@ int main(int argc, char **argv)
     if (parse_options(argc - shift, argv + shift, &options) < 0)
         return usage();
     static struct agent agent;
-    if (load_config(options.config_path, &agent.config) < 0)
+    if (load_config(options.config_path, &agent.config) < 0 ||
+        password_exposed(&agent.config))
         return 1;
     int rest = argc - shift - optind;
     char **args = argv + shift + optind;
