@@ -2,7 +2,8 @@
 # The agent itself, in the faults an operator meets: bad data in Redis, a
 # password file that is not a file, a dead agent, a flood of /metrics
 # scrapers, a namespace without a fleet, a fail-fast fleet compartment,
-# hostile HTTP clients (a slowloris, a flood of dropped connections).
+# hostile HTTP clients (a slowloris, a flood of dropped connections), a
+# Redis Cluster node, a Redis made a replica under the agent.
 # Asserted on what real observers saw: Redis's own command counts, the
 # test server's connections, `bulkhead stat`, a GET of /metrics with curl,
 # the attacker's own count of connections the agent ended, the kernel's
@@ -378,4 +379,86 @@ stayed_flat() {
     scrape_through "$PORT" pid_done "$ATTACK_PID"
     ((SCRAPES >= 5))
     stayed_flat
+}
+
+# cluster_node PORT: a Redis Cluster node on PORT, its state in the test's
+# directory.
+cluster_node() {
+    redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
+        --cluster-enabled yes --cluster-config-file "$T/nodes-$1.conf" \
+        >"$T/cluster-$1.log" 2>&1 3>&- &
+    track_pid $!
+    local port=$1
+    node_up() { [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]]; }
+    wait_for node_up || fail "cluster node $1 did not start: $(cat "$T/cluster-$1.log")"
+}
+
+# cluster_port: a loopback port free now, with its cluster bus port (10000
+# above it, so at most 55535) free too.
+cluster_port() {
+    python3 -c '
+import socket
+while True:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    if port > 55535:
+        continue
+    bus = socket.socket()
+    try:
+        bus.bind(("127.0.0.1", port + 10000))
+    except OSError:
+        continue
+    print(port)
+    break
+'
+}
+
+@test "pointed at a Redis Cluster node that does not own the slot: one line naming MOVED, and no share" {
+    local owner
+    owner=$(cluster_port)
+    cluster_node "$owner"
+    REDIS_PORT=$(cluster_port)
+    cluster_node "$REDIS_PORT"
+    redis-cli -p "$owner" cluster addslotsrange 0 16383 >/dev/null
+    redis-cli -p "$REDIS_PORT" cluster meet 127.0.0.1 "$owner" >/dev/null
+    moved() { [[ "$(redis-cli -p "$REDIS_PORT" hget "$(hosts_key)" a)" == MOVED* ]]; }
+    wait_for moved
+    start_server srv -1
+    host a 6 "$SERVER_PORT"
+    start_agent a
+    wait_for file_has "$T/agent.a.err" "MOVED"
+    assert file_has "$T/agent.a.err" "^bulkhead agent: \\[db\\]: lease: Redis at 127\\.0\\.0\\.1:$REDIS_PORT is a Redis Cluster node \\(MOVED [0-9]+ 127\\.0\\.0\\.1:$owner\\): bulkhead agent does not follow Cluster redirections; point fleet = at one Redis or at its sentinels; keeping this host's grant until its lease ends\$"
+    # Redis's own count of the lease calls it turned away.
+    wait_for redis_calls_past evalsha rejected_calls 5
+    run grep -c 'MOVED' "$T/agent.a.err"
+    assert_output 1
+    run on a timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_equal "$status" 124
+    assert_equal "$(server_stat srv total)" 0
+}
+
+@test "a Redis made a replica under the agent answers READONLY: the agent reconnects each refresh, says it once, and leases again once it is master" {
+    one_agent
+    local other_port
+    other_port=$(free_port)
+    redis-server --port "$other_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
+        >"$T/other.log" 2>&1 3>&- &
+    track_pid $!
+    other_up() { [[ "$(redis-cli -p "$other_port" ping 2>/dev/null)" == PONG ]]; }
+    wait_for other_up
+    local logins
+    logins=$(redis_calls select)
+    redis-cli -p "$REDIS_PORT" replicaof 127.0.0.1 "$other_port" >/dev/null
+    wait_for file_has "$T/agent.a.err" "READONLY"
+    # Not kept as if it were bad data: dropped and made again, each refresh
+    # (Redis's own count of logins: a SELECT each).
+    wait_for redis_calls_past select calls $((logins + 3))
+    run grep -c 'READONLY' "$T/agent.a.err"
+    assert_output 1
+    assert_equal "$(grep -c 'Redis answers again' "$T/agent.a.err")" 0
+    redis-cli -p "$REDIS_PORT" replicaof no one >/dev/null
+    wait_for file_has "$T/agent.a.err" 'Redis answers again'
+    holders a 2 60000
+    wait_for -t 5 open_is srv 2
 }

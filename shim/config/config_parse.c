@@ -60,6 +60,7 @@ enum key_id {
     KEY_BREAKER_FAILURES, KEY_BREAKER_OPEN_MS, KEY_BREAKER_OPEN_MAX_MS,
     KEY_FLEET, KEY_FLEET_PASSWORD_FILE, KEY_FLEET_HOST, KEY_FLEET_REFRESH_MS,
     KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_LIMIT, KEY_FLEET_NAME,
+    KEY_FLEET_SENTINEL_PASSWORD_FILE,
     KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
     KEY_NONBLOCKING_WAIT_MS, KEY_HOLD_WAIT_MS,
     KEY_ADAPTIVE, KEY_MIN_LIMIT, KEY_MAX_LIMIT, KEY_ADAPTIVE_LATENCY_MS,
@@ -309,13 +310,32 @@ static int set_string(struct parser *p, const char *value, char **field)
     return -1;
 }
 
+/* bh_fleet_url_parse, its address on the heap: a few kilobytes (eight
+ * sentinels), and the shim may parse on a small stack (its first hook, in
+ * any thread). How many sentinels the URL names (0 for redis://), -1 with
+ * why when it is bad, -2 when out of memory (reported). */
+static int fleet_url_sentinels(struct parser *p, const char *url, char *why,
+                               size_t whylen)
+{
+    struct bh_fleet_address *address = malloc(sizeof *address);
+    if (!address) {
+        report_out_of_memory(p);
+        return -2;
+    }
+    int sentinels = bh_fleet_url_parse(url, address, why, whylen) == 0
+        ? address->sentinel_count : -1;
+    free(address);
+    return sentinels;
+}
+
 static int set_fleet(struct parser *p, const char *key, const char *value)
 {
-    struct bh_fleet_address address;
-    char why[128];
-    if (bh_fleet_url_parse(value, &address, why, sizeof why) == 0)
+    char why[256];
+    int sentinels = fleet_url_sentinels(p, value, why, sizeof why);
+    if (sentinels >= 0)
         return set_string(p, value, &p->config->fleet_url);
-    report(p, p->line, "%s: \"%s\" %s", key, value, why);
+    if (sentinels == -1)
+        report(p, p->line, "%s: \"%s\" %s", key, value, why);
     return -1;
 }
 
@@ -327,6 +347,16 @@ static int set_fleet_password_file(struct parser *p, const char *key,
     (void)key;
     p->config->fleet_password_file_line = p->line;
     return set_path(p, value, &p->config->fleet_password_file);
+}
+
+/* The sentinels' password, as fleet_password_file is Redis's; whether
+ * fleet = names sentinels is checked at the end of the file. */
+static int set_fleet_sentinel_password_file(struct parser *p, const char *key,
+                                            const char *value)
+{
+    (void)key;
+    p->config->fleet_sentinel_password_file_line = p->line;
+    return set_path(p, value, &p->config->fleet_sentinel_password_file);
 }
 
 static int set_fleet_host(struct parser *p, const char *key, const char *value)
@@ -931,6 +961,8 @@ static const struct key_spec key_specs[] = {
     { "fleet", KEY_FLEET, SECTION_GLOBAL, set_fleet },
     { "fleet_password_file", KEY_FLEET_PASSWORD_FILE, SECTION_GLOBAL,
       set_fleet_password_file },
+    { "fleet_sentinel_password_file", KEY_FLEET_SENTINEL_PASSWORD_FILE, SECTION_GLOBAL,
+      set_fleet_sentinel_password_file },
     { "fleet_host", KEY_FLEET_HOST, SECTION_GLOBAL, set_fleet_host },
     { "fleet_name", KEY_FLEET_NAME, SECTION_GLOBAL, set_fleet_name },
     { "fleet_refresh_ms", KEY_FLEET_REFRESH_MS, SECTION_GLOBAL, set_fleet_refresh_ms },
@@ -1488,6 +1520,21 @@ static void check_fleet_lease(struct parser *p)
                config->fleet_refresh_ms, refresh_line, why);
 }
 
+/* A sentinels' password without sentinels to give it to; not when fleet =
+ * was given but wrong, which is its own error. */
+static void check_sentinel_password(struct parser *p)
+{
+    const struct bh_config *config = p->config;
+    char why[256];
+    if (!config->fleet_sentinel_password_file || p->global_key_bad[KEY_FLEET])
+        return;
+    if (!config->fleet_url || fleet_url_sentinels(p, config->fleet_url, why,
+                                                  sizeof why) == 0)
+        report(p, config->fleet_sentinel_password_file_line,
+               "fleet_sentinel_password_file: needs fleet = "
+               "redis-sentinel://HOST[:PORT],.../MASTER in [global]");
+}
+
 /* The fleet's keys against each other, once the whole file is read: a
  * [global] may come after the compartments. fleet_limit without a fleet is
  * reported on each fleet_limit line (check sorts them into place); not when
@@ -1500,6 +1547,7 @@ static void check_fleet(struct parser *p)
             report(p, p->fleet_limit_lines[i], "fleet_limit: needs fleet = "
                    "redis://HOST:PORT in [global]");
     check_fleet_lease(p);
+    check_sentinel_password(p);
     if (config->fleet_url && !config->fleet_host[0])
         bh_fleet_default_host(config->fleet_host, sizeof config->fleet_host);
     if (!config->fleet_name[0])
@@ -1613,6 +1661,7 @@ void bh_config_free(struct bh_config *config)
     free(config->log_file);
     free(config->fleet_url);
     free(config->fleet_password_file);
+    free(config->fleet_sentinel_password_file);
     free(config->path);
     memset(config, 0, sizeof *config);
 }
