@@ -279,6 +279,13 @@ install: all
 	test -e $(DESTDIR)/etc/bulkhead/rules.ini || \
 	    install -D -m 0644 agent/rules.ini $(DESTDIR)/etc/bulkhead/rules.ini
 
+# Not part of make test: dpkg-buildpackage builds everything again.
+deb:
+	scripts/make-deb.sh
+
+deb-check:
+	scripts/check-deb.sh
+
 clean:
 	rm -rf $(BUILD)
 
