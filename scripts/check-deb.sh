@@ -8,7 +8,10 @@
 #   - the unpacked bulkhead checks rules.ini.example and the shipped rules;
 #   - the unpacked bulkhead run preloads the unpacked shim through $LIB,
 #     and it caps curl (debian/tests/caps-curl, the autopkgtest);
-#   - every man page renders with no warning (groff -ww, man -l).
+#   - every man page renders with no warning (groff -ww, man -l);
+#   - as root: installed with dpkg -i into an overlay of / in private
+#     namespaces (scripts/check-deb-installed.sh), the postinst's user, the
+#     disabled unit, the agent as that user, the autopkgtest, purge.
 # Ends with "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -158,6 +161,13 @@ check "unpacked bulkhead run preloads the unpacked shim through \$LIB" preloads_
 check "unpacked shim caps curl (debian/tests/caps-curl)" \
     env BULKHEAD="$work/all/usr/bin/bulkhead" debian/tests/caps-curl
 check "man pages render with no warning" man_pages_render
+if [[ $(id -u) -eq 0 ]]; then
+    check "installed in an overlay: user, conffile, disabled unit, agent, autopkgtest, purge" \
+        unshare -m -i --propagation private scripts/check-deb-installed.sh \
+        "$(deb libbulkhead)" "$(deb bulkhead)" "$(deb bulkhead-agent)"
+else
+    echo "ok - installed in an overlay # skip: needs root"
+fi
 
 echo "${passed} passed, ${failed} failed"
 ((failed == 0))
