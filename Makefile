@@ -153,9 +153,10 @@ unit: deps
 # scripts/run-sanitized.sh: the unit programs, then the bats files below
 # against that shim with the runtime preloaded ahead of it. Every report
 # goes to build/SAN/reports/; any report there fails the target.
-#   ubsan: every bats file but cli*.bats (they always run build/
-#     libbulkhead.so, whatever BULKHEAD_TEST_SHIM says) and exports.bats (an
-#     instrumented build's export list is not the product's).
+#   ubsan: every bats file but cli*.bats and packaging.bats (they always
+#     run build/libbulkhead.so or an installed copy, whatever
+#     BULKHEAD_TEST_SHIM says) and exports.bats (an instrumented build's
+#     export list is not the product's).
 #   asan: those, less caps, clients, exit_order, deadlines, deadline_paths,
 #     breaker, breaker_outcomes, fleet, fleet_agent and policy_curl: with the ASan runtime preloaded,
 #     curl and wget hang in setlocale before main, shim or none.
@@ -165,7 +166,8 @@ unit: deps
 SAN_asan  := -fsanitize=address -fno-omit-frame-pointer
 SAN_ubsan := -fsanitize=undefined -fno-sanitize-recover=all
 SAN_tsan  := -fsanitize=thread
-SAN_FILES_ubsan = $(filter-out tests/cli%.bats tests/exports.bats,$(wildcard tests/*.bats))
+SAN_FILES_ubsan = $(filter-out tests/cli%.bats tests/exports.bats tests/packaging.bats,\
+                               $(wildcard tests/*.bats))
 SAN_FILES_asan  = $(filter-out tests/caps.bats tests/clients.bats tests/exit_order.bats \
                                tests/deadlines.bats tests/deadline_paths.bats \
                                tests/breaker.bats tests/breaker_outcomes.bats tests/fleet.bats \
