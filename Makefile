@@ -16,8 +16,10 @@
 #                   UNITDIR can each be set; the rules go to DESTDIR/etc
 #   make deb        install what is missing, build the .deb files from a
 #                   clean copy into build/deb/ (scripts/make-deb.sh)
-#   make deb-check  lintian, contents, the unpacked command and shim
-#                   (scripts/check-deb.sh)
+#   make deb-check  lintian, contents, the unpacked command and shim, the
+#                   packages installed in an overlay (scripts/check-deb.sh);
+#                   by hand, scripts/check-multiarch.sh: a 32- and a 64-bit
+#                   program capped together (downloads an i386 toolchain)
 #
 # CFLAGS, CPPFLAGS and LDFLAGS are yours (CFLAGS defaults to -O2 -g), as
 # dpkg-buildflags hands them over: `make CFLAGS=-O0` keeps every flag the
