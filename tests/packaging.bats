@@ -101,7 +101,7 @@ RULES
 }
 
 @test "make: CPPFLAGS, CFLAGS and LDFLAGS reach every compile and link, beside the project's flags" {
-    run make -n -B -C "$BH_ROOT" BUILD="$T/b" CPPFLAGS=-DPROBE_CPP \
+    run make -n -B -C "$BH_ROOT" BUILD="$T/b" CC=cc CPPFLAGS=-DPROBE_CPP \
         CFLAGS='-O1 -DPROBE_C' LDFLAGS=-Wl,--probe-ld all
     assert_success
     local compiles links
