@@ -11,19 +11,46 @@
 #   make fuzz       libFuzzer on the rules parser and the matcher, each for
 #                   FUZZ_SECONDS (default 60)
 #   make bench      install what is missing, build, measure (see README)
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    the Debian packages' layout under DESTDIR and PREFIX
+#                   (default /usr/local): BINDIR, LIBDIR, MANDIR, DOCDIR and
+#                   UNITDIR can each be set; the rules go to DESTDIR/etc
+#   make deb        install what is missing, build the .deb files from a
+#                   clean copy into build/deb/ (scripts/make-deb.sh)
+#   make deb-check  lintian, contents, the unpacked command and shim, the
+#                   packages installed in an overlay (scripts/check-deb.sh);
+#                   by hand, scripts/check-multiarch.sh: a 32- and a 64-bit
+#                   program capped together (downloads an i386 toolchain)
 #
-# CFLAGS is yours (default -O2 -g): `make CFLAGS=-O0` keeps every flag the
-# project needs, which live in BH_CFLAGS.
+# CFLAGS, CPPFLAGS and LDFLAGS are yours (CFLAGS defaults to -O2 -g), as
+# dpkg-buildflags hands them over: `make CFLAGS=-O0` keeps every flag the
+# project needs, which live in BH_CFLAGS and SHIM_LDFLAGS.
 
 CC      ?= cc
 CLANG   ?= clang
-PREFIX  ?= /usr/local
-DESTDIR ?=
 BUILD   := build
+
+# Where make install puts things. The shim goes to LIBDIR/bulkhead/, with
+# LIBDIR PREFIX/lib/<multiarch triplet>: `bulkhead run` preloads
+# BINDIR/../$LIB/bulkhead/libbulkhead.so, which each program's own loader
+# expands to its own lib/<triplet> (cli/cmd_run.c), so 32- and 64-bit
+# programs each get their shim.
+ifeq ($(origin MULTIARCH),undefined)
+MULTIARCH  := $(shell $(CC) -print-multiarch 2>/dev/null)
+endif
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib$(if $(MULTIARCH),/$(MULTIARCH))
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/bulkhead
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+# Every man page: NAME.SECTION, here or in man/.
+MAN_PAGES := bulkhead.1 $(wildcard man/*.[1-8])
 
 WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS    ?= -O2 -g
+CPPFLAGS  ?=
+LDFLAGS   ?=
 BH_CFLAGS := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Ishim
 # inih is linked statically and hidden (--exclude-libs) so a host program
 # with its own ini_parse can neither break the shim nor be broken by it.
@@ -37,8 +64,9 @@ CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/
 SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 # The fleet agent: a program of its own, the only one linking hiredis and
-# libmicrohttpd; it shares the stat renderer with the command.
-AGENT_SRC := $(wildcard agent/*.c) cli/stat_render.c
+# libmicrohttpd; it shares the stat renderer and the password file rule
+# with the command.
+AGENT_SRC := $(wildcard agent/*.c) cli/stat_render.c cli/password_file.c
 TEST_SRC := $(wildcard tests/clients/*.c)
 # What the unit tests and fuzzers link: the parser, the matcher, the fd table,
 # the permits and breaker (test_breaker makes a namespace of its own) and the
@@ -58,7 +86,7 @@ SHIM := $(BUILD)/libbulkhead.so
 CLI  := $(BUILD)/bulkhead
 AGENT := $(BUILD)/bulkhead-agent
 
-.PHONY: all deps demo unit test bench install clean fuzz soak \
+.PHONY: all deps demo unit test bench install clean fuzz soak deb deb-check \
         test-asan test-ubsan test-tsan
 all: $(SHIM) $(CLI) $(AGENT)
 # Objects built on the way to a unit test or fuzzer are kept for the next
@@ -67,13 +95,13 @@ all: $(SHIM) $(CLI) $(AGENT)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BH_CFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(BH_CFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(SHIM): $(CORE_OBJ) $(SHIM_OBJ)
-	$(CC) $(CFLAGS) $(SHIM_LDFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
+	$(CC) $(CFLAGS) $(LDFLAGS) $(SHIM_LDFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
 
 $(CLI): $(CORE_OBJ) $(CLI_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -lpthread -lm
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(INIH) -lpthread -lm
 
 # lease.lua, the Redis script, as a C string the agent loads.
 $(BUILD)/agent/lease_lua.h: agent/lease.lua
@@ -83,15 +111,17 @@ $(BUILD)/agent/lease_lua.h: agent/lease.lua
 	  printf '    ""\n'; } >$@
 $(BUILD)/obj/agent/lease.o: $(BUILD)/agent/lease_lua.h
 $(AGENT_OBJ): BH_CFLAGS += -I$(BUILD)/agent -Icli
+# bulkhead run looks for the shim in ../lib/MULTIARCH/bulkhead/.
+$(BUILD)/obj/cli/cmd_run.o: BH_CFLAGS += -DBH_MULTIARCH='"$(MULTIARCH)"'
 
 $(AGENT): $(CORE_OBJ) $(AGENT_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -lhiredis -lmicrohttpd -lpthread
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(INIH) -lhiredis -lmicrohttpd -lpthread
 
 # Every client includes client_util.h: a change there rebuilds them all,
 # also in a build directory made before this rule existed.
 $(BUILD)/tests/%: tests/clients/%.c $(wildcard tests/clients/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(BH_CFLAGS) $(CFLAGS) -o $@ $< -lpthread
+	$(CC) $(CPPFLAGS) $(BH_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< -lpthread
 
 # ---- unit tests -------------------------------------------------------------
 
@@ -106,8 +136,9 @@ $(1)/unit/%: $(1)/obj/tests/unit/%.o $(UNIT_CODE:%.c=$(1)/obj/%.o)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CFLAGS) $(2) -o $$@ $$^ -lcmocka $$(INIH) $$(UNIT_LIBS) -ldl -lpthread -lm
 
-# test_lease: the agent's lease.c too, with hiredis, as the agent links it.
-$(1)/unit/test_lease: $(1)/obj/agent/lease.o
+# test_lease: the agent's lease.c (and sentinel.c, which it calls) too, with
+# hiredis, as the agent links them.
+$(1)/unit/test_lease: $(1)/obj/agent/lease.o $(1)/obj/agent/sentinel.o
 $(1)/unit/test_lease: UNIT_LIBS := -lhiredis
 $(1)/obj/agent/lease.o: $(BUILD)/agent/lease_lua.h
 $(1)/obj/agent/lease.o $(1)/obj/tests/unit/test_lease.o: BH_CFLAGS += -I$(BUILD)/agent -Iagent
@@ -132,9 +163,10 @@ unit: deps
 # scripts/run-sanitized.sh: the unit programs, then the bats files below
 # against that shim with the runtime preloaded ahead of it. Every report
 # goes to build/SAN/reports/; any report there fails the target.
-#   ubsan: every bats file but cli*.bats (they always run build/
-#     libbulkhead.so, whatever BULKHEAD_TEST_SHIM says) and exports.bats (an
-#     instrumented build's export list is not the product's).
+#   ubsan: every bats file but cli*.bats and packaging.bats (they always
+#     run build/libbulkhead.so or an installed copy, whatever
+#     BULKHEAD_TEST_SHIM says) and exports.bats (an instrumented build's
+#     export list is not the product's).
 #   asan: those, less caps, clients, exit_order, deadlines, deadline_paths,
 #     breaker, breaker_outcomes, fleet, fleet_agent and policy_curl: with the ASan runtime preloaded,
 #     curl and wget hang in setlocale before main, shim or none.
@@ -144,7 +176,8 @@ unit: deps
 SAN_asan  := -fsanitize=address -fno-omit-frame-pointer
 SAN_ubsan := -fsanitize=undefined -fno-sanitize-recover=all
 SAN_tsan  := -fsanitize=thread
-SAN_FILES_ubsan = $(filter-out tests/cli%.bats tests/exports.bats,$(wildcard tests/*.bats))
+SAN_FILES_ubsan = $(filter-out tests/cli%.bats tests/exports.bats tests/packaging.bats,\
+                               $(wildcard tests/*.bats))
 SAN_FILES_asan  = $(filter-out tests/caps.bats tests/clients.bats tests/exit_order.bats \
                                tests/deadlines.bats tests/deadline_paths.bats \
                                tests/breaker.bats tests/breaker_outcomes.bats tests/fleet.bats \
@@ -240,14 +273,30 @@ bench: deps
 	$(MAKE) all $(TEST_BIN)
 	bench/run.sh
 
+# The packages' layout (debian/*.install take their files from here). The
+# unit names BINDIR; /etc/bulkhead/rules.ini, where the shim and the agent
+# look (not under PREFIX), is the agent's conffile in the package, and
+# make install never overwrites one already there.
 install: all
-	install -D -m 0755 $(SHIM) $(DESTDIR)$(PREFIX)/lib/bulkhead/libbulkhead.so
-	install -D -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/bulkhead
-	install -D -m 0755 $(AGENT) $(DESTDIR)$(PREFIX)/bin/bulkhead-agent
-	install -D -m 0644 agent/bulkhead-agent.service \
-	    $(DESTDIR)$(PREFIX)/share/doc/bulkhead/bulkhead-agent.service
-	install -D -m 0644 bulkhead.1 $(DESTDIR)$(PREFIX)/share/man/man1/bulkhead.1
-	install -D -m 0644 rules.ini.example $(DESTDIR)$(PREFIX)/share/doc/bulkhead/rules.ini.example
+	install -D -m 0644 $(SHIM) $(DESTDIR)$(LIBDIR)/bulkhead/libbulkhead.so
+	install -D -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/bulkhead
+	install -D -m 0755 $(AGENT) $(DESTDIR)$(BINDIR)/bulkhead-agent
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|@BINDIR@|$(BINDIR)|g' agent/bulkhead-agent.service \
+	    >$(DESTDIR)$(UNITDIR)/bulkhead-agent.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/bulkhead-agent.service
+	$(foreach page,$(MAN_PAGES),install -D -m 0644 $(page) \
+	    $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(page)))/$(notdir $(page));)
+	install -D -m 0644 rules.ini.example $(DESTDIR)$(DOCDIR)/examples/rules.ini.example
+	test -e $(DESTDIR)/etc/bulkhead/rules.ini || \
+	    install -D -m 0644 agent/rules.ini $(DESTDIR)/etc/bulkhead/rules.ini
+
+# Not part of make test: dpkg-buildpackage builds everything again.
+deb:
+	scripts/make-deb.sh
+
+deb-check:
+	scripts/check-deb.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "adaptive/adaptive.h"
+#include "password_file.h"
 
 enum { EXIT_USAGE = 2, CONNECT_TIMEOUT_MS = 1000, OWED_GAP_MIN_MS = 50, TICK_MS = 20 };
 
@@ -73,6 +74,20 @@ static int need_fleet(const struct bh_config *config, const char *also)
     return -1;
 }
 
+/* A password file others may read is refused with check's line, as ssh
+ * refuses such a key; one missing is said when Redis is tried. */
+static int password_exposed(const struct bh_config *config)
+{
+    char why[4200];
+    int exposed = 0;
+    for (int which = 0; config->fleet_url && which < BH_PASSWORD_FILES; which++)
+        if (bh_password_file_problem(config, which, why, sizeof why) > 0) {
+            agent_log("%s", why);
+            exposed = 1;
+        }
+    return exposed;
+}
+
 /* The fleet compartments, registered in the namespace. A new one starts
  * at 0 on this host: it has no share until Redis grants one. Without a
  * fleet, with --metrics, the agent joins the namespace only to serve it. */
@@ -109,6 +124,30 @@ static int join(struct agent *agent, int metrics)
     return 0;
 }
 
+/* Redis out of reach, or still: said when the reason is new, not on every
+ * refresh. */
+static void out_of_reach(struct agent *agent, const char *why, const char *then)
+{
+    if (strcmp(agent->outage_said, why) == 0)
+        return;
+    agent_log("%s; %s", why, then);
+    snprintf(agent->outage_said, sizeof agent->outage_said, "%s", why);
+}
+
+/* The sentinels named another master than the last one: a failover. The
+ * promoted replica may lack the old master's last leases (replication is
+ * asynchronous), so another host's grant made there may be missing here.
+ * As in lease.lua's learning mode after a restart, this host takes no more
+ * than it holds for one lease, while every host re-registers what it
+ * holds; every agent sees the failover, as each loses the old master. */
+static void new_master(struct agent *agent, const char *where, int64_t now)
+{
+    agent_log("Redis master is now %s (was %s): learning mode for %d ms (this "
+              "host is granted no more than it holds)", where, agent->master,
+              agent->config.fleet_lease_ms);
+    agent->new_master_until_ns = now + ms_ns(agent->config.fleet_lease_ms);
+}
+
 static void connect_redis(struct agent *agent, int64_t now)
 {
     char why[512];
@@ -116,15 +155,19 @@ static void connect_redis(struct agent *agent, int64_t now)
         return;
     agent->next_connect_ns = now + ms_ns(agent->config.fleet_refresh_ms);
     agent->redis = bh_lease_connect(&agent->config, CONNECT_TIMEOUT_MS, why, sizeof why);
-    if (agent->redis && agent->outage_said) {
-        agent_log("Redis answers again");
-        agent->outage_said = 0;
-    } else if (!agent->redis && !agent->outage_said) {
-        agent_log("%s; each host keeps its grants until their leases end "
-                  "(%d ms), then falls to fleet_fallback", why,
-                  agent->config.fleet_lease_ms);
-        agent->outage_said = 1;
+    if (!agent->redis) {
+        char then[128];
+        snprintf(then, sizeof then, "each host keeps its grants until their leases "
+                 "end (%d ms), then falls to fleet_fallback", agent->config.fleet_lease_ms);
+        out_of_reach(agent, why, then);
+        return;
     }
+    const char *where = bh_lease_where(agent->redis);
+    if (agent->master[0] && strcmp(agent->master, where) != 0)
+        new_master(agent, where, now);
+    else if (agent->via_sentinels && !agent->master[0])
+        agent_log("the sentinels name Redis master %s", where);
+    snprintf(agent->master, sizeof agent->master, "%s", where);
 }
 
 /* Redis out of reach past our lease: the fallback, but never more than the
@@ -173,19 +216,22 @@ static void apply(struct agent *agent, struct fleet_compartment *c,
         agent_log("[%s]: limit %d -> %d", c->rules->name, view.limit, target);
 }
 
+/* holding: what this host held when it asked. */
 static void leased(struct agent *agent, struct fleet_compartment *c,
-                   const struct bh_lease_reply *reply, int64_t asked_at)
+                   const struct bh_lease_reply *reply, int holding, int64_t asked_at)
 {
     if (reply->learning && c->state != BH_FLEET_LEARNING)
         agent_log("[%s]: Redis lost its leases: learning mode for %d ms "
                   "(every host is granted no more than it holds)", c->rules->name,
                   agent->config.fleet_lease_ms);
-    c->grant = reply->grant;
+    int new_master_learning = asked_at < agent->new_master_until_ns;
+    c->grant = new_master_learning && holding < reply->grant ? holding : reply->grant;
     c->owed = reply->owed;
     c->leased_before = 1;
     c->hosts_seen = reply->hosts;
     c->lease_until_ns = asked_at + ms_ns(agent->config.fleet_lease_ms);
-    c->state = reply->learning ? BH_FLEET_LEARNING : BH_FLEET_LEASED;
+    c->state = reply->learning || new_master_learning ? BH_FLEET_LEARNING
+                                                      : BH_FLEET_LEASED;
     c->fallback_said = 0;
     apply(agent, c, reply->limit, reply->fleet_in_use);
 }
@@ -264,10 +310,15 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
                         sizeof why)
         : BH_LEASE_DOWN;
     if (rc == BH_LEASE_OK) {
+        /* Said on a lease, not on a connect: a Redis that takes the
+         * connection and then answers READONLY has not come back. */
+        if (agent->outage_said[0])
+            agent_log("Redis answers again");
+        agent->outage_said[0] = '\0';
         if (c->refused_said[0])
             agent_log("[%s]: Redis grants leases again", c->rules->name);
         c->refused_said[0] = '\0';
-        leased(agent, c, &reply, now);
+        leased(agent, c, &reply, view.in_use, now);
         return;
     }
     if (rc == BH_LEASE_REFUSED) {
@@ -275,9 +326,7 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
     } else if (agent->redis) {
         bh_lease_close(agent->redis);
         agent->redis = NULL;
-        if (!agent->outage_said)
-            agent_log("%s; keeping this host's grants until their leases end", why);
-        agent->outage_said = 1;
+        out_of_reach(agent, why, "keeping this host's grants until their leases end");
     }
     unleased(agent, c, now);
     if (c->state == BH_FLEET_KEPT && c->lease_until_ns < c->next_refresh_ns)
@@ -325,14 +374,21 @@ static void on_signal(int signal_number)
     stopping = 1;
 }
 
-static void say_fleet(const struct agent *agent)
+static void say_fleet(struct agent *agent)
 {
     struct bh_fleet_address address;
-    char why[256];
+    char why[256], redis[320];
     bh_fleet_url_parse(agent->config.fleet_url, &address, why, sizeof why);
-    agent_log("host %s, Redis at %s:%d/%d, %d fleet compartment%s, refresh %d ms, "
-              "lease %d ms", agent->config.fleet_host, address.host, address.port,
-              address.db, agent->count, agent->count == 1 ? "" : "s",
+    agent->via_sentinels = address.sentinel_count > 0;
+    if (agent->via_sentinels)
+        snprintf(redis, sizeof redis, "Redis master %s/%d via %d sentinel%s",
+                 address.master, address.db, address.sentinel_count,
+                 address.sentinel_count == 1 ? "" : "s");
+    else
+        snprintf(redis, sizeof redis, "Redis at %s:%d/%d", address.host, address.port,
+                 address.db);
+    agent_log("host %s, %s, %d fleet compartment%s, refresh %d ms, lease %d ms",
+              agent->config.fleet_host, redis, agent->count, agent->count == 1 ? "" : "s",
               agent->config.fleet_refresh_ms, agent->config.fleet_lease_ms);
 }
 
@@ -459,7 +515,8 @@ int main(int argc, char **argv)
     if (parse_options(argc - shift, argv + shift, &options) < 0)
         return usage();
     static struct agent agent;
-    if (load_config(options.config_path, &agent.config) < 0)
+    if (load_config(options.config_path, &agent.config) < 0 ||
+        password_exposed(&agent.config))
         return 1;
     int rest = argc - shift - optind;
     char **args = argv + shift + optind;

@@ -53,7 +53,12 @@ struct agent {
     int count;                 /* 0: no fleet; the agent only serves /metrics */
     struct bh_lease_client *redis;
     int64_t next_connect_ns;
-    int outage_said;           /* the unreachable line was logged */
+    char outage_said[512];     /* why Redis was out of reach, as last logged
+                                  (a line each time it changes); "": it answers */
+    int via_sentinels;         /* fleet = redis-sentinel:// */
+    char master[300];          /* HOST:PORT last connected to; "": none yet */
+    int64_t new_master_until_ns;  /* a failover's learning: no grant past
+                                     what is held until then (agent.c) */
     int verbose;
 };
 

@@ -31,10 +31,15 @@ struct bh_lease_report {
                            no other host wants */
 };
 
-/* Connects (AUTH, SELECT, SCRIPT LOAD) within timeout_ms. NULL with a
- * one-line reason in why when it cannot. */
+/* Connects (AUTH, SELECT, SCRIPT LOAD) within timeout_ms, to the Redis of
+ * fleet = redis://, or to the master the sentinels name (asked in turn,
+ * together within timeout_ms, each within 100 ms at least; it must say
+ * ROLE master, within timeout_ms). NULL with a one-line reason in why when
+ * it cannot. */
 struct bh_lease_client *bh_lease_connect(const struct bh_config *config,
                                          int timeout_ms, char *why, size_t whylen);
+/* "HOST:PORT" of the Redis it speaks to. */
+const char *bh_lease_where(const struct bh_lease_client *client);
 void bh_lease_close(struct bh_lease_client *client);
 
 /* The most a fleet limit may be: as fleet_limit in the rules file and
@@ -43,7 +48,8 @@ enum { BH_LEASE_LIMIT_MAX = 1000000 };
 
 enum bh_lease_result {
     BH_LEASE_OK,
-    BH_LEASE_DOWN = -1,   /* no answer: the connection is unusable, close it */
+    BH_LEASE_DOWN = -1,   /* no answer, or no master any more (READONLY...):
+                             close it; the next connect asks the sentinels */
     BH_LEASE_REFUSED = 1, /* Redis answered, with an error or bad data (the
                              script failed, a bad fleet limit): the
                              connection is fine, keep it */

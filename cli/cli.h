@@ -78,6 +78,23 @@ struct cli_target {
     uid_t uid;                   /* whose namespace, once cli_target_user ran */
 };
 
+/* -c, -n and -u, alike in every command that works on a namespace (stat,
+ * suggest, set, apply, reset, key): put CLI_TARGET_OPTIONS first in the
+ * command's long options and CLI_TARGET_SHORT in its short ones, hand each
+ * option to cli_target_option(), and print CLI_TARGET_HELP in its help. */
+#define CLI_TARGET_OPTIONS                                \
+    { "config", required_argument, NULL, 'c' },           \
+    { "namespace", required_argument, NULL, 'n' },        \
+    { "user", required_argument, NULL, 'u' }
+#define CLI_TARGET_SHORT "c:n:u:"
+#define CLI_TARGET_HELP                                                       \
+    "  -c, --config FILE     the namespace of FILE's [global] section\n"      \
+    "  -n, --namespace NAME  that namespace\n"                                \
+    "  -u, --user USER       USER's namespace (a name or a uid; root only,\n" \
+    "                        unless USER is yourself)\n"
+/* Keeps the argument of -c, -n or -u in target: 1 when option was one of
+ * them, else 0. */
+int cli_target_option(struct cli_target *target, int option, const char *argument);
 /* CLI_USAGE, reported, when -c and -n are both given; else CLI_OK. */
 int cli_target_usage(const struct cli_command *command,
                      const struct cli_target *target);

@@ -89,14 +89,18 @@ const struct cli_command cli_agent_command = {
         "Runs this host's fleet agent in the foreground (one per host; see\n"
         "agent/bulkhead-agent.service): every fleet_refresh_ms it leases this\n"
         "host's share of each compartment with fleet_limit from the Redis named\n"
-        "by fleet = in [global], and makes it the host's live limit. Connects\n"
-        "never wait on Redis: they take local permits as always. With\n"
+        "by fleet = in [global] (with redis-sentinel://, the master its sentinels\n"
+        "name, asked again after a failover), and makes it the host's live limit.\n"
+        "Connects never wait on Redis: they take local permits as always. With\n"
         "--metrics and no fleet (or no fleet_limit compartment), it only serves\n"
-        "the namespace's metrics and leases nothing.\n"
+        "the namespace's metrics and leases nothing. It refuses to start with a\n"
+        "fleet_password_file others may read, in the line check gives.\n"
         "\n"
         "  -c FILE              the rules file (default: as the shim finds it)\n"
         "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
-        "                       (at most 64 connections; idle ones closed after 10 s)\n"
+        "                       (at most 1,024 connections; each must send its\n"
+        "                       request header within 5 s; near the limit the oldest\n"
+        "                       without one is closed)\n"
         "  -v                   log every limit it sets\n",
     .run = agent_command,
 };

@@ -2,7 +2,6 @@
  * destination falls under it, worked out by the shim's own code (config
  * parser, rule index, name notes). */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "password_file.h"
 #include "policy/who.h"
 #include "rules/rule_index.h"
 
@@ -191,6 +191,9 @@ static void print_config(const struct bh_config *config)
                config->fleet_host, config->fleet_name);
         if (config->fleet_password_file)
             printf("           password in %s\n", config->fleet_password_file);
+        if (config->fleet_sentinel_password_file)
+            printf("           sentinels' password in %s\n",
+                   config->fleet_sentinel_password_file);
         printf("           refresh %d ms, lease %d ms, fallback ", config->fleet_refresh_ms,
                config->fleet_lease_ms);
         if (config->fleet_fallback < 0)
@@ -203,31 +206,24 @@ static void print_config(const struct bh_config *config)
 }
 
 /* The fleet's Redis, reached as the agent would (its program does it):
- * a bad address, no answer, a wrong password are one line from it. The
- * password file is looked at here, never read: one that is missing (the
- * agent would only say so again, so Redis is not tried) or that others may
- * read is a line on fleet_password_file's own line. 0 when all is well. */
+ * a bad address, no answer, a wrong password, sentinels that know no such
+ * master are one line from it. The password files (Redis's and the
+ * sentinels') are looked at here, never read: one that is missing, or that
+ * others may read (the agent refuses it), is a line on its own line, and
+ * Redis is then not tried. 0 when all is well. */
 static int check_fleet(const struct bh_config *config)
 {
+    char why[4200];
     int problems = 0;
-    struct stat info;
-    const char *password = config->fleet_password_file;
-    if (password && stat(password, &info) < 0) {
-        cli_error("%s:%d: fleet_password_file: %s: %s", config->path,
-                  config->fleet_password_file_line, password, strerror(errno));
-        return 1;
-    }
-    if (password && (info.st_mode & 077)) {
-        cli_error("%s:%d: fleet_password_file: %s: others may read it (mode "
-                  "%04o); chmod 600 it", config->path,
-                  config->fleet_password_file_line, password,
-                  (unsigned)(info.st_mode & 07777));
-        problems++;
-    }
+    for (int which = 0; which < BH_PASSWORD_FILES; which++)
+        if (bh_password_file_problem(config, which, why, sizeof why) != 0) {
+            cli_error("%s", why);
+            problems++;
+        }
+    if (problems)
+        return problems;
     char *argv[] = { "bulkhead-agent", "check", "-c", config->path, NULL };
-    if (cli_agent_run(argv) != 0)
-        problems++;
-    return problems;
+    return cli_agent_run(argv) != 0;
 }
 
 /* The options of check: -c FILE and --help. Returns -1 when parsing went
@@ -289,9 +285,11 @@ const struct cli_command cli_check_command = {
         "breaker_failures and its periods, when set), fleet_limit, and match\n"
         "rules with their line numbers. With fleet = in [global], it prints the\n"
         "fleet settings (the URL, never a password), checks that\n"
-        "fleet_password_file exists and that others may not read it (it is not\n"
-        "read), and reaches that Redis as bulkhead agent would, saying so in one\n"
-        "line when it cannot.\n"
+        "fleet_password_file and fleet_sentinel_password_file exist and that\n"
+        "others may not read them (they are not read; the agent refuses such a\n"
+        "file, so Redis is then not tried), and reaches that Redis\n"
+        "(with redis-sentinel://, the master its sentinels name) as bulkhead\n"
+        "agent would, saying so in one line when it cannot.\n"
         "\n"
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not. A\n"

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,26 +25,21 @@ static int parse_control_options(const struct cli_command *command, int argc,
                                  int *flag)
 {
     static const struct option options[] = {
-        { "config", required_argument, NULL, 'c' },
-        { "namespace", required_argument, NULL, 'n' },
-        { "user", required_argument, NULL, 'u' },
+        CLI_TARGET_OPTIONS,
         { "force", no_argument, NULL, 'f' },
         { "fleet", no_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     int flag_option = command == &cli_reset_command ? 'f' : 'F';
-    const char *short_options = command == &cli_reset_command ? ":c:n:u:fh" : ":c:n:u:h";
+    const char *short_options = command == &cli_reset_command ? ":" CLI_TARGET_SHORT "fh"
+                                                              : ":" CLI_TARGET_SHORT "h";
     int option;
     opterr = 0;
     while ((option = getopt_long(argc, argv, short_options, options, NULL)) != -1) {
-        if (option == 'c')
-            target->config_path = optarg;
-        else if (option == 'n')
-            target->namespace_name = optarg;
-        else if (option == 'u')
-            target->user = optarg;
-        else if (flag && option == flag_option)
+        if (cli_target_option(target, option, optarg))
+            continue;
+        if (flag && option == flag_option)
             *flag = 1;
         else
             return cli_option_problem(command, option == 'f' || option == 'F' ? '?'
@@ -102,20 +96,30 @@ struct setting {
     char who[BH_WHO_MAX];
 };
 
-static int parse_whole(const char *text, int *value)
+enum { SETTING_BAD = -1, SETTING_OUT_OF_RANGE = -2 };
+
+struct range { int least, most; };
+
+/* A whole number in range: 0, SETTING_BAD when it is not one, or
+ * SETTING_OUT_OF_RANGE when it is, but outside (whatever its length). */
+static int parse_whole(const char *text, struct range range, int *value)
 {
     if (*text < '0' || *text > '9')
-        return -1;
+        return SETTING_BAD;
     char *end;
     errno = 0;
     long number = strtol(text, &end, 10);
-    if (errno || *end || number > INT_MAX)
-        return -1;
+    if (*end)
+        return SETTING_BAD;
+    if (errno == ERANGE || number < range.least || number > range.most)
+        return SETTING_OUT_OF_RANGE;
     *value = (int)number;
     return 0;
 }
 
-static int parse_setting(const char *text, struct setting *setting)
+/* 0, or SETTING_BAD / SETTING_OUT_OF_RANGE; range is a limit's (a reserve
+ * may be 0 to its most). */
+static int parse_setting(const char *text, struct range range, struct setting *setting)
 {
     memset(setting, 0, sizeof *setting);
     if (strcmp(text, "breaker=open") == 0 || strcmp(text, "breaker=closed") == 0) {
@@ -124,13 +128,13 @@ static int parse_setting(const char *text, struct setting *setting)
     }
     if (strncmp(text, "limit=", 6) == 0) {
         setting->what = SET_LIMIT;
-        return parse_whole(text + 6, &setting->value);
+        return parse_whole(text + 6, range, &setting->value);
     }
     enum bh_adaptive_mode mode;
     if (strncmp(text, "adaptive=", 9) == 0) {
         setting->what = SET_ADAPTIVE;
         if (bh_adaptive_mode_parse(text + 9, &mode) < 0)
-            return -1;
+            return SETTING_BAD;
         setting->value = (int)mode;
         return 0;
     }
@@ -138,10 +142,10 @@ static int parse_setting(const char *text, struct setting *setting)
     size_t who_length = equals ? (size_t)(equals - text) - 8 : 0;
     if (strncmp(text, "reserve.", 8) != 0 || !equals || equals < text + 8 ||
         who_length == 0 || who_length >= BH_WHO_MAX)
-        return -1;
+        return SETTING_BAD;
     setting->what = SET_RESERVE;
     memcpy(setting->who, text + 8, who_length);
-    return parse_whole(equals + 1, &setting->value);
+    return parse_whole(equals + 1, (struct range){ 0, range.most }, &setting->value);
 }
 
 /* What a setting parse_setting refused should have been, by its key. */
@@ -310,7 +314,14 @@ static int set_command(int argc, char **argv)
         return cli_usage_error(&cli_set_command, "give a compartment and limit=N, "
                                "reserve.WHO=N, breaker=open|closed or "
                                "adaptive=off|gradient|aimd");
-    if (parse_setting(argv[optind + 1], &setting) < 0)
+    /* as the rules file allows: a fleet limit of 0 would shut every host */
+    struct range range = fleet ? (struct range){ 1, BH_FLEET_LIMIT_MAX }
+                               : (struct range){ 0, BH_LIMIT_MAX };
+    int setting_parsed = parse_setting(argv[optind + 1], range, &setting);
+    if (setting_parsed == SETTING_OUT_OF_RANGE)
+        return cli_usage_error(&cli_set_command, "\"%s\": out of range (%d to %d)",
+                               argv[optind + 1], range.least, range.most);
+    if (setting_parsed < 0)
         return cli_usage_error(&cli_set_command, "\"%s\": %s", argv[optind + 1],
                                setting_expected(argv[optind + 1]));
     if (fleet)
@@ -363,10 +374,7 @@ const struct cli_command cli_set_command = {
         "fleet-wide limit, kept in the Redis of the rules' fleet = (every host's\n"
         "agent uses it from its next refresh).\n"
         "\n"
-        "  -c, --config FILE     the namespace of FILE's [global] section\n"
-        "  -n, --namespace NAME  that namespace\n"
-        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
-        "                        unless USER is yourself)\n"
+        CLI_TARGET_HELP
         "\n"
         "Exit status: 0; 1 when the namespace has no state yet, has no such\n"
         "compartment or reserve, or the change does not fit the limit; 2 for a\n"
@@ -532,11 +540,11 @@ const struct cli_command cli_apply_command = {
         "namespace's shared state when nothing has run in it yet. The rules\n"
         "file defaults to the one the shim would load.\n"
         "\n"
-        "  -c, --config FILE     the rules file (also accepted as the argument)\n"
-        "  -n, --namespace NAME  push into that namespace instead of FILE's\n"
-        "  -u, --user USER       into USER's namespace (a name or a uid; root\n"
-        "                        only, unless USER is yourself); made as USER's\n"
-        "                        when nothing has run in it yet\n"
+        "The rules file may also be given as the argument, and -n pushes into\n"
+        "another namespace than the file's; another user's is made as that\n"
+        "user's when nothing has run in it yet.\n"
+        "\n"
+        CLI_TARGET_HELP
         "\n"
         "Exit status: 0; 1 when the file is not valid or a limit could not be\n"
         "set; 2 for a usage error.\n",
@@ -745,10 +753,7 @@ const struct cli_command cli_reset_command = {
         "timed_out, waits and wait times; peak restarts from in_use). Permits,\n"
         "waiters and the live limit are left alone; --force changes nothing.\n"
         "\n"
-        "  -c, --config FILE     the namespace of FILE's [global] section\n"
-        "  -n, --namespace NAME  that namespace\n"
-        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
-        "                        unless USER is yourself)\n"
+        CLI_TARGET_HELP
         "  -f, --force           remove the state even while permits are held\n"
         "\n"
         "Exit status: 0, also when there was no state to remove; 1 when\n"

@@ -9,25 +9,16 @@
 static int key_command(int argc, char **argv)
 {
     static const struct option options[] = {
-        { "config", required_argument, NULL, 'c' },
-        { "namespace", required_argument, NULL, 'n' },
-        { "user", required_argument, NULL, 'u' },
+        CLI_TARGET_OPTIONS,
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     struct cli_target target = { 0 };
     int option;
     opterr = 0;
-    while ((option = getopt_long(argc, argv, ":c:n:u:h", options, NULL)) != -1) {
-        if (option == 'c')
-            target.config_path = optarg;
-        else if (option == 'n')
-            target.namespace_name = optarg;
-        else if (option == 'u')
-            target.user = optarg;
-        else
+    while ((option = getopt_long(argc, argv, ":" CLI_TARGET_SHORT "h", options, NULL)) != -1)
+        if (!cli_target_option(&target, option, optarg))
             return cli_option_problem(&cli_key_command, option, argv);
-    }
     if (optind < argc)
         return cli_usage_error(&cli_key_command, "unexpected \"%s\"", argv[optind]);
     if (cli_target_usage(&cli_key_command, &target) != CLI_OK)
@@ -54,10 +45,10 @@ const struct cli_command cli_key_command = {
         "function of the effective uid and the namespace name, so it is the\n"
         "key this user's processes use; nothing needs to have run.\n"
         "\n"
-        "  -c, --config FILE     the namespace of FILE's [global] section\n"
-        "  -n, --namespace NAME  that namespace\n"
-        "  -u, --user USER       the key of USER's processes (a name or a uid;\n"
-        "                        any user may ask: the key is no secret)\n"
+        "Unlike the commands that read or steer the state, key takes -u USER\n"
+        "from anyone: the key is no secret.\n"
+        "\n"
+        CLI_TARGET_HELP
         "\n"
         "  ipcs -s | grep \"$(bulkhead key -n default)\"\n"
         "  ipcrm -S \"$(bulkhead key -n NAME)\"   (bulkhead reset does this and more)\n"

@@ -15,11 +15,30 @@
 #define SHIM_NAME "libbulkhead.so"
 
 /* Where the shim lives relative to the command's own directory: beside it
- * in the build tree, PREFIX/lib/bulkhead/ when installed in PREFIX/bin. */
+ * in the build tree; else, installed in PREFIX/bin, PREFIX/lib/<triplet>/
+ * bulkhead/ (make install, the libbulkhead package), or PREFIX/lib/
+ * bulkhead/ on a system without multiarch (BH_MULTIARCH empty). */
 static const char *const shim_places[] = {
     SHIM_NAME,
+    "../lib/" BH_MULTIARCH "/bulkhead/" SHIM_NAME,
     "../lib/bulkhead/" SHIM_NAME,
 };
+enum { MULTIARCH_PLACE = 1 };
+
+/* The multiarch shim is preloaded as PREFIX/$LIB/bulkhead/libbulkhead.so,
+ * the token left for the loader: each program's loader makes it its own
+ * lib/<triplet>, as faketime's /usr/$LIB/faketime/, so a 32-bit program
+ * gets the 32-bit shim where that is installed too (libbulkhead:i386).
+ * shim holds PREFIX/lib/<triplet>/bulkhead/libbulkhead.so on entry; "$LIB"
+ * is shorter than "lib/<triplet>", so the result fits. */
+static void multiarch_preload(char shim[PATH_MAX])
+{
+    static const char tail[] = "/lib/" BH_MULTIARCH "/bulkhead/" SHIM_NAME;
+    size_t length = strlen(shim), tail_length = sizeof tail - 1;
+    if (length < tail_length || strcmp(shim + length - tail_length, tail) != 0)
+        return;  /* a symlink led elsewhere: keep the path it resolved to */
+    strcpy(shim + length - tail_length, "/$LIB/bulkhead/" SHIM_NAME);
+}
 
 static int find_shim(char shim[PATH_MAX])
 {
@@ -32,12 +51,17 @@ static int find_shim(char shim[PATH_MAX])
     self[length] = '\0';
     const char *directory = dirname(self);
     for (size_t i = 0; i < sizeof shim_places / sizeof shim_places[0]; i++) {
+        if (i == MULTIARCH_PLACE && !*BH_MULTIARCH)
+            continue;
         snprintf(candidate, sizeof candidate, "%s/%s", directory, shim_places[i]);
-        if (realpath(candidate, shim) && access(shim, R_OK) == 0)
-            return 0;
+        if (!realpath(candidate, shim) || access(shim, R_OK) != 0)
+            continue;
+        if (i == MULTIARCH_PLACE)
+            multiarch_preload(shim);
+        return 0;
     }
-    cli_error("run: no %s in %s nor in %s/../lib/bulkhead", SHIM_NAME,
-              directory, directory);
+    cli_error("run: no %s in %s nor in %s/../lib/%s%sbulkhead", SHIM_NAME,
+              directory, directory, BH_MULTIARCH, *BH_MULTIARCH ? "/" : "");
     return -1;
 }
 

@@ -772,9 +772,7 @@ static int parse_interval(const char *text, double *seconds)
 static int stat_command(int argc, char **argv)
 {
     static const struct option options[] = {
-        { "config", required_argument, NULL, 'c' },
-        { "namespace", required_argument, NULL, 'n' },
-        { "user", required_argument, NULL, 'u' },
+        CLI_TARGET_OPTIONS,
         { "json", no_argument, NULL, 'j' },
         { "prometheus", no_argument, NULL, 'p' },
         { "watch", required_argument, NULL, 'w' },
@@ -786,14 +784,10 @@ static int stat_command(int argc, char **argv)
     double watch_seconds = 0;
     int option, formats_given = 0;
     opterr = 0;
-    while ((option = getopt_long(argc, argv, ":c:n:u:h", options, NULL)) != -1) {
-        if (option == 'c')
-            target.config_path = optarg;
-        else if (option == 'n')
-            target.namespace_name = optarg;
-        else if (option == 'u')
-            target.user = optarg;
-        else if (option == 'j' || option == 'p') {
+    while ((option = getopt_long(argc, argv, ":" CLI_TARGET_SHORT "h", options, NULL)) != -1) {
+        if (cli_target_option(&target, option, optarg))
+            continue;
+        if (option == 'j' || option == 'p') {
             format = option == 'j' ? FORMAT_JSON : FORMAT_PROMETHEUS;
             formats_given++;
         } else if (option == 'w') {
@@ -859,10 +853,7 @@ const struct cli_command cli_stat_command = {
         "A namespace where nothing has run yet has no state: stat says so and\n"
         "exits 0.\n"
         "\n"
-        "  -c, --config FILE     the namespace of FILE's [global] section\n"
-        "  -n, --namespace NAME  that namespace\n"
-        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
-        "                        unless USER is yourself)\n"
+        CLI_TARGET_HELP
         "      --json            one JSON object: {\"namespace\", \"compartments\":\n"
         "                        [{\"name\", \"limit\", \"in_use\", \"waiting\",\n"
         "                        \"peak\", \"acquired\", \"rejected\", \"timed_out\",\n"

@@ -237,9 +237,7 @@ static int apply(struct bh_namespace *ns, const char *namespace_name,
 static int parse_options(int argc, char **argv, struct suggest_options *o)
 {
     static const struct option options[] = {
-        { "config", required_argument, NULL, 'c' },
-        { "namespace", required_argument, NULL, 'n' },
-        { "user", required_argument, NULL, 'u' },
+        CLI_TARGET_OPTIONS,
         { "window", required_argument, NULL, 'w' },
         { "safety", required_argument, NULL, 's' },
         { "json", no_argument, NULL, 'j' },
@@ -250,15 +248,11 @@ static int parse_options(int argc, char **argv, struct suggest_options *o)
     int option;
     char *end;
     opterr = 0;
-    while ((option = getopt_long(argc, argv, ":c:n:u:h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":" CLI_TARGET_SHORT "h", options, NULL)) != -1) {
         errno = 0;
-        if (option == 'c')
-            o->target.config_path = optarg;
-        else if (option == 'n')
-            o->target.namespace_name = optarg;
-        else if (option == 'u')
-            o->target.user = optarg;
-        else if (option == 'j' || option == 'a')
+        if (cli_target_option(&o->target, option, optarg))
+            continue;
+        if (option == 'j' || option == 'a')
             *(option == 'j' ? &o->json : &o->apply) = 1;
         else if (option == 'w') {
             long seconds = strtol(optarg, &end, 10);
@@ -341,10 +335,7 @@ const struct cli_command cli_suggest_command = {
         "suggests nothing. The window is --window seconds (default 60, at most\n"
         "60), or since the compartment's first traffic in it if that is shorter.\n"
         "\n"
-        "  -c, --config FILE     the namespace of FILE's [global] section\n"
-        "  -n, --namespace NAME  that namespace\n"
-        "  -u, --user USER       USER's namespace (a name or a uid; root only,\n"
-        "                        unless USER is yourself)\n"
+        CLI_TARGET_HELP
         "      --window SECONDS  the window, 1 to 60 (default 60)\n"
         "      --safety X        the factor over rate x p99, 1 to 10 (default 1.5)\n"
         "      --json            {\"window_s\", \"compartments\": [{\"name\", \"limit\",\n"

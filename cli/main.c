@@ -34,12 +34,35 @@ static const char trailer[] =
     "`bulkhead help COMMAND` or `bulkhead COMMAND --help` tells more;\n"
     "man bulkhead has it all.\n";
 
+enum { ECHO_MAX = 60 };  /* characters of a quoted argument an error repeats */
+
+/* The message, with every "quoted" part longer than ECHO_MAX cut to that
+ * and "...": what a user typed is quoted, and a 5,000-character argument
+ * must not bury the line that names it. */
+static void print_message(const char *format, va_list args)
+{
+    char message[8192];
+    vsnprintf(message, sizeof message, format, args);
+    const char *c = message;
+    for (const char *open; (open = strchr(c, '"')); ) {
+        const char *close = strchr(open + 1, '"');
+        if (!close)
+            break;
+        int inside = (int)(close - open - 1);
+        fprintf(stderr, "%.*s%.*s%s", (int)(open + 1 - c), c,
+                inside > ECHO_MAX ? ECHO_MAX : inside, open + 1,
+                inside > ECHO_MAX ? "...\"" : "\"");
+        c = close + 1;
+    }
+    fputs(c, stderr);
+}
+
 void cli_error(const char *format, ...)
 {
     va_list args;
     va_start(args, format);
     fputs("bulkhead: ", stderr);
-    vfprintf(stderr, format, args);
+    print_message(format, args);
     fputc('\n', stderr);
     va_end(args);
 }
@@ -49,7 +72,7 @@ int cli_usage_error(const struct cli_command *command, const char *format, ...)
     va_list args;
     va_start(args, format);
     fprintf(stderr, "bulkhead: %s: ", command->name);
-    vfprintf(stderr, format, args);
+    print_message(format, args);
     fprintf(stderr, "\nusage: %s\n", command->synopsis);
     va_end(args);
     return CLI_USAGE;

@@ -217,6 +217,17 @@ int cli_target_open(const struct cli_target *target, struct bh_namespace *ns,
     return -1;
 }
 
+int cli_target_option(struct cli_target *target, int option, const char *argument)
+{
+    if (option == 'c')
+        target->config_path = argument;
+    else if (option == 'n')
+        target->namespace_name = argument;
+    else if (option == 'u')
+        target->user = argument;
+    return option == 'c' || option == 'n' || option == 'u';
+}
+
 int cli_target_usage(const struct cli_command *command,
                      const struct cli_target *target)
 {

@@ -24,7 +24,7 @@ in_netns() {
 cat_netns_helpers() {
     cat <<'EOF'
 # The kernel's count of connects that sent a SYN, in this namespace.
-active_opens() {
+active_opens_here() {
     awk '/^Tcp:/ { if (!seen) { for (i = 1; i <= NF; i++) if ($i == "ActiveOpens") c = i; seen = 1 }
                    else print $c }' /proc/net/snmp
 }
@@ -71,11 +71,11 @@ write_breaker_rules() {  # write_breaker_rules OPEN_MS MATCH...
 @test "three kernel refusals open it; then another process's connects fail at once and send no SYN" {
     write_breaker_rules 60000 "127.0.0.1:$CLOSED"
     netns_script "$T/run.sh" <<'EOF'
-before=$(active_opens)
+before=$(active_opens_here)
 echo "first=$(connects "$CLOSED" 3)"
-middle=$(active_opens)
+middle=$(active_opens_here)
 echo "second=$(connects "$CLOSED" 5)"
-echo "syns=$((middle - before)) $(($(active_opens) - middle))"
+echo "syns=$((middle - before)) $(($(active_opens_here) - middle))"
 EOF
     run in_netns "$T/run.sh"
     assert_success
@@ -114,7 +114,7 @@ hole=$(cat "$T/hole.ready")
     printf 'breaker_failures = 3\nbreaker_open_ms = 200\n'
     printf 'match = 127.0.0.1:%s\nmatch = 127.0.0.1:%s\n' "$CLOSED" "$hole"
 } >"$RULES"
-before=$(active_opens)
+before=$(active_opens_here)
 echo "refused=$(connects "$CLOSED" 3)"
 # The prober retries until the breaker lets it through; its connect to the
 # blackhole then hangs, holding the probe slot. Its SYN shows it got it.
@@ -130,12 +130,12 @@ while True:
 ' "$hole" &
 prober=$!
 echo $prober >>"$T/pids"
-probing() { [ $(($(active_opens) - before)) -eq 4 ]; }
+probing() { [ $(($(active_opens_here) - before)) -eq 4 ]; }
 poll probing
-echo "while_probing=$(connects "$CLOSED" 2) syns=$(($(active_opens) - before))"
+echo "while_probing=$(connects "$CLOSED" 2) syns=$(($(active_opens_here) - before))"
 kill -KILL $prober
 wait $prober 2>/dev/null || true
-echo "after_kill=$(connects "$CLOSED" 1) syns=$(($(active_opens) - before))"
+echo "after_kill=$(connects "$CLOSED" 1) syns=$(($(active_opens_here) - before))"
 EOF
     run in_netns "$T/run.sh"
     assert_success

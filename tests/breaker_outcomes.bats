@@ -22,10 +22,10 @@ setup() {
 }
 teardown() { bh_teardown; }
 
-# rules SECTION_LINES...: one compartment [down], limit 10, EHOSTUNREACH,
+# down_rules SECTION_LINES...: one compartment [down], limit 10, EHOSTUNREACH,
 # then one line per argument ("key = value" or "match = ..."). The shim's
 # lines go to $T/shim.log, so a client's stderr is the client's own.
-rules() {
+down_rules() {
     {
         printf '[global]\nnamespace = %s\nlog_file = %s\n' "$NS" "$T/shim.log"
         printf '[down]\nlimit = 10\nerrno = EHOSTUNREACH\n'
@@ -63,7 +63,7 @@ exchange_probe() {
 }
 
 @test "control: without breaker_failures, refusals never open it (every connect sends its SYN)" {
-    rules "match = 127.0.0.1:$CLOSED_PORT"
+    down_rules "match = 127.0.0.1:$CLOSED_PORT"
     run seq_shim "$CLOSED_PORT*8"
     assert_success
     assert_output "111 111 111 111 111 111 111 111"
@@ -86,7 +86,7 @@ exchange_probe() {
     ns_py_server hole "$BLACKHOLE"
     local hole=$SERVER_PORT
     BEFORE=$(active_opens)  # the blackhole's own connects are behind us
-    rules "match = 127.0.0.1:$hole" connect_timeout_ms=1000 breaker_failures=2 \
+    down_rules "match = 127.0.0.1:$hole" connect_timeout_ms=1000 breaker_failures=2 \
         breaker_open_ms=60000
     run seq_shim "$hole*4"
     assert_output "110 110 113 113"
@@ -96,7 +96,7 @@ exchange_probe() {
 @test "an unreachable network (ENETUNREACH) counts as a failure" {
     # The namespace has only lo: 10.9.9.9 has no route, the kernel says 101
     # without sending anything.
-    rules "match = 10.9.9.9:80" breaker_failures=3 breaker_open_ms=60000
+    down_rules "match = 10.9.9.9:80" breaker_failures=3 breaker_open_ms=60000
     run in_ns_shim timeout 30 python3 -c '
 import socket
 out = []
@@ -142,7 +142,7 @@ print(" ".join(out))
 }
 
 @test "curl's refused connects open it; the next curl fails through its ordinary error path without a SYN" {
-    rules "match = 127.0.0.1:$CLOSED_PORT" breaker_failures=3 breaker_open_ms=60000
+    down_rules "match = 127.0.0.1:$CLOSED_PORT" breaker_failures=3 breaker_open_ms=60000
     local i
     for i in 1 2 3; do
         run in_ns_shim curl -sS "http://127.0.0.1:$CLOSED_PORT/"
@@ -160,7 +160,7 @@ print(" ".join(out))
     ns_holdserver srv -1
     local srv=$SERVER_PORT
     BEFORE=$(active_opens)
-    rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=3 \
+    down_rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=3 \
         breaker_open_ms=60000
     # 2 failures, a success, 3 failures (only now 3 in a row), a refusal.
     run seq_shim "$CLOSED_PORT*2" "${srv}x" "$CLOSED_PORT*4"
@@ -173,7 +173,7 @@ print(" ".join(out))
     ns_holdserver srv -1
     local srv=$SERVER_PORT
     BEFORE=$(active_opens)
-    rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=3 \
+    down_rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=3 \
         breaker_open_ms=60000
     sed -i 's/^limit = 10$/limit = 1/' "$RULES"
     bg_ns_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$srv" 600000
@@ -196,7 +196,7 @@ print(" ".join(out))
     ns_py_server rst "$BADSERVER" --mode reset --stats "$T/rst.stats"
     local rst=$SERVER_PORT
     BEFORE=$(active_opens)
-    rules "match = 127.0.0.1:$rst" breaker_failures=3 breaker_open_ms=60000
+    down_rules "match = 127.0.0.1:$rst" breaker_failures=3 breaker_open_ms=60000
     # Connected, then ECONNRESET (104) at the first receive.
     run seq_shim "${rst}r*3"
     assert_output "104 104 104"
@@ -212,7 +212,7 @@ print(" ".join(out))
     ns_holdserver srv -1
     local srv=$SERVER_PORT
     BEFORE=$(active_opens)
-    rules "match = 127.0.0.1:$quiet" "match = 127.0.0.1:$srv" io_timeout_ms=500 \
+    down_rules "match = 127.0.0.1:$quiet" "match = 127.0.0.1:$srv" io_timeout_ms=500 \
         breaker_failures=2 breaker_open_ms=500
     # Two receives time out (110): open. Then a connect to the healthy
     # server is refused at once (113).
@@ -252,7 +252,7 @@ print(" ".join(out))
     local quiet=$SERVER_PORT
     ns_holdserver srv -1
     local srv=$SERVER_PORT
-    rules "match = 127.0.0.1:$quiet" "match = 127.0.0.1:$srv" io_timeout_ms=500 \
+    down_rules "match = 127.0.0.1:$quiet" "match = 127.0.0.1:$srv" io_timeout_ms=500 \
         breaker_failures=2 breaker_open_ms=300
     run seq_shim "${quiet}x*2"
     assert_output "110 110"
@@ -285,7 +285,7 @@ os.execv("/bin/sleep", ["sleep", "600"])
 }
 
 @test "a failed probe reopens it for twice as long, up to breaker_open_max_ms" {
-    rules "match = 127.0.0.1:$CLOSED_PORT" breaker_failures=1 breaker_open_ms=1000 \
+    down_rules "match = 127.0.0.1:$CLOSED_PORT" breaker_failures=1 breaker_open_ms=1000 \
         breaker_open_max_ms=2000
     # One process connects every 5 ms for the kernel's refusals (111: a
     # SYN went out, the first failure or a probe). Between two of them the
@@ -330,7 +330,7 @@ for a, b in zip(syns, syns[1:]):
 @test "log lines: opening at warn, each refusal says 'breaker open', closing only at info" {
     ns_holdserver srv -1
     local srv=$SERVER_PORT
-    rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=2 \
+    down_rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=2 \
         breaker_open_ms=1000
     # log_lines: what the shim logged since the last call.
     log_lines() { cat "$T/shim.log" 2>/dev/null; : >"$T/shim.log"; }
@@ -404,7 +404,7 @@ print("reply" if s.recv(100) else "eof", flush=True)
     # as the connecting process's own rules say: a minute where a step must
     # not depend on how fast this machine is, 3 s where it is waited out.
     deadline() { sed -i "s/^breaker_open_max_ms=.*/breaker_open_max_ms=$1/" "$RULES"; }
-    rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=1 \
+    down_rules "match = 127.0.0.1:$CLOSED_PORT" "match = 127.0.0.1:$srv" breaker_failures=1 \
         breaker_open_ms=500 breaker_open_max_ms=60000
     run seq_shim "$CLOSED_PORT"
     assert_output "111"

@@ -141,11 +141,6 @@ EOF
     assert_equal "$(server_stat web total)" 2
 }
 
-# server_open_is NAME N: the server has N connections open now.
-server_open_is() {
-    [[ "$(server_stat "$1" open)" == "$2" ]]
-}
-
 @test "max_waiters: with 2 already waiting, a third caller is refused at once" {
     # The server closes the holder's connection after 300 ms; the holder is
     # killed only after that (see "waiters are served in arrival order").

@@ -254,6 +254,28 @@ frames_at_least() {
     assert_failure 2
 }
 
+@test "set: a number past what a limit can hold says out of range, not what a number is" {
+    SERVER_PORT=1
+    c_rules "$RULES" 1
+    run "$BULKHEAD" set -c "$RULES" c limit=99999999999
+    assert_failure 2
+    assert_line --index 0 'bulkhead: set: "limit=99999999999": out of range (0 to 32767)'
+    run "$BULKHEAD" set -c "$RULES" c reserve.user=root=40000
+    assert_failure 2
+    assert_line --index 0 'bulkhead: set: "reserve.user=root=40000": out of range (0 to 32767)'
+    run "$BULKHEAD" set --fleet -c "$RULES" c limit=0
+    assert_failure 2
+    assert_line --index 0 'bulkhead: set: "limit=0": out of range (1 to 1000000)'
+}
+
+@test "errors cut a long argument they repeat to 60 characters" {
+    local long
+    long=$(printf 'n%.0s' {1..5000})
+    run "$BULKHEAD" stat -n "$long"
+    assert_failure
+    assert_output "bulkhead: namespace \"$(printf 'n%.0s' {1..60})...\": must be 1 to 47 characters"
+}
+
 @test "apply: pushes the file's limits, registers new compartments, leaves others" {
     SERVER_PORT=1
     c_rules "$RULES" 3

@@ -66,10 +66,10 @@ adaptive_rules() {
     compartment_rules "$limit" "adaptive=$mode" "$@"
 }
 
-# traffic THREADS: one python3 process under the shim whose threads make
+# looping_traffic THREADS: one python3 process under the shim whose threads make
 # one-exchange connections (connect, read the answer to its end, close)
 # until $T/stop appears; a refusal is retried after 2 ms.
-traffic() {
+looping_traffic() {
     rm -f "$T/stop"
     bg_shim "$T/traffic.out" python3 -c '
 import os, socket, sys, threading, time
@@ -126,7 +126,7 @@ server_total_past() {
     assert_line --regexp '^COMPARTMENT +ADAPTIVE +LIMIT +MIN +MAX +BASELINE_MS +RECENT_MS +LAST_CHANGE +WHY +CHANGED$'
     assert_line --regexp '^downstream +gradient +4 +2 +12 +0\.0 +0\.0 +- +- +-$'
     # Traffic: the controller learns a baseline and moves the limit.
-    traffic 8
+    looping_traffic 8
     wait_for -t 30 json_is 'a["baseline_ms"] > 0 and a["last_change"] is not None' True
     run "$BULKHEAD" stat -c "$RULES"
     assert_line --regexp '^downstream +gradient +[0-9]+ +2 +12 +[0-9.]+ +[0-9.]+ +[0-9]+->[0-9]+ +(grew|latency|drops|re-measure|resumed) +[0-9]+s ago$'
@@ -156,7 +156,7 @@ grows_from() {
     adaptive_rules aimd 2 min_limit=1 max_limit=40
     run "$BULKHEAD" apply "$RULES"
     assert_success
-    traffic 6
+    looping_traffic 6
     # aimd: +1 a window while the limit is reached (6 threads), no drops.
     wait_for -t 30 json_is 'c["limit"] >= 4' True
     run "$BULKHEAD" set -c "$RULES" downstream adaptive=off
@@ -182,7 +182,7 @@ grows_from() {
     assert_success
     assert_output "downstream: adaptive off -> aimd, from limit 3 (min_limit 1, max_limit 40)"
     changes=$(json 'a["changes"]')
-    traffic 6
+    looping_traffic 6
     grows_from 3 "$changes"
     # Moved: it goes on from 2.
     run "$BULKHEAD" set -c "$RULES" downstream limit=2
@@ -190,6 +190,6 @@ grows_from() {
     run json 'c["limit"], a["estimate"], a["last_change"]["why"]'
     assert_output "(2, 2.0, 'set')"
     changes=$(json 'a["changes"]')
-    traffic 6
+    looping_traffic 6
     grows_from 2 "$changes"
 }

@@ -6,9 +6,9 @@
 # compartment's errno, EHOSTUNREACH here, which loopback never gives.
 
 load helpers/common
+load helpers/uid
 load helpers/cli
 
-AS_NOBODY=(setpriv --reuid 65534 --regid 65534 --clear-groups)
 
 setup() {
     cli_setup
@@ -325,12 +325,6 @@ EOF
     assert_output ok
 }
 
-# One connect as nobody under nobody's rules, closed at once.
-nobody_connect() {
-    run "${AS_NOBODY[@]}" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$NOBODY_DIR/rules.ini" \
-        "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
-}
-
 @test "set --user: root forces nobody's breaker open and closed; nobody may not force root's" {
     [[ $(id -u) -eq 0 ]] || skip "needs root (to act as nobody and as root)"
     [[ "$(id -u nobody 2>/dev/null)" == 65534 ]] || skip "no user nobody (65534)"
@@ -342,12 +336,12 @@ nobody_connect() {
     chmod 755 "$NOBODY_DIR"
     breaker_rules "$NOBODY_DIR/rules.ini" "$SERVER_PORT"
     chmod 644 "$NOBODY_DIR/rules.ini"
-    nobody_connect
+    nobody_connect "$NOBODY_DIR/rules.ini"
     assert_success
     run "$BULKHEAD" set --user nobody -n "$NS" c breaker=open
     assert_success
     assert_output --partial "c: breaker closed -> open (forced)"
-    nobody_connect
+    nobody_connect "$NOBODY_DIR/rules.ini"
     assert_failure 1
     assert_line EHOSTUNREACH
     assert_equal "$(server_stat srv total)" 1
@@ -356,11 +350,11 @@ nobody_connect() {
     run "${AS_NOBODY[@]}" "$BULKHEAD" set --user root -n "$NS" c breaker=closed
     assert_failure 1
     assert_output --partial "only root may work on another user's namespace"
-    nobody_connect
+    nobody_connect "$NOBODY_DIR/rules.ini"
     assert_failure 1
     run "$BULKHEAD" set --user nobody -n "$NS" c breaker=closed
     assert_success
-    nobody_connect
+    nobody_connect "$NOBODY_DIR/rules.ini"
     assert_success
     assert_equal "$(server_stat srv total)" 2
 }

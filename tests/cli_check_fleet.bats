@@ -1,12 +1,13 @@
 #!/usr/bin/env bats
-# The fleet keys (fleet, fleet_password_file, fleet_host, fleet_name,
+# The fleet keys (fleet, in its redis:// and redis-sentinel:// forms,
+# fleet_password_file, fleet_sentinel_password_file, fleet_host, fleet_name,
 # fleet_refresh_ms, fleet_lease_ms, fleet_fallback; fleet_limit per
 # compartment) as a user meets them in `bulkhead check` and `bulkhead
 # explain`: every key accepted and shown, the password never; each bad value
 # one line naming file, line and key; the password file looked at by check
 # (missing, or readable by others), never by the shim. A valid fleet file is
-# checked against a real redis-server on a loopback port, as the agent would
-# reach it.
+# checked against a real redis-server on a loopback port (and a real
+# redis-sentinel for the Sentinel form), as the agent would reach it.
 
 load helpers/common
 load helpers/check
@@ -134,9 +135,10 @@ log        warn, to stderr
 @test "check: each bad fleet URL is one line saying what is wrong" {
     local u
     u() { check_says_only "fleet = $1"$'\n' "3: fleet: \"$1\" $2"; }
-    u http://10.0.0.5:6379 "is not redis:// (use redis://HOST:PORT[/DB])"
-    u 10.0.0.5:6379 "is not a redis://HOST:PORT[/DB] URL"
-    u rediss://10.0.0.5:6379 "uses TLS (rediss://), which bulkhead agent does not speak: use redis://HOST:PORT[/DB]"
+    local forms="redis://HOST:PORT[/DB] or redis-sentinel://HOST[:PORT],.../MASTER[/DB]"
+    u http://10.0.0.5:6379 "is not redis:// or redis-sentinel:// (use $forms)"
+    u 10.0.0.5:6379 "is not a $forms URL"
+    u rediss://10.0.0.5:6379 "uses TLS (rediss://), which bulkhead agent does not speak: use $forms"
     u redis://10.0.0.5 "has no port"
     u redis://10.0.0.5: "has no port"
     u redis://10.0.0.5/1 "has no port"
@@ -159,13 +161,42 @@ log        warn, to stderr
     check_says_only $'fleet =\n' "3: fleet: missing value"
 }
 
+@test "check: each bad sentinel URL is one line saying what is wrong" {
+    local u s=redis-sentinel://
+    u() { check_says_only "fleet = $1"$'\n' "3: fleet: \"$1\" $2"; }
+    u "$s" "has no sentinel host (redis-sentinel://HOST[:PORT],.../MASTER)"
+    u "$s/m" "has no sentinel host (redis-sentinel://HOST[:PORT],.../MASTER)"
+    u "${s}h1,,h2/m" "has an empty host in its sentinel list"
+    u "${s}h1,/m" "has an empty host in its sentinel list"
+    u "${s},h1/m" "has an empty host in its sentinel list"
+    u "${s}h1:26379" "has no master name (redis-sentinel://HOST[:PORT],.../MASTER)"
+    u "${s}h1:26379/" "has no master name (redis-sentinel://HOST[:PORT],.../MASTER)"
+    u "${s}h1,h2,h3,h4,h5,h6,h7,h8,h9/m" "has more than 8 sentinels"
+    u "${s}h1:0/m" "has a bad port (1 to 65535)"
+    u "${s}h1:/m" "has a bad port (1 to 65535)"
+    u "${s}h1:26379x/m" "has something after a sentinel's port other than , or /MASTER"
+    u "${s}h1/my master" "has a bad master name (use A-Z a-z 0-9 _ . -)"
+    u "${s}h1/m/16" "has a bad database number (0 to 15)"
+    u "${s}h1/m/1/2" "has something after its database number"
+    u "${s}h1,::1/m" "has an IPv6 address without [brackets]"
+    u "${s}h1,10.0.0.300/m" "has a bad IPv4 address"
+    u "${s}:pw@h1/m" "holds a user or password: put the passwords in fleet_password_file and fleet_sentinel_password_file"
+    u "redis+sentinel://h1/m" "is not redis:// or redis-sentinel:// (use redis://HOST:PORT[/DB] or redis-sentinel://HOST[:PORT],.../MASTER[/DB])"
+    check_says_only $'fleet = redis://r:6379\nfleet_sentinel_password_file = s.pass\n' \
+        "4: fleet_sentinel_password_file: needs fleet = redis-sentinel://HOST[:PORT],.../MASTER in [global]"
+    check_says_only $'fleet_sentinel_password_file = s.pass\n' \
+        "3: fleet_sentinel_password_file: needs fleet = redis-sentinel://HOST[:PORT],.../MASTER in [global]"
+}
+
 @test "check: each bad value of the other fleet keys is one line" {
     local name="use 1 to 63 of A-Z a-z 0-9 _ . -"
     check_says_only $'fleet_host = web 01\n' "3: fleet_host: \"web 01\" is not a valid host name ($name)"
     check_says_only $'fleet_host = eu/web\n' "3: fleet_host: \"eu/web\" is not a valid host name ($name)"
     local long
     long=$(printf 'h%.0s' {1..64})
-    check_says_only "fleet_host = $long"$'\n' "3: fleet_host: \"$long\" is not a valid host name ($name)"
+    # the error repeats the first 60 characters of what was written
+    check_says_only "fleet_host = $long"$'\n' \
+        "3: fleet_host: \"${long:0:60}...\" is not a valid host name ($name)"
     check_says_only $'fleet_refresh_ms = 49\n' "3: fleet_refresh_ms: 49 is out of range (50 to 600000)"
     check_says_only $'fleet_refresh_ms = 1s\n' '3: fleet_refresh_ms: "1s" is not a whole number'
     check_says_only $'fleet_lease_ms = 99\n' "3: fleet_lease_ms: 99 is out of range (100 to 86400000)"
@@ -280,6 +311,57 @@ bulkhead: $RULES: 1 error"
     assert_success
     assert_line "           password in $T/redis.pass"
     refute_output --partial "$password"
+}
+
+@test "check: a Sentinel fleet with passwords for Redis and for the sentinels: shown, looked at, and reached through the sentinel" {
+    command -v redis-sentinel >/dev/null || skip "redis-sentinel is not installed"
+    local redis_pw="r-$$" sentinel_pw="s-$$" sentinel_port
+    start_redis "$redis_pw"
+    sentinel_port=$(free_port)
+    printf '%s\n' "port $sentinel_port" "bind 127.0.0.1" "dir $T" "requirepass $sentinel_pw" \
+        "sentinel monitor shop 127.0.0.1 $REDIS_PORT 1" "sentinel auth-pass shop $redis_pw" \
+        >"$T/sentinel.conf"
+    redis-sentinel "$T/sentinel.conf" >"$T/sentinel.log" 2>&1 3>&- &
+    track_pid $!
+    sentinel_up() {
+        [[ "$(redis-cli -p "$sentinel_port" -a "$sentinel_pw" --no-auth-warning ping 2>/dev/null)" == PONG ]]
+    }
+    wait_for sentinel_up
+    printf '%s\n' "$redis_pw" >"$T/redis.pass"
+    printf '%s\n' "$sentinel_pw" >"$T/sentinel.pass"
+    chmod 600 "$T/redis.pass"
+    chmod 644 "$T/sentinel.pass"
+    # Relative names: from the rules file's directory.
+    rules_with "fleet = redis-sentinel://127.0.0.1:$sentinel_port/shop
+fleet_password_file = redis.pass
+fleet_sentinel_password_file = sentinel.pass
+"
+    run "$BULKHEAD" check "$RULES"
+    assert_failure 1
+    assert_output "bulkhead: $RULES:5: fleet_sentinel_password_file: $T/sentinel.pass: others may read it (mode 0644); chmod 600 it
+bulkhead: $RULES: 1 error"
+    chmod 600 "$T/sentinel.pass"
+    run "$BULKHEAD" check "$RULES"
+    assert_success
+    local fleet
+    fleet=$(sed -n '/^fleet /,/^$/p' <<<"$output" | sed -n 1,3p)
+    assert_equal "$fleet" "fleet      redis-sentinel://127.0.0.1:$sentinel_port/shop, as host $(hostname | tr -c 'A-Za-z0-9._\n-' '-') in fleet $NS
+           password in $T/redis.pass
+           sentinels' password in $T/sentinel.pass"
+    refute_output --partial "$redis_pw"
+    refute_output --partial "$sentinel_pw"
+    # A wrong sentinels' password: the sentinel's own refusal, one line.
+    echo wrong >"$T/sentinel.pass"
+    run "$BULKHEAD" check "$RULES"
+    assert_failure 1
+    assert_equal "${#lines[@]}" 2
+    assert_line --index 0 --regexp "^bulkhead agent: no sentinel answers for master shop \(127\.0\.0\.1:$sentinel_port: AUTH: WRONGPASS .*\)\$"
+    # The right one, but a wrong password for Redis: Redis's refusal.
+    echo "$sentinel_pw" >"$T/sentinel.pass"
+    echo wrong >"$T/redis.pass"
+    run "$BULKHEAD" check "$RULES"
+    assert_failure 1
+    assert_line --regexp "^bulkhead agent: Redis at 127\.0\.0\.1:$REDIS_PORT: AUTH: WRONGPASS .*\(master shop, named by sentinel 127\.0\.0\.1:$sentinel_port\)\$"
 }
 
 @test "check: the shim never opens the password file" {

@@ -16,8 +16,8 @@ teardown() {
     bh_teardown
 }
 
-# policy_rules FILE LIMIT RESERVE [KEY = VALUE lines...]
-policy_rules() {
+# reserve_rules FILE LIMIT RESERVE [KEY = VALUE lines...]
+reserve_rules() {
     local file=$1 limit=$2 reserve=$3
     shift 3
     {
@@ -30,7 +30,7 @@ policy_rules() {
 
 @test "set reserve: lowering it cuts no connection; the common pool grows as members give theirs back" {
     start_server srv -1
-    policy_rules "$RULES" 3 2
+    reserve_rules "$RULES" 3 2
     CLASS=billing start_client a hold 2
     assert_equal "$(client_report a)" "ok=2 refused=0 "
     start_client b hold 2
@@ -50,7 +50,7 @@ policy_rules() {
 
 @test "set reserve: raising it takes free common permits now and held ones as they come back" {
     start_server srv -1
-    policy_rules "$RULES" 4 1
+    reserve_rules "$RULES" 4 1
     start_client a hold 3
     assert_equal "$(client_report a)" "ok=3 refused=0 "
     run "$BULKHEAD" set -c "$RULES" c 'reserve.env=CLASS=billing=3'
@@ -72,7 +72,7 @@ policy_rules() {
 
 @test "set reserve: unknown reserves, sums past the limit and bad values are errors; nothing changes" {
     SERVER_PORT=1
-    policy_rules "$RULES" 3 2
+    reserve_rules "$RULES" 3 2
     run_shim /bin/true
     run "$BULKHEAD" set -c "$RULES" c 'reserve.env=CLASS=other=1'
     assert_failure 1
@@ -93,14 +93,14 @@ policy_rules() {
 
 @test "apply: the file's reserve sizes, and the limit, in an order that always fits" {
     SERVER_PORT=1
-    policy_rules "$RULES" 4 3
+    reserve_rules "$RULES" 4 3
     run_shim /bin/true
-    policy_rules "$T/smaller.ini" 2 1
+    reserve_rules "$T/smaller.ini" 2 1
     run "$BULKHEAD" apply "$T/smaller.ini"
     assert_success
     assert_output "c: reserve for env=CLASS=billing 3 -> 1
 c: limit 4 -> 2"
-    policy_rules "$T/larger.ini" 6 5
+    reserve_rules "$T/larger.ini" 6 5
     run "$BULKHEAD" apply "$T/larger.ini"
     assert_success
     assert_output "c: limit 2 -> 6
@@ -109,7 +109,7 @@ c: reserve for env=CLASS=billing 1 -> 5"
 
 @test "stat: the pools, per_process refusals and bypasses, in the table, JSON and Prometheus" {
     start_server srv -1
-    policy_rules "$RULES" 4 2 'per_process = 2' 'bypass = env=CLASS=ops'
+    reserve_rules "$RULES" 4 2 'per_process = 2' 'bypass = env=CLASS=ops'
     CLASS=billing start_client m hold 1
     assert_equal "$(client_report m)" "ok=1 refused=0 "
     start_client a hold 3

@@ -8,6 +8,7 @@
 # BULKHEAD_TEST_CLI runs these against another build of the command.
 
 load helpers/common
+load helpers/cli
 
 BULKHEAD="${BULKHEAD_TEST_CLI:-$BH_ROOT/build/bulkhead}"
 
@@ -20,19 +21,6 @@ teardown() { bh_teardown; }
 # ipcs -s (or -m with "m") line for KEY, empty when there is none.
 ipc_line() {
     ipcs "-${2:-s}" | awk -v key="$1" '$1 == key'
-}
-
-# rules.ini: compartment c on the test server, fail fast unless WAIT_MS.
-# c_rules LIMIT [WAIT_MS]
-c_rules() {
-    write_rules "$RULES" <<EOF
-[global]
-namespace = $NS
-[c]
-limit = $1
-wait_ms = ${2:-0}
-match = 127.0.0.1:$SERVER_PORT
-EOF
 }
 
 @test "reset --force removes a same-user set and segment of the wrong size under the key, and says what" {
@@ -59,7 +47,7 @@ EOF
 
     # The namespace works again: limit 1 holds.
     start_server srv -1
-    c_rules 1
+    c_rules "$RULES" 1
     bg_shim "$T/a" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     wait_for file_has "$T/a" '^(ok|E[A-Z]+)$'
     assert_equal "$(sed -n 1p "$T/a")" ok
@@ -88,7 +76,7 @@ EOF
 
 @test "reset refuses while one holds and one waits; the namespace still admits and limits afterwards" {
     start_server srv -1
-    c_rules 1 20000
+    c_rules "$RULES" 1 20000
     # The holder closes when told (a holder killed by a signal gives its
     # permit back a moment before its socket closes: see Limits).
     bg_shim "$T/a" python3 -c '
@@ -143,7 +131,7 @@ EOF
 
 @test "reset refuses while a holder holds, and a new connection still gets a drained permit back" {
     start_server srv -1
-    c_rules 2
+    c_rules "$RULES" 2
     bg_shim "$T/a" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     local a=$BG_PID
     wait_for file_has "$T/a" '^ok$'

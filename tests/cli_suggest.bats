@@ -16,9 +16,9 @@ teardown() {
     bh_teardown
 }
 
-# traffic RATE SECONDS: the client, under the shim, then suggest's JSON in
+# paced_traffic RATE SECONDS: the client, under the shim, then suggest's JSON in
 # $T/suggest.json and the client's own figures in $T/traffic.json.
-traffic() {
+paced_traffic() {
     cat >"$T/traffic.py" <<'EOF'
 import json, math, os, socket, subprocess, sys, threading, time
 port, rate, seconds, out = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
@@ -61,7 +61,7 @@ EOF
 @test "suggest: the rate and hold of known traffic give the limit they need" {
     start_server srv 100
     c_rules "$RULES" 50
-    traffic 30 4
+    paced_traffic 30 4
     run python3 - "$T/suggest.json" "$T/traffic.json" <<'EOF'
 import json, math, sys
 got = json.load(open(sys.argv[1]))["compartments"][0]
@@ -87,7 +87,7 @@ EOF
 @test "suggest --apply sets the suggestion live: the server then sees at most that many" {
     start_server srv 100
     c_rules "$RULES" 50
-    traffic 30 4
+    paced_traffic 30 4
     local suggested
     suggested=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["compartments"][0]["suggested_limit"])' "$T/suggest.json")
     [[ $suggested -ge 2 && $suggested -lt 50 ]] || fail "suggested $suggested"
@@ -108,7 +108,7 @@ EOF
 @test "suggest: too little traffic to say, and --apply leaves it alone" {
     start_server srv 20
     c_rules "$RULES" 50
-    traffic 9 1
+    paced_traffic 9 1
     run python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compartments"][0]; print(c["suggested_limit"], c["samples"], c["verdict"])' "$T/suggest.json"
     assert_output "None 9 too little traffic to say (9 requests)"
     run "$BULKHEAD" suggest -c "$RULES" --apply
@@ -120,7 +120,7 @@ EOF
 @test "suggest: refusing at a full limit says so and suggests more" {
     start_server srv 200
     c_rules "$RULES" 2
-    traffic 40 3
+    paced_traffic 40 3
     run python3 - "$T/suggest.json" <<'EOF'
 import json, sys
 got = json.load(open(sys.argv[1]))["compartments"][0]
@@ -135,7 +135,7 @@ EOF
 @test "stat: utilization in the table, JSON and Prometheus; above 80% flagged" {
     start_server srv 200
     c_rules "$RULES" 2
-    traffic 40 3
+    paced_traffic 40 3
     run "$BULKHEAD" stat -c "$RULES"
     assert_success
     assert_line --index 1 --regexp ' UTIL +HOLDERS$'

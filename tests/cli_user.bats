@@ -7,9 +7,9 @@
 # BULKHEAD_TEST_CLI runs these against another build of the command.
 
 load helpers/common
+load helpers/uid
 
 BULKHEAD="${BULKHEAD_TEST_CLI:-$BH_ROOT/build/bulkhead}"
-AS_NOBODY=(setpriv --reuid 65534 --regid 65534 --clear-groups)
 
 setup() {
     bh_setup
@@ -49,12 +49,6 @@ EOF
     chmod 644 "$NOBODY_RULES"
 }
 
-# One connect as nobody under the shim, closed at once; sets status/output.
-nobody_connect() {
-    run "${AS_NOBODY[@]}" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$NOBODY_RULES" \
-        "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
-}
-
 # "CREATOR OWNER" (cuid, uid) of the set ("s") or segment ("m") under KEY,
 # as ipcs -c shows them; empty when there is none.
 ipc_owners() {
@@ -92,13 +86,13 @@ ipc_owners() {
     assert_output --partial "\"holders\": [{\"pid\": $holder, \"permits\": 1, \"waiting\": 0}]"
 
     # Full at 1: a second nobody connect is refused.
-    nobody_connect
+    nobody_connect "$NOBODY_RULES"
     assert_failure 1
     assert_line ECONNREFUSED
     run "$BULKHEAD" set --user nobody -n "$NS" c limit=2
     assert_success
     assert_output "c: limit 1 -> 2, 1 in use"
-    nobody_connect
+    nobody_connect "$NOBODY_RULES"
     assert_success
     assert_line ok
     assert_equal "$(server_stat srv total)" 2
@@ -140,7 +134,7 @@ EOF
         BULKHEAD_CONFIG="$NOBODY_RULES" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     wait_for file_has "$T/holder" '^(ok|E[A-Z]+)$'
     assert_equal "$(sed -n 1p "$T/holder")" ok
-    nobody_connect
+    nobody_connect "$NOBODY_RULES"
     assert_failure 1
     assert_line ECONNREFUSED
     run "$BULKHEAD" stat --user nobody -n "$ns" --json

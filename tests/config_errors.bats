@@ -26,9 +26,9 @@ setup() {
 }
 teardown() { bh_teardown; }
 
-# rules_with SECTION_HEADER BODY: lines 1-6 are [global] and [cap]; the
+# cap_rules_with SECTION_HEADER BODY: lines 1-6 are [global] and [cap]; the
 # header is line 7 and BODY starts at line 8.
-rules_with() {
+cap_rules_with() {
     {
         printf '[global]\nnamespace = %s\n[cap]\nlimit = 0\nerrno = EHOSTUNREACH\n' "$NS"
         printf 'match = 127.0.0.1:%s\n' "$SERVER_PORT"
@@ -67,14 +67,14 @@ shim_server() {
 }
 
 @test "a valid file is silent and capped (the control for this file)" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1'
     run --separate-stderr "$BULKHEAD" check rules.ini
     assert_success
     assert_line "rules.ini: valid"
     assert_equal "$stderr" ""
 
     shim_server
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1'
     run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG=rules.ini \
         "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_failure 1
@@ -87,98 +87,98 @@ shim_server() {
 }
 
 @test "limit: not a whole number" {
-    rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1'
     expect_config_error 8 limit
     [[ "${stderr_lines[0]}" == *twenty* ]] || fail "value not quoted: $stderr"
 }
 
 @test "limit: negative" {
-    rules_with '[b]' 'limit = -3\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit = -3\nmatch = 127.0.0.1:1'
     expect_config_error 8 limit
 }
 
 @test "limit: fractional" {
-    rules_with '[b]' 'limit = 3.5\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit = 3.5\nmatch = 127.0.0.1:1'
     expect_config_error 8 limit
 }
 
 @test "limit: empty" {
-    rules_with '[b]' 'limit =\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit =\nmatch = 127.0.0.1:1'
     expect_config_error 8 limit
 }
 
 @test "limit: too large" {
-    rules_with '[b]' 'limit = 99999999999\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit = 99999999999\nmatch = 127.0.0.1:1'
     expect_config_error 8 limit
 }
 
 @test "wait_ms: not a number" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nwait_ms = soon'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nwait_ms = soon'
     expect_config_error 10 wait_ms
 }
 
 @test "wait_ms: negative" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nwait_ms = -1'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nwait_ms = -1'
     expect_config_error 10 wait_ms
 }
 
 @test "max_waiters: not a number" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmax_waiters = many'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmax_waiters = many'
     expect_config_error 10 max_waiters
 }
 
 @test "errno: unknown name" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nerrno = ENOSUCH'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nerrno = ENOSUCH'
     expect_config_error 10 errno
 }
 
 @test "errno: a real errno that is not allowed" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nerrno = EPERM'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nerrno = EPERM'
     expect_config_error 10 errno
 }
 
 @test "match: port out of range" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:70000'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:70000'
     expect_config_error 10 match
 }
 
 @test "match: port missing" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1'
     expect_config_error 10 match
 }
 
 @test "match: port not a number" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:https'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:https'
     expect_config_error 10 match
 }
 
 @test "match: reversed port range" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:20-10'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.1:20-10'
     expect_config_error 10 match
 }
 
 @test "match: IPv4 prefix too long" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.0/33:80'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = 127.0.0.0/33:80'
     expect_config_error 10 match
 }
 
 @test "match: IPv6 prefix too long" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = [::1]/129:80'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = [::1]/129:80'
     expect_config_error 10 match
 }
 
 @test "match: unclosed IPv6 bracket" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = [::1:80'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nmatch = [::1:80'
     expect_config_error 10 match
 }
 
 @test "match: empty list" {
-    rules_with '[b]' 'limit = 1'
+    cap_rules_with '[b]' 'limit = 1'
     expect_config_error 7 match
 }
 
 @test "unknown key in a compartment" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\ncolour = blue'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\ncolour = blue'
     expect_config_error 10 colour
 }
 
@@ -195,22 +195,22 @@ shim_server() {
 }
 
 @test "bad section name" {
-    rules_with '[pay ments]' 'limit = 1\nmatch = 127.0.0.1:1'
+    cap_rules_with '[pay ments]' 'limit = 1\nmatch = 127.0.0.1:1'
     expect_config_error 7 'pay ments'
 }
 
 @test "duplicate compartment" {
-    rules_with '[cap]' 'limit = 1\nmatch = 127.0.0.1:1'
+    cap_rules_with '[cap]' 'limit = 1\nmatch = 127.0.0.1:1'
     expect_config_error 7 cap
 }
 
 @test "a line that is not key = value" {
-    rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nthis is not a setting'
+    cap_rules_with '[b]' 'limit = 1\nmatch = 127.0.0.1:1\nthis is not a setting'
     expect_config_error 10 ''
 }
 
 @test "several errors: check lists every one, in file order" {
-    rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1\nwait_ms = soon\ncolour = blue'
+    cap_rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1\nwait_ms = soon\ncolour = blue'
     run --separate-stderr "$BULKHEAD" check rules.ini
     assert_failure 1
     assert_output ""
@@ -228,7 +228,7 @@ shim_server() {
 
 @test "shim: several errors give one line, the first, and the program runs uncapped" {
     shim_server
-    rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1\nwait_ms = soon\ncolour = blue'
+    cap_rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1\nwait_ms = soon\ncolour = blue'
     local prefix
     prefix=$(error_prefix 8)
     run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG=rules.ini \
@@ -244,7 +244,7 @@ shim_server() {
 }
 
 @test "shim: BULKHEAD_STRICT=1 exits 78 before main, with the error" {
-    rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1'
+    cap_rules_with '[b]' 'limit = twenty\nmatch = 127.0.0.1:1'
     local prefix
     prefix=$(error_prefix 8)
     run --separate-stderr env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG=rules.ini BULKHEAD_STRICT=1 \

@@ -1,10 +1,14 @@
 #!/usr/bin/env bats
 # The agent itself, in the faults an operator meets: bad data in Redis, a
 # password file that is not a file, a dead agent, a flood of /metrics
-# scrapers, a namespace without a fleet, a fail-fast fleet compartment.
+# scrapers, a namespace without a fleet, a fail-fast fleet compartment,
+# hostile HTTP clients (a slowloris, a flood of dropped connections), a
+# Redis Cluster node, a Redis made a replica under the agent.
 # Asserted on what real observers saw: Redis's own command counts, the
 # test server's connections, `bulkhead stat`, a GET of /metrics with curl,
-# and the agent's lines where the line is what the operator is told.
+# the attacker's own count of connections the agent ended, the kernel's
+# VmRSS of the agent, and the agent's lines where the line is what the
+# operator is told.
 
 load helpers/common
 load helpers/cli
@@ -94,6 +98,43 @@ one_agent() {
     assert_output 1
 }
 
+# auth_calls: the AUTH commands Redis has run (its own count), asked with
+# the password.
+auth_calls() {
+    local n
+    n=$(redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning info commandstats |
+        sed -n 's/^cmdstat_auth:calls=\([0-9]*\).*/\1/p')
+    echo "${n:-0}"
+}
+
+@test "a password file others may read: check, the agent and set --fleet refuse it in check's line, and Redis never sees it" {
+    REDIS_PASSWORD=right
+    start_redis
+    printf 'right\n' >"$T/pass"
+    chmod 640 "$T/pass"
+    host a 6 1 "fleet_password_file = $T/pass"
+    local line auth_before
+    line=$(grep -n '^fleet_password_file' "$T/a.ini" | cut -d: -f1)
+    auth_before=$(auth_calls)
+    run "$BULKHEAD" check "$T/a.ini"
+    assert_failure 1
+    assert_line "bulkhead: $T/a.ini:$line: fleet_password_file: $T/pass: others may read it (mode 0640); chmod 600 it"
+    # (Bounded: an agent that took it would run on.)
+    run timeout 5 "$BULKHEAD" agent -c "$T/a.ini" --metrics "127.0.0.1:$(free_port)"
+    assert_failure 1
+    assert_output "bulkhead agent: $T/a.ini:$line: fleet_password_file: $T/pass: others may read it (mode 0640); chmod 600 it"
+    run "$BULKHEAD" set --fleet -c "$T/a.ini" db limit=3
+    assert_failure 1
+    assert_output "bulkhead agent: $T/a.ini:$line: fleet_password_file: $T/pass: others may read it (mode 0640); chmod 600 it"
+    # Only auth_calls's own AUTHs since.
+    assert_equal "$(auth_calls)" $((auth_before + 1))
+    # chmod 600, and the same agent logs in and leases.
+    chmod 600 "$T/pass"
+    start_agent a
+    wait_for file_has "$T/agent.a.err" 'limit 0 -> 1'
+    (($(auth_calls) > auth_before + 2))
+}
+
 @test "a password file that is a directory or /dev/zero: check says what it is, no empty password is sent" {
     REDIS_PASSWORD=right start_redis
     mkdir -m 700 "$T/pass.d"
@@ -180,7 +221,8 @@ agent_sockets() { find "/proc/$1/fd" -lname 'socket:*' | wc -l; }
     cpu=$(($(cpu_ms "$AGENT_a") - cpu_before))
     wall=$(($(date +%s%3N) - wall_before))
     ((cpu * 4 < wall)) || fail "the agent used $cpu ms of CPU in $wall ms"
-    (($(grep -c '^bulkhead agent: metrics: ' "$T/agent.a.err") <= 1))
+    # A line per reason at most: shedding, and the header deadline.
+    (($(grep -c '^bulkhead agent: metrics: ' "$T/agent.a.err") <= 2))
     # The scrapers gone, /metrics answers again.
     kill -KILL "$FLOOD_PID"
     scrape() { curl -sf -m 2 -o "$T/metrics" "http://127.0.0.1:$port/metrics"; }
@@ -232,4 +274,191 @@ agent_sockets() { find "/proc/$1/fd" -lname 'socket:*' | wc -l; }
         wait_for -t 1 open_is srv 3 2>/dev/null && break
     done
     assert_equal "$(server_stat srv max)" 3
+}
+
+HTTP_ATTACK="$BH_ROOT/tests/clients/http_attack.py"
+
+# rss_kb PID: the process's resident memory (VmRSS), as the kernel counts it.
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# attack_stat KEY: KEY's figure in http_attack's stats file.
+attack_stat() { sed -n "s/.*\\b$1=\\([0-9]*\\).*/\\1/p" "$T/attack.stats"; }
+
+# attack_past KEY N: the attacker's KEY has passed N.
+attack_past() { (($(attack_stat "$1") > $2)); }
+
+# attack PORT MODE N SECONDS: http_attack against the agent's /metrics,
+# once it is at full strength (its first stats). Sets ATTACK_PID.
+attack() {
+    bg "$T/attack" python3 "$HTTP_ATTACK" "$2" 127.0.0.1 "$1" "$3" "$4" "$T/attack.stats"
+    ATTACK_PID=$BG_PID
+    wait_for test -s "$T/attack.stats"
+}
+
+# scrape_through PORT UNTIL...: GET /metrics from agent a every 0.2 s
+# until UNTIL succeeds (14 s at most); each answer must come whole within
+# 1 s and hold host a's figures. Sets SCRAPES, SLOWEST_S and RSS_PEAK_KB
+# (the agent's largest VmRSS seen at a scrape).
+scrape_through() {
+    local port=$1 took deadline=$((${EPOCHREALTIME/./} + 14000000)) rss
+    shift
+    SCRAPES=0 SLOWEST_S=0 RSS_PEAK_KB=0
+    until "$@"; do
+        ((${EPOCHREALTIME/./} < deadline)) || fail "still not $* after 14 s"
+        took=$(curl -sf -m 1 -o "$T/metrics" -w '%{time_total}' \
+               "http://127.0.0.1:$port/metrics") ||
+            fail "scrape $((SCRAPES + 1)) got no answer within 1 s (curl: $?)"
+        grep -q "^bulkhead_permits_limit{namespace=\"$NS-a\",compartment=\"db\"} " "$T/metrics" ||
+            fail "scrape $((SCRAPES + 1)) had no figures for $NS-a"
+        SCRAPES=$((SCRAPES + 1))
+        awk -v t="$took" -v s="$SLOWEST_S" 'BEGIN { exit !(t > s) }' && SLOWEST_S=$took
+        rss=$(rss_kb "$AGENT_a")
+        ((rss > RSS_PEAK_KB)) && RSS_PEAK_KB=$rss
+        sleep 0.2
+    done
+    echo "# $SCRAPES scrapes, the slowest in ${SLOWEST_S}s; agent RSS $RSS_BEFORE_KB kB" \
+         "before, at most $RSS_PEAK_KB kB during; the attacker: $(cat "$T/attack.stats")" >&3
+}
+
+# metrics_lines: the agent's lines about /metrics so far.
+metrics_lines() { grep -c '^bulkhead agent: metrics: ' "$T/agent.a.err" || true; }
+
+# metrics_agent: Redis, a server and host a's agent serving /metrics on
+# $PORT; RSS_BEFORE_KB and LINES_BEFORE are its memory and log then.
+metrics_agent() {
+    PORT=$(free_port)
+    one_agent --metrics "127.0.0.1:$PORT"
+    RSS_BEFORE_KB=$(rss_kb "$AGENT_a")
+    LINES_BEFORE=$(metrics_lines)
+}
+
+# stayed_flat: the agent's memory grew by less than its connections can
+# hold (at most 1,024, each with an 8 kB pool for its request and
+# libmicrohttpd's record of it: under 10 MB, whatever they send), and it
+# said at most a line per reason: shedding, the header deadline and
+# libmicrohttpd's own (a connection ended mid-request, in two ways).
+stayed_flat() {
+    ((RSS_PEAK_KB - RSS_BEFORE_KB < 12 * 1024)) ||
+        fail "RSS went from $RSS_BEFORE_KB kB to $RSS_PEAK_KB kB"
+    local lines
+    lines=$(($(metrics_lines) - LINES_BEFORE))
+    echo "# $lines lines about /metrics in the agent's log" >&3
+    ((lines <= 4)) || fail "$(tail -n 20 "$T/agent.a.err")"
+}
+
+@test "a slowloris of 1,200 connections trickling their headers: /metrics answers within 1 s throughout, the agent's memory stays flat and its log short" {
+    (($(ulimit -Hn) >= 1300)) || skip "needs a hard fd limit of 1,300 for the attacker"
+    metrics_agent
+    local leases_before
+    leases_before=$(redis_calls evalsha)
+    attack "$PORT" slowloris 1200 7
+    scrape_through "$PORT" pid_done "$ATTACK_PID"
+    ((SCRAPES >= 5))
+    # The agent shed connections to make room: each of the 1,200 first
+    # ones was ended by it, and opened again.
+    attack_past ended_by_server 1200
+    stayed_flat
+    # The lease loop went on meanwhile (Redis's own count).
+    (($(redis_calls evalsha) > leases_before + 10))
+}
+
+@test "100 connections trickling their headers: the agent ends each between 5 and 6.5 s after it opened, answering /metrics throughout" {
+    metrics_agent
+    attack "$PORT" slowloris 100 20
+    scrape_through "$PORT" attack_past ended_by_server 99
+    stayed_flat
+    run attack_stat shortest_ms
+    (($output >= 4900))
+    run attack_stat longest_ms
+    (($output <= 6500))
+}
+
+@test "a flood of connections opened and dropped: /metrics answers within 1 s throughout, the agent's memory stays flat and its log short" {
+    metrics_agent
+    attack "$PORT" flood 200 5
+    scrape_through "$PORT" pid_done "$ATTACK_PID"
+    ((SCRAPES >= 5))
+    stayed_flat
+}
+
+# cluster_node PORT: a Redis Cluster node on PORT, its state in the test's
+# directory.
+cluster_node() {
+    redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
+        --cluster-enabled yes --cluster-config-file "$T/nodes-$1.conf" \
+        >"$T/cluster-$1.log" 2>&1 3>&- &
+    track_pid $!
+    local port=$1
+    node_up() { [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]]; }
+    wait_for node_up || fail "cluster node $1 did not start: $(cat "$T/cluster-$1.log")"
+}
+
+# cluster_port: a loopback port free now, with its cluster bus port (10000
+# above it, so at most 55535) free too.
+cluster_port() {
+    python3 -c '
+import socket
+while True:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    if port > 55535:
+        continue
+    bus = socket.socket()
+    try:
+        bus.bind(("127.0.0.1", port + 10000))
+    except OSError:
+        continue
+    print(port)
+    break
+'
+}
+
+@test "pointed at a Redis Cluster node that does not own the slot: one line naming MOVED, and no share" {
+    local owner
+    owner=$(cluster_port)
+    cluster_node "$owner"
+    REDIS_PORT=$(cluster_port)
+    cluster_node "$REDIS_PORT"
+    redis-cli -p "$owner" cluster addslotsrange 0 16383 >/dev/null
+    redis-cli -p "$REDIS_PORT" cluster meet 127.0.0.1 "$owner" >/dev/null
+    moved() { [[ "$(redis-cli -p "$REDIS_PORT" hget "$(leases_key)" a)" == MOVED* ]]; }
+    wait_for moved
+    start_server srv -1
+    host a 6 "$SERVER_PORT"
+    start_agent a
+    wait_for file_has "$T/agent.a.err" "MOVED"
+    assert file_has "$T/agent.a.err" "^bulkhead agent: \\[db\\]: lease: Redis at 127\\.0\\.0\\.1:$REDIS_PORT is a Redis Cluster node \\(MOVED [0-9]+ 127\\.0\\.0\\.1:$owner\\): bulkhead agent does not follow Cluster redirections; point fleet = at one Redis or at its sentinels; keeping this host's grant until its lease ends\$"
+    # Redis's own count of the lease calls it turned away.
+    wait_for redis_calls_past evalsha rejected_calls 5
+    run grep -c 'MOVED' "$T/agent.a.err"
+    assert_output 1
+    run on a timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_equal "$status" 124
+    assert_equal "$(server_stat srv total)" 0
+}
+
+@test "a Redis made a replica under the agent answers READONLY: the agent reconnects each refresh, says it once, and leases again once it is master" {
+    one_agent
+    local other_port
+    other_port=$(free_port)
+    redis-server --port "$other_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
+        >"$T/other.log" 2>&1 3>&- &
+    track_pid $!
+    other_up() { [[ "$(redis-cli -p "$other_port" ping 2>/dev/null)" == PONG ]]; }
+    wait_for other_up
+    local logins
+    logins=$(redis_calls select)
+    redis-cli -p "$REDIS_PORT" replicaof 127.0.0.1 "$other_port" >/dev/null
+    wait_for file_has "$T/agent.a.err" "READONLY"
+    # Not kept as if it were bad data: dropped and made again, each refresh
+    # (Redis's own count of logins: a SELECT each).
+    wait_for redis_calls_past select calls $((logins + 3))
+    run grep -c 'READONLY' "$T/agent.a.err"
+    assert_output 1
+    assert_equal "$(grep -c 'Redis answers again' "$T/agent.a.err")" 0
+    redis-cli -p "$REDIS_PORT" replicaof no one >/dev/null
+    wait_for file_has "$T/agent.a.err" 'Redis answers again'
+    holders a 2 60000
+    wait_for -t 5 open_is srv 2
 }

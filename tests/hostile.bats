@@ -31,10 +31,6 @@ perl_ipc() {
         eval $ARGV[1]; die $@ if $@' "$2" "$1"
 }
 
-server_open_is() {
-    [[ "$(server_stat web open)" == "$1" ]]
-}
-
 @test "8 processes creating a namespace at once, 60 times: none runs unlimited" {
     start_server web -1
     local trial i pids
@@ -115,7 +111,7 @@ layout_sizes() {
     # Killed holders give their permits back through SEM_UNDO, past close.
     for i in 0 1 2; do
         kill -KILL "${holders[$i]}"
-        wait_for server_open_is $((3 - i))
+        wait_for server_open_is web $((3 - i))
     done
     # One holder left, limit 1: the waiter must still wait.
     assert_equal "$(server_stat web total)" 4
@@ -148,7 +144,7 @@ print("connected")' "$SERVER_PORT"
     assert_success
     assert_output "interrupted by alarm"
     kill -KILL "$holder"
-    wait_for server_open_is 0
+    wait_for server_open_is web 0
     # Exactly one permit: one more connects, the next is refused.
     rules_for "$NS" 1 0
     bg_shim "$T/after" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1

@@ -11,18 +11,6 @@ setup() {
 }
 teardown() { bh_teardown; }
 
-storm_rules() {
-    write_rules "$RULES" <<EOF
-[global]
-namespace = $NS
-[db]
-limit = 4
-wait_ms = $1
-errno = ${2:-ECONNREFUSED}
-match = 127.0.0.1:$SERVER_PORT
-EOF
-}
-
 # semaphore NUMBER FIELD: the kernel's value (semval) or waiters (semncnt)
 # of one semaphore of our set, from ipcs.
 semaphore() {

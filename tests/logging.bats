@@ -8,8 +8,8 @@ load helpers/common
 setup() { bh_setup; }
 teardown() { bh_teardown; }
 
-# rules LIMIT [extra global lines...]
-rules() {
+# payments_rules LIMIT [extra global lines...]
+payments_rules() {
     local limit=$1
     shift
     {
@@ -51,7 +51,7 @@ print(os.getpid())' "$SERVER_PORT" "$1"
 
 @test "a refusal is logged at warn with compartment, destination, program and pid" {
     start_server web -1
-    rules 0
+    payments_rules 0
     run --separate-stderr refuse_burst 1
     assert_success
     local pid=$output
@@ -62,7 +62,7 @@ print(os.getpid())' "$SERVER_PORT" "$1"
 
 @test "a burst of refusals is one line per second, the next line counts the rest" {
     start_server web -1
-    rules 0
+    payments_rules 0
     run --separate-stderr refuse_burst 50
     assert_success
     [[ ${#stderr_lines[@]} -eq 2 ]] || fail "expected two lines: $stderr"
@@ -72,7 +72,7 @@ print(os.getpid())' "$SERVER_PORT" "$1"
 
 @test "log_file: refusals are appended to the file, not stderr" {
     start_server web -1
-    rules 0 "log_file = $T/bulkhead.log"
+    payments_rules 0 "log_file = $T/bulkhead.log"
     echo "an earlier line" >"$T/bulkhead.log"
     run --separate-stderr refuse_burst 1
     assert_success
@@ -85,12 +85,12 @@ print(os.getpid())' "$SERVER_PORT" "$1"
 
 @test "BULKHEAD_LOG=error silences refusals; log = info tells what was loaded" {
     start_server web -1
-    rules 0
+    payments_rules 0
     BULKHEAD_LOG=error run --separate-stderr refuse_burst 1
     assert_success
     assert_equal "$stderr" ""
 
-    rules 0 "log = info"
+    payments_rules 0 "log = info"
     run --separate-stderr run_shim /bin/true
     assert_success
     assert_equal "$stderr" \
@@ -99,7 +99,7 @@ print(os.getpid())' "$SERVER_PORT" "$1"
 
 @test "log = info: a wrapper's tree of processes says loaded once, not once per process" {
     start_server web -1
-    rules 0 "log = info"
+    payments_rules 0 "log = info"
     run --separate-stderr run_shim sh -c '/bin/true; sh -c /bin/true; /bin/true'
     assert_success
     assert_equal "$stderr" \
@@ -108,9 +108,9 @@ print(os.getpid())' "$SERVER_PORT" "$1"
 
 @test "a process whose rules.ini disagrees with the live limit says once, at warn, which it uses" {
     start_server web -1
-    rules 0 "log = info"
+    payments_rules 0 "log = info"
     run_shim /bin/true 2>/dev/null
-    rules 5   # log = warn, the default
+    payments_rules 5   # log = warn, the default
     run --separate-stderr run_shim /bin/true
     assert_success
     assert_equal "$stderr" \

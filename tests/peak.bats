@@ -32,10 +32,6 @@ prom_peak() {
         awk '/^bulkhead_permits_peak\{/ { print $2 }'
 }
 
-server_open_is() {
-    [[ "$(server_stat web open)" == "$1" ]]
-}
-
 @test "six redis-cli pings one after another: PEAK 1" {
     command -v redis-server >/dev/null || fail "redis-server is not installed (make deps)"
     local port
@@ -63,9 +59,9 @@ server_open_is() {
             bg_shim "$T/holder.$round.$i" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
             pids+=("$BG_PID")
         done
-        wait_for server_open_is 3
+        wait_for server_open_is web 3
         kill -KILL "${pids[@]}"
-        wait_for server_open_is 0
+        wait_for server_open_is web 0
     done
     assert_equal "$(server_stat web max)" 3
     assert_equal "$(stat_peak)" 3
@@ -78,9 +74,9 @@ server_open_is() {
     local round
     for round in $(seq 1 8); do
         bg_shim "$T/holder.$round" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
-        wait_for server_open_is 1
+        wait_for server_open_is web 1
         kill -KILL "$BG_PID"
-        wait_for server_open_is 0
+        wait_for server_open_is web 0
     done
     assert_equal "$(server_stat web max)" 1
     assert_equal "$(stat_peak)" 1
@@ -94,11 +90,11 @@ server_open_is() {
     for i in 1 2 3 4 5 6; do
         bg_shim "$T/holder.$i" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
     done
-    wait_for server_open_is 3
+    wait_for server_open_is web 3
     wait_for sem_waiters_is "$NS" 3
     run "$BULKHEAD" set -c "$RULES" db limit=6
     assert_success
-    wait_for server_open_is 6
+    wait_for server_open_is web 6
     assert_equal "$(server_stat web max)" 6
     assert_equal "$(stat_peak)" 6
     assert_equal "$(prom_peak)" 6

@@ -12,8 +12,8 @@ setup() {
 }
 teardown() { bh_teardown; }
 
-# name_rules MATCH: a limit-0 compartment with the given match line.
-name_rules() {
+# refusing_name_rules MATCH: a limit-0 compartment with the given match line.
+refusing_name_rules() {
     write_rules "$RULES" <<RULES
 [global]
 namespace = $NS
@@ -28,7 +28,7 @@ RULES
 # the same address under another name, is not.
 refused_via() {
     start_server web -1
-    name_rules "payments.test:$SERVER_PORT"
+    refusing_name_rules "payments.test:$SERVER_PORT"
     run hosts_shim "$CLIENTS/resolve_connect" "$1" payments.test "$SERVER_PORT" 0
     assert_failure 1
     assert_lines resolved=127.0.0.1 EHOSTUNREACH
@@ -60,7 +60,7 @@ refused_via() {
 
 @test "a hostname rule does not match the address when the program never resolved the name" {
     start_server web -1
-    name_rules "payments.test:$SERVER_PORT"
+    refusing_name_rules "payments.test:$SERVER_PORT"
     run hosts_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_success
     assert_line ok
@@ -74,7 +74,7 @@ refused_via() {
     start_server web -1
     local pweb=$SERVER_PORT
     start_server other -1
-    name_rules "payments.test:$pweb"
+    refusing_name_rules "payments.test:$pweb"
     run hosts_shim "$CLIENTS/resolve_connect" getaddrinfo payments.test "$SERVER_PORT" 0
     assert_success
     assert_line ok
@@ -85,7 +85,7 @@ refused_via() {
 
 @test "suffix rule *.payments.test:* covers subdomains, not the bare name" {
     start_server web -1
-    name_rules '*.payments.test:*'
+    refusing_name_rules '*.payments.test:*'
     run hosts_shim "$CLIENTS/resolve_connect" getaddrinfo api.payments.test "$SERVER_PORT" 0
     assert_failure 1
     assert_line EHOSTUNREACH
@@ -101,7 +101,7 @@ refused_via() {
 @test "hostname rules match IPv6 answers (getaddrinfo and gethostbyname2_r, AF_INET6)" {
     require_ipv6
     start_server v6 -1 ::1
-    name_rules "payments6.test:$SERVER_PORT"
+    refusing_name_rules "payments6.test:$SERVER_PORT"
     run hosts_shim "$CLIENTS/resolve_connect" getaddrinfo payments6.test "$SERVER_PORT" 0 inet6
     assert_failure 1
     assert_lines resolved=::1 EHOSTUNREACH

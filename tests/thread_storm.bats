@@ -12,18 +12,6 @@ setup() {
 }
 teardown() { bh_teardown; }
 
-# storm_rules WAIT_MS
-storm_rules() {
-    write_rules "$RULES" <<EOF2
-[global]
-namespace = $NS
-[db]
-limit = 4
-wait_ms = $1
-match = 127.0.0.1:$SERVER_PORT
-EOF2
-}
-
 @test "32 threads, 2,000 connections ended every way: never more than 4, all 4 free after" {
     storm_rules 60000
     bg_shim "$T/storm" "$CLIENTS/thread_storm" 127.0.0.1 "$SERVER_PORT" 32 64

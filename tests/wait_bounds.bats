@@ -10,10 +10,10 @@ load helpers/common
 setup() { bh_setup; }
 teardown() { bh_teardown; }
 
-# rules_with LIMIT KEY=VALUE...: [downstream] over the server (its match at
+# downstream_rules LIMIT KEY=VALUE...: [downstream] over the server (its match at
 # line 7, weighted $WEIGHT when set), waiting an hour; the shim's lines go
 # to $T/shim.log.
-rules_with() {
+downstream_rules() {
     local limit=$1
     shift
     {
@@ -48,7 +48,7 @@ time.sleep(600)
 
 @test "wait_nonblocking = yes: an asyncio connect waits at most nonblocking_wait_ms, then is refused, and the log says why" {
     start_server srv -1
-    rules_with 1 wait_nonblocking=yes nonblocking_wait_ms=50
+    downstream_rules 1 wait_nonblocking=yes nonblocking_wait_ms=50
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
     wait_for file_has "$T/holder" '^ok$'
     run timeout 20 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" python3 -c '
@@ -70,7 +70,7 @@ asyncio.run(main())
 
 @test "hold and wait: processes that hold permits and want more are refused at once, not deadlocked (hold_wait_ms 0)" {
     start_server srv -1
-    rules_with 2
+    downstream_rules 2
     bg_shim "$T/a" python3 -c "$HOLD_THEN_MORE" "$SERVER_PORT" "$T/a.ready" "$T/go"
     bg_shim "$T/b" python3 -c "$HOLD_THEN_MORE" "$SERVER_PORT" "$T/b.ready" "$T/go"
     wait_for test -e "$T/a.ready"
@@ -88,7 +88,7 @@ asyncio.run(main())
 
 @test "hold_wait_ms: a holder waits that long for more; stat marks it, and it connects when a permit comes back" {
     start_server srv -1
-    rules_with 2 hold_wait_ms=60000
+    downstream_rules 2 hold_wait_ms=60000
     bg_shim "$T/other" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 600000
     local other=$BG_PID
     wait_for file_has "$T/other" '^ok$'
@@ -108,7 +108,7 @@ asyncio.run(main())
 
 @test "a weight above the common pool is refused at once with the reason; check warns about it" {
     start_server srv -1
-    WEIGHT=3 rules_with 4 "reserve=2 for program=billing"
+    WEIGHT=3 downstream_rules 4 "reserve=2 for program=billing"
     run "$BULKHEAD" check "$RULES"
     assert_success
     assert_line "bulkhead: $RULES:7: warning: match: weight=3 exceeds the 2 permits of [downstream]'s common pool: only its reserves' members can connect through it"

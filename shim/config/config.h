@@ -11,26 +11,16 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "policy/who.h"
+
 enum {
     BH_MAX_COMPARTMENTS = 1024, /* per namespace; sized into the shared state */
     BH_NAME_MAX = 48,          /* compartment and namespace names, with NUL */
     BH_FLEET_HOST_MAX = 64,    /* fleet_host, with NUL */
     BH_MAX_RESERVES = 4,       /* reserve = lines per compartment */
     BH_MAX_BYPASSES = 8,       /* bypass = lines per compartment */
-    BH_WHO_MAX = 64,           /* a WHO as written, with NUL */
-};
-
-/* Whom a reserve or a bypass is for. */
-enum bh_who_kind {
-    BH_WHO_PROGRAM,  /* program=GLOB: the program's short name (argv[0]'s base) */
-    BH_WHO_USER,     /* user=NAME or user=UID: the effective user */
-    BH_WHO_ENV,      /* env=VAR=VALUE: the variable set to exactly VALUE */
-};
-struct bh_who {
-    enum bh_who_kind kind;
-    char text[BH_WHO_MAX]; /* as written, "program=billing-*": names it in
-                              stat, set and explain, and in the namespace */
-    uid_t uid;             /* user=: resolved when the file is read */
+    BH_LIMIT_MAX = 32767,      /* SEMVMX: the most a SysV semaphore holds */
+    BH_FLEET_LIMIT_MAX = 1000000,
 };
 
 struct bh_reserve {
@@ -132,25 +122,41 @@ struct bh_config {
     int hold_wait_ms;      /* [global]: for compartments that give none */
     /* The fleet: read by `bulkhead agent`; the shim only uses
      * fleet_limit's compartments' starting limit. */
-    char *fleet_url;            /* redis://HOST:PORT[/DB]; NULL: no fleet */
+    char *fleet_url;            /* redis:// or redis-sentinel://; NULL: no fleet */
     char fleet_host[BH_FLEET_HOST_MAX];   /* default: the hostname */
     char fleet_name[BH_NAME_MAX];  /* the fleet's name in Redis; default:
                                       the namespace */
-    char *fleet_password_file;  /* NULL: no AUTH */
+    char *fleet_password_file;  /* Redis's; NULL: no AUTH */
     int fleet_password_file_line;  /* for check's lines about the file */
+    char *fleet_sentinel_password_file;  /* the sentinels'; NULL: no AUTH */
+    int fleet_sentinel_password_file_line;
     int fleet_refresh_ms;       /* default 1000 */
     int fleet_lease_ms;         /* default 10000; >= 2 x fleet_refresh_ms */
     int fleet_fallback;         /* -1 (default): fleet_limit / hosts last seen */
 };
 
-/* A parsed `fleet =` URL. */
-struct bh_fleet_address {
+/* A parsed `fleet =` URL: one Redis (redis://HOST:PORT[/DB]), or the
+ * sentinels that name its master
+ * (redis-sentinel://HOST[:PORT],.../MASTER[/DB]). */
+enum {
+    BH_FLEET_SENTINELS_MAX = 8,
+    BH_FLEET_SENTINEL_PORT = 26379,   /* Sentinel's own default */
+    BH_FLEET_MASTER_MAX = 64,         /* a master name, with NUL */
+};
+struct bh_fleet_endpoint {
     char host[256];
     int port;
-    int db;
 };
-/* Parses redis://HOST:PORT[/DB]; 0, or -1 with what is wrong in why
- * ("has no port", ...). */
+struct bh_fleet_address {
+    char host[256];          /* redis:// */
+    int port;
+    int db;                  /* both forms */
+    int sentinel_count;      /* redis-sentinel://; 0 for redis:// */
+    struct bh_fleet_endpoint sentinels[BH_FLEET_SENTINELS_MAX];
+    char master[BH_FLEET_MASTER_MAX];
+};
+/* Parses either form; 0, or -1 with what is wrong in why ("has no port",
+ * ...). */
 int bh_fleet_url_parse(const char *url, struct bh_fleet_address *address,
                        char *why, unsigned long whylen);
 /* The machine's host name, characters a fleet_host may not hold made '-'. */

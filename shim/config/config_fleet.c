@@ -1,7 +1,9 @@
-/* The fleet's Redis URL and host name: read by the parser (to check them)
+/* The fleet's Redis URL (one Redis, or the sentinels that name its
+ * master) and host name: read by the parser (to check them)
  * and by the agent (to connect). Plain string work, no resolver: the shim
  * parses the rules in every program it starts in. */
 #include <arpa/inet.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +18,15 @@ enum {
     HOST_NAME_MAX_LENGTH = 253,
 };
 
-static int fail(char *why, unsigned long whylen, const char *what)
+static int fail(char *why, unsigned long whylen, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *why, unsigned long whylen, const char *format, ...)
 {
-    snprintf(why, whylen, "%s", what);
+    va_list args;
+    va_start(args, format);
+    vsnprintf(why, whylen, format, args);
+    va_end(args);
     return -1;
 }
 
@@ -49,13 +57,13 @@ static int read_whole(const char *text, long max, long *value)
     return digits;
 }
 
-/* "[v6]" at text: the address into host; what follows the ']' in *rest. */
-static const char *bracketed_host(const char *text, char *host, size_t size,
-                                  const char **rest)
+/* "[v6]" at text: the address into host; what follows the ']' in *rest.
+ * ends: the characters that end this host's part of the URL. */
+static const char *bracketed_host(const char *text, const char *ends, char *host,
+                                  size_t size, const char **rest)
 {
     const char *close = strchr(text, ']');
-    const char *slash = strchr(text, '/');
-    if (!close || (slash && slash < close))
+    if (!close || strcspn(text, ends) < (size_t)(close - text))
         return "has no ] after its IPv6 address";
     size_t length = (size_t)(close - text - 1);
     struct in6_addr scratch;
@@ -69,15 +77,15 @@ static const char *bracketed_host(const char *text, char *host, size_t size,
     return NULL;
 }
 
-/* A name or an IPv4 address at text, up to ':' or '/'; into host. */
-static const char *plain_host(const char *text, char *host, size_t size,
-                              const char **rest)
+/* A name or an IPv4 address at text, up to ':' or one of ends; into host. */
+static const char *plain_host(const char *text, const char *ends, char *host,
+                              size_t size, const char **rest)
 {
-    size_t authority = strcspn(text, "/");
+    size_t authority = strcspn(text, ends);
     const char *colon = memchr(text, ':', authority);
     if (colon && memchr(colon + 1, ':', authority - (size_t)(colon + 1 - text)))
         return "has an IPv6 address without [brackets]";
-    size_t length = strcspn(text, ":/");
+    size_t length = colon ? (size_t)(colon - text) : authority;
     if (length == 0)
         return "has no host";
     bool numeric = true;
@@ -97,49 +105,132 @@ static const char *plain_host(const char *text, char *host, size_t size,
     return NULL;
 }
 
+static const char *any_host(const char *text, const char *ends, char *host,
+                            size_t size, const char **rest)
+{
+    return *text == '['
+        ? bracketed_host(text, ends, host, size, rest)
+        : plain_host(text, ends, host, size, rest);
+}
+
+/* ":PORT" at *rest, moved past. NULL, or what is wrong. */
+static const char *port_at(const char **rest, int *port)
+{
+    long number;
+    int digits = read_whole(*rest + 1, PORT_MAX, &number);
+    if (digits <= 0 || number < 1)
+        return "has a bad port (1 to 65535)";
+    *port = (int)number;
+    *rest += 1 + digits;
+    return NULL;
+}
+
+/* "/DB" or nothing at rest: the database number, 0 when not given. */
+static const char *database_at(const char *rest, const char *after, int *db)
+{
+    long number;
+    *db = 0;
+    if (*rest == '\0')
+        return NULL;
+    if (*rest != '/')
+        return after;
+    int digits = read_whole(rest + 1, DB_MAX, &number);
+    if (digits <= 0)
+        return "has a bad database number (0 to 15)";
+    if (rest[1 + digits] != '\0')
+        return "has something after its database number";
+    *db = (int)number;
+    return NULL;
+}
+
+/* redis://HOST:PORT[/DB], past the scheme. */
+static const char *redis_url(const char *text, struct bh_fleet_address *address)
+{
+    const char *rest;
+    const char *problem = any_host(text, "/", address->host, sizeof address->host,
+                                   &rest);
+    if (problem)
+        return problem;
+    if (*rest != ':' || rest[1] == '\0' || rest[1] == '/')
+        return "has no port";
+    if ((problem = port_at(&rest, &address->port)))
+        return problem;
+    return database_at(rest, "has something after its port other than /DB",
+                       &address->db);
+}
+
+/* The sentinels of HOST[:PORT],HOST[:PORT]... at text; *rest past them. */
+static const char *sentinel_list(const char *text, struct bh_fleet_address *address,
+                                 const char **rest)
+{
+    if (*text == '\0' || *text == '/')
+        return "has no sentinel host (redis-sentinel://HOST[:PORT],.../MASTER)";
+    for (;;) {
+        if (address->sentinel_count == BH_FLEET_SENTINELS_MAX)
+            return "has more than 8 sentinels";
+        struct bh_fleet_endpoint *sentinel =
+            &address->sentinels[address->sentinel_count++];
+        if (*text == ',' || *text == '/' || *text == '\0')
+            return "has an empty host in its sentinel list";
+        const char *problem = any_host(text, ",/", sentinel->host,
+                                       sizeof sentinel->host, rest);
+        if (problem)
+            return problem;
+        sentinel->port = BH_FLEET_SENTINEL_PORT;
+        if (**rest == ':' && (problem = port_at(rest, &sentinel->port)))
+            return problem;
+        if (**rest != ',')
+            return **rest == '/' || **rest == '\0' ? NULL
+                 : "has something after a sentinel's port other than , or /MASTER";
+        text = *rest + 1;
+    }
+}
+
+/* redis-sentinel://HOST[:PORT],.../MASTER[/DB], past the scheme. */
+static const char *sentinel_url(const char *text, struct bh_fleet_address *address)
+{
+    const char *rest;
+    const char *problem = sentinel_list(text, address, &rest);
+    if (problem)
+        return problem;
+    size_t length = *rest == '/' ? strcspn(rest + 1, "/") : 0;
+    if (length == 0)
+        return "has no master name (redis-sentinel://HOST[:PORT],.../MASTER)";
+    for (size_t i = 0; i < length; i++)
+        if (!is_host_char(rest[1 + i]))
+            return "has a bad master name (use A-Z a-z 0-9 _ . -)";
+    if (length >= sizeof address->master)
+        return "has a master name longer than 63 characters";
+    memcpy(address->master, rest + 1, length);
+    address->master[length] = '\0';
+    return database_at(rest + 1 + length, NULL, &address->db);
+}
+
 int bh_fleet_url_parse(const char *url, struct bh_fleet_address *address,
                        char *why, unsigned long whylen)
 {
-    static const char scheme[] = "redis://";
-    const char *separator = strstr(url, "://");
-    if (!separator)
-        return fail(why, whylen, "is not a redis://HOST:PORT[/DB] URL");
-    if (strncmp(url, scheme, sizeof scheme - 1) != 0)
-        return fail(why, whylen, strncmp(url, "rediss://", 9) == 0
-                    ? "uses TLS (rediss://), which bulkhead agent does not "
-                      "speak: use redis://HOST:PORT[/DB]"
-                    : "is not redis:// (use redis://HOST:PORT[/DB])");
-    const char *host = url + sizeof scheme - 1, *rest;
-    if (strchr(host, '@'))
-        return fail(why, whylen, "holds a user or password: put the password "
-                    "in fleet_password_file");
-    const char *problem = *host == '['
-        ? bracketed_host(host, address->host, sizeof address->host, &rest)
-        : plain_host(host, address->host, sizeof address->host, &rest);
-    if (problem)
-        return fail(why, whylen, problem);
-
-    long number;
-    if (*rest != ':' || rest[1] == '\0' || rest[1] == '/')
-        return fail(why, whylen, "has no port");
-    int digits = read_whole(rest + 1, PORT_MAX, &number);
-    if (digits <= 0 || number < 1)
-        return fail(why, whylen, "has a bad port (1 to 65535)");
-    address->port = (int)number;
-    rest += 1 + digits;
-
-    address->db = 0;
-    if (*rest == '\0')
-        return 0;
-    if (*rest != '/')
-        return fail(why, whylen, "has something after its port other than /DB");
-    digits = read_whole(rest + 1, DB_MAX, &number);
-    if (digits <= 0)
-        return fail(why, whylen, "has a bad database number (0 to 15)");
-    if (rest[1 + digits] != '\0')
-        return fail(why, whylen, "has something after its database number");
-    address->db = (int)number;
-    return 0;
+    static const char redis[] = "redis://", sentinel[] = "redis-sentinel://";
+    static const char forms[] = "redis://HOST:PORT[/DB] or "
+                                "redis-sentinel://HOST[:PORT],.../MASTER[/DB]";
+    memset(address, 0, sizeof *address);
+    if (!strstr(url, "://"))
+        return fail(why, whylen, "is not a %s URL", forms);
+    if (strncmp(url, "rediss://", 9) == 0)
+        return fail(why, whylen, "uses TLS (rediss://), which bulkhead agent does "
+                    "not speak: use %s", forms);
+    bool is_sentinel = strncmp(url, sentinel, sizeof sentinel - 1) == 0;
+    if (!is_sentinel && strncmp(url, redis, sizeof redis - 1) != 0)
+        return fail(why, whylen, "is not redis:// or redis-sentinel:// (use %s)", forms);
+    if (strchr(url, '@'))
+        return fail(why, whylen, "%s", is_sentinel
+                    ? "holds a user or password: put the passwords in "
+                      "fleet_password_file and fleet_sentinel_password_file"
+                    : "holds a user or password: put the password in "
+                      "fleet_password_file");
+    const char *problem = is_sentinel
+        ? sentinel_url(url + sizeof sentinel - 1, address)
+        : redis_url(url + sizeof redis - 1, address);
+    return problem ? fail(why, whylen, "%s", problem) : 0;
 }
 
 /* uname's node name is the host name whole (gethostname fails on a name

@@ -28,7 +28,6 @@ enum {
     LINE_BUFFER_SIZE = 1024,   /* inih's line buffer: text, newline, NUL */
     MESSAGE_SIZE = 8192,
     RULES_MAX_BYTES = 4 << 20, /* a rules file is text an operator wrote */
-    LIMIT_MAX = 32767,         /* SEMVMX: the most a SysV semaphore holds */
     WAIT_MS_MAX = 3600000,
     MAX_WAITERS_MAX = 1000000,
     DEFAULT_MAX_WAITERS = 64,
@@ -39,7 +38,6 @@ enum {
     BREAKER_FAILURES_MAX = 1000000,
     DEFAULT_BREAKER_OPEN_MS = 5000,
     DEFAULT_BREAKER_OPEN_MAX_MS = 60000,
-    FLEET_LIMIT_MAX = 1000000,
     DEFAULT_FLEET_REFRESH_MS = 1000,
     DEFAULT_FLEET_LEASE_MS = 10000,
     FLEET_REFRESH_MIN_MS = 50,
@@ -62,6 +60,7 @@ enum key_id {
     KEY_BREAKER_FAILURES, KEY_BREAKER_OPEN_MS, KEY_BREAKER_OPEN_MAX_MS,
     KEY_FLEET, KEY_FLEET_PASSWORD_FILE, KEY_FLEET_HOST, KEY_FLEET_REFRESH_MS,
     KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_LIMIT, KEY_FLEET_NAME,
+    KEY_FLEET_SENTINEL_PASSWORD_FILE,
     KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
     KEY_NONBLOCKING_WAIT_MS, KEY_HOLD_WAIT_MS,
     KEY_ADAPTIVE, KEY_MIN_LIMIT, KEY_MAX_LIMIT, KEY_ADAPTIVE_LATENCY_MS,
@@ -311,13 +310,32 @@ static int set_string(struct parser *p, const char *value, char **field)
     return -1;
 }
 
+/* bh_fleet_url_parse, its address on the heap: a few kilobytes (eight
+ * sentinels), and the shim may parse on a small stack (its first hook, in
+ * any thread). How many sentinels the URL names (0 for redis://), -1 with
+ * why when it is bad, -2 when out of memory (reported). */
+static int fleet_url_sentinels(struct parser *p, const char *url, char *why,
+                               size_t whylen)
+{
+    struct bh_fleet_address *address = malloc(sizeof *address);
+    if (!address) {
+        report_out_of_memory(p);
+        return -2;
+    }
+    int sentinels = bh_fleet_url_parse(url, address, why, whylen) == 0
+        ? address->sentinel_count : -1;
+    free(address);
+    return sentinels;
+}
+
 static int set_fleet(struct parser *p, const char *key, const char *value)
 {
-    struct bh_fleet_address address;
-    char why[128];
-    if (bh_fleet_url_parse(value, &address, why, sizeof why) == 0)
+    char why[256];
+    int sentinels = fleet_url_sentinels(p, value, why, sizeof why);
+    if (sentinels >= 0)
         return set_string(p, value, &p->config->fleet_url);
-    report(p, p->line, "%s: \"%s\" %s", key, value, why);
+    if (sentinels == -1)
+        report(p, p->line, "%s: \"%s\" %s", key, value, why);
     return -1;
 }
 
@@ -329,6 +347,16 @@ static int set_fleet_password_file(struct parser *p, const char *key,
     (void)key;
     p->config->fleet_password_file_line = p->line;
     return set_path(p, value, &p->config->fleet_password_file);
+}
+
+/* The sentinels' password, as fleet_password_file is Redis's; whether
+ * fleet = names sentinels is checked at the end of the file. */
+static int set_fleet_sentinel_password_file(struct parser *p, const char *key,
+                                            const char *value)
+{
+    (void)key;
+    p->config->fleet_sentinel_password_file_line = p->line;
+    return set_path(p, value, &p->config->fleet_sentinel_password_file);
 }
 
 static int set_fleet_host(struct parser *p, const char *key, const char *value)
@@ -376,12 +404,12 @@ static int set_fleet_fallback(struct parser *p, const char *key, const char *val
         return 0;
     }
     long number;
-    if (parse_whole(value, LIMIT_MAX, &number) == NUMBER_OK) {
+    if (parse_whole(value, BH_LIMIT_MAX, &number) == NUMBER_OK) {
         p->config->fleet_fallback = (int)number;
         return 0;
     }
     report(p, p->line, "%s: \"%s\" is neither split nor a whole number from 0 "
-           "to %d", key, value, LIMIT_MAX);
+           "to %d", key, value, BH_LIMIT_MAX);
     return -1;
 }
 
@@ -389,7 +417,7 @@ static int set_fleet_fallback(struct parser *p, const char *key, const char *val
  * line is kept for then. A value already reported is not kept: one error. */
 static int set_fleet_limit(struct parser *p, const char *key, const char *value)
 {
-    if (set_number(p, key, value, 1, FLEET_LIMIT_MAX,
+    if (set_number(p, key, value, 1, BH_FLEET_LIMIT_MAX,
                    &p->section.compartment->fleet_limit) != 0)
         return -1;
     if (p->fleet_limit_count < BH_MAX_COMPARTMENTS)
@@ -401,7 +429,7 @@ static int set_fleet_limit(struct parser *p, const char *key, const char *value)
 
 static int set_limit(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 0, LIMIT_MAX, &p->section.compartment->limit);
+    return set_number(p, key, value, 0, BH_LIMIT_MAX, &p->section.compartment->limit);
 }
 
 static int set_wait_ms(struct parser *p, const char *key, const char *value)
@@ -538,12 +566,12 @@ static int set_adaptive(struct parser *p, const char *key, const char *value)
 
 static int set_min_limit(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 1, LIMIT_MAX, &p->section.compartment->min_limit);
+    return set_number(p, key, value, 1, BH_LIMIT_MAX, &p->section.compartment->min_limit);
 }
 
 static int set_max_limit(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 1, LIMIT_MAX, &p->section.compartment->max_limit);
+    return set_number(p, key, value, 1, BH_LIMIT_MAX, &p->section.compartment->max_limit);
 }
 
 static int set_adaptive_latency_ms(struct parser *p, const char *key, const char *value)
@@ -556,7 +584,7 @@ static int set_adaptive_latency_ms(struct parser *p, const char *key, const char
 
 static int set_per_process(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 1, LIMIT_MAX,
+    return set_number(p, key, value, 1, BH_LIMIT_MAX,
                       &p->section.compartment->per_process);
 }
 
@@ -580,9 +608,9 @@ static const char *parse_reserve(const char *value, struct bh_reserve *reserve,
 
     snprintf(count, sizeof count, "%.*s", (int)length, value);
     if (length >= sizeof count
-        || parse_whole(count, LIMIT_MAX, &number) != NUMBER_OK || number < 1) {
+        || parse_whole(count, BH_LIMIT_MAX, &number) != NUMBER_OK || number < 1) {
         snprintf(why, whylen, "has a bad count \"%.*s\" (a whole number from 1 "
-                 "to %d)", (int)length, value, LIMIT_MAX);
+                 "to %d)", (int)length, value, BH_LIMIT_MAX);
         return why;
     }
     if (!who)
@@ -875,7 +903,7 @@ static const char *split_weight(const char *value, char *destination,
         return NULL;
     if (strncmp(rest, "weight=", strlen("weight=")) != 0)
         return "has something after its destination other than weight=N";
-    if (parse_whole(rest + strlen("weight="), LIMIT_MAX, &number) != NUMBER_OK
+    if (parse_whole(rest + strlen("weight="), BH_LIMIT_MAX, &number) != NUMBER_OK
         || number < 1)
         return "has a bad weight (a whole number from 1 to 32767)";
     *weight = (int)number;
@@ -933,6 +961,8 @@ static const struct key_spec key_specs[] = {
     { "fleet", KEY_FLEET, SECTION_GLOBAL, set_fleet },
     { "fleet_password_file", KEY_FLEET_PASSWORD_FILE, SECTION_GLOBAL,
       set_fleet_password_file },
+    { "fleet_sentinel_password_file", KEY_FLEET_SENTINEL_PASSWORD_FILE, SECTION_GLOBAL,
+      set_fleet_sentinel_password_file },
     { "fleet_host", KEY_FLEET_HOST, SECTION_GLOBAL, set_fleet_host },
     { "fleet_name", KEY_FLEET_NAME, SECTION_GLOBAL, set_fleet_name },
     { "fleet_refresh_ms", KEY_FLEET_REFRESH_MS, SECTION_GLOBAL, set_fleet_refresh_ms },
@@ -1150,7 +1180,7 @@ static void check_adaptive_fits(struct parser *p, bool limit_known)
     }
 }
 
-/* max_limit's default, 4 x limit (at least 1, at most LIMIT_MAX), for
+/* max_limit's default, 4 x limit (at least 1, at most BH_LIMIT_MAX), for
  * every compartment: `bulkhead set NAME adaptive=...` may turn on one
  * whose rules did not. */
 static void default_max_limit(struct parser *p)
@@ -1159,8 +1189,8 @@ static void default_max_limit(struct parser *p)
 
     if (p->section.key_lines[KEY_MAX_LIMIT])
         return;
-    c->max_limit = c->limit < LIMIT_MAX / DEFAULT_MAX_LIMIT_FACTOR
-        ? DEFAULT_MAX_LIMIT_FACTOR * c->limit : LIMIT_MAX;
+    c->max_limit = c->limit < BH_LIMIT_MAX / DEFAULT_MAX_LIMIT_FACTOR
+        ? DEFAULT_MAX_LIMIT_FACTOR * c->limit : BH_LIMIT_MAX;
     if (c->max_limit < 1)
         c->max_limit = 1;
 }
@@ -1204,7 +1234,7 @@ static void close_section(struct parser *p)
     if (!section->key_lines[KEY_LIMIT] && section->compartment->fleet_limit > 0) {
         /* fleet-wide: this host's ceiling is the fleet limit, at most */
         int fleet = section->compartment->fleet_limit;
-        section->compartment->limit = fleet < LIMIT_MAX ? fleet : LIMIT_MAX;
+        section->compartment->limit = fleet < BH_LIMIT_MAX ? fleet : BH_LIMIT_MAX;
     } else if (!section->key_lines[KEY_LIMIT] && !section->key_bad[KEY_FLEET_LIMIT]) {
         report(p, section->compartment->line, "[%s]: limit is required",
                section->name);
@@ -1490,6 +1520,21 @@ static void check_fleet_lease(struct parser *p)
                config->fleet_refresh_ms, refresh_line, why);
 }
 
+/* A sentinels' password without sentinels to give it to; not when fleet =
+ * was given but wrong, which is its own error. */
+static void check_sentinel_password(struct parser *p)
+{
+    const struct bh_config *config = p->config;
+    char why[256];
+    if (!config->fleet_sentinel_password_file || p->global_key_bad[KEY_FLEET])
+        return;
+    if (!config->fleet_url || fleet_url_sentinels(p, config->fleet_url, why,
+                                                  sizeof why) == 0)
+        report(p, config->fleet_sentinel_password_file_line,
+               "fleet_sentinel_password_file: needs fleet = "
+               "redis-sentinel://HOST[:PORT],.../MASTER in [global]");
+}
+
 /* The fleet's keys against each other, once the whole file is read: a
  * [global] may come after the compartments. fleet_limit without a fleet is
  * reported on each fleet_limit line (check sorts them into place); not when
@@ -1502,6 +1547,7 @@ static void check_fleet(struct parser *p)
             report(p, p->fleet_limit_lines[i], "fleet_limit: needs fleet = "
                    "redis://HOST:PORT in [global]");
     check_fleet_lease(p);
+    check_sentinel_password(p);
     if (config->fleet_url && !config->fleet_host[0])
         bh_fleet_default_host(config->fleet_host, sizeof config->fleet_host);
     if (!config->fleet_name[0])
@@ -1615,6 +1661,7 @@ void bh_config_free(struct bh_config *config)
     free(config->log_file);
     free(config->fleet_url);
     free(config->fleet_password_file);
+    free(config->fleet_sentinel_password_file);
     free(config->path);
     memset(config, 0, sizeof *config);
 }

@@ -11,7 +11,20 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "config/config.h"
+enum { BH_WHO_MAX = 64 };  /* a WHO as written, with NUL */
+
+/* Whom a reserve or a bypass is for. */
+enum bh_who_kind {
+    BH_WHO_PROGRAM,  /* program=GLOB: argv[0]'s base name, or the executed file's */
+    BH_WHO_USER,     /* user=NAME or user=UID: the effective user */
+    BH_WHO_ENV,      /* env=VAR=VALUE: the variable set to exactly VALUE */
+};
+struct bh_who {
+    enum bh_who_kind kind;
+    char text[BH_WHO_MAX]; /* as written, "program=billing-*": names it in
+                              stat, set and explain, and in the namespace */
+    uid_t uid;             /* user=: resolved when the file is read */
+};
 
 struct bh_identity {
     const char *program;  /* argv[0]'s short name; NULL: unknown (explain

@@ -276,7 +276,26 @@ server_stat() {
     sed -n "s/.*\\b$2=\\([0-9]*\\).*/\\1/p" "$T/$1.stats"
 }
 
+# server_open_is NAME N: the server has exactly N connections open (for
+# wait_for).
+server_open_is() {
+    [[ "$(server_stat "$1" open)" == "$2" ]]
+}
+
 # -------------------------------------------------------------- config ----
+
+# storm_rules WAIT_MS [ERRNO]: one compartment [db], limit 4, on the server.
+storm_rules() {
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[db]
+limit = 4
+wait_ms = $1
+errno = ${2:-ECONNREFUSED}
+match = 127.0.0.1:$SERVER_PORT
+EOF
+}
 
 # write_rules FILE <<EOF ... EOF
 write_rules() {

@@ -15,7 +15,7 @@ fleet_setup() {
 
 start_redis() {
     REDIS_PORT=$(free_port)
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
         ${REDIS_PASSWORD:+--requirepass "$REDIS_PASSWORD"} >"$T/redis.log" 2>&1 3>&- &
     REDIS_PID=$!
     track_pid "$REDIS_PID"
@@ -73,9 +73,60 @@ open_is() { [[ "$(server_stat "$1" open)" == "$2" ]]; }
 logged_after() { tail -n "+$(($2 + 1))" "$1" | grep -Eq -- "$3"; }
 
 start_redis_again() {
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
         >"$T/redis.log" 2>&1 3>&- &
     REDIS_PID=$!
     track_pid "$REDIS_PID"
     wait_for redis_up || fail "redis-server did not restart"
+}
+
+# start_sentinels: Redis with Sentinel on loopback ports: the master
+# (start_redis: $REDIS_PORT), one replica ($REPLICA_PORT) and one sentinel
+# ($SENTINEL_PORT, quorum 1) watching them as $MASTER_NAME, quick to fail
+# over: down after 500 ms. The sentinel is started once the replica is in
+# sync, so that its first look at the master finds the replica. A machine
+# without redis-sentinel skips.
+start_sentinels() {
+    command -v redis-sentinel >/dev/null || skip "redis-sentinel is not installed"
+    MASTER_NAME="m-$NS"
+    start_redis
+    REPLICA_PORT=$(free_port)
+    redis-server --port "$REPLICA_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
+        --replicaof 127.0.0.1 "$REDIS_PORT" >"$T/replica.log" 2>&1 3>&- &
+    REPLICA_PID=$!
+    track_pid "$REPLICA_PID"
+    wait_for replica_in_sync || fail "the replica did not sync: $(cat "$T/replica.log")"
+    SENTINEL_PORT=$(free_port)
+    # The sentinel rewrites its file: one of its own, in the test's directory.
+    printf '%s\n' "port $SENTINEL_PORT" "bind 127.0.0.1" "dir $T" \
+        "sentinel monitor $MASTER_NAME 127.0.0.1 $REDIS_PORT 1" \
+        "sentinel down-after-milliseconds $MASTER_NAME 500" \
+        "sentinel failover-timeout $MASTER_NAME 3000" >"$T/sentinel.conf"
+    redis-sentinel "$T/sentinel.conf" >"$T/sentinel.log" 2>&1 3>&- &
+    SENTINEL_PID=$!
+    track_pid "$SENTINEL_PID"
+    wait_for sentinel_knows_replica || fail "the sentinel did not find the replica: $(cat "$T/sentinel.log")"
+}
+
+replica_in_sync() {
+    redis-cli -p "$REPLICA_PORT" info replication 2>/dev/null | grep -q '^master_link_status:up'
+}
+
+sentinel_knows_replica() {
+    redis-cli -p "$SENTINEL_PORT" sentinel replicas "$MASTER_NAME" 2>/dev/null |
+        grep -qx "127.0.0.1:$REPLICA_PORT"
+}
+
+# sentinel_master: the master's port, as the sentinel names it now.
+sentinel_master() {
+    redis-cli -p "$SENTINEL_PORT" sentinel get-master-addr-by-name "$MASTER_NAME" | sed -n 2p
+}
+
+sentinel_master_is() { [[ "$(sentinel_master)" == "$1" ]]; }
+
+# sentinel_host NAME LIMIT PORT [extra global lines]: host NAME (as host)
+# with fleet = the sentinel and the master's name.
+sentinel_host() {
+    host "$@"
+    sed -i "s|^fleet = .*|fleet = redis-sentinel://127.0.0.1:$SENTINEL_PORT/$MASTER_NAME|" "$T/$1.ini"
 }

@@ -3,6 +3,16 @@
 # the namespaces the other users make, the daemons as process groups, and
 # a fail-fast compartment on the hold server.
 
+# The user nobody, for tests of another user's namespace.
+AS_NOBODY=(setpriv --reuid 65534 --regid 65534 --clear-groups)
+
+# nobody_connect RULES: one connect to the server as nobody under the shim
+# and RULES, through `run`.
+nobody_connect() {
+    run "${AS_NOBODY[@]}" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$1" \
+        "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+}
+
 # uid_setup: bh_setup, as root (starting something that drops root needs it).
 uid_setup() {
     bh_setup

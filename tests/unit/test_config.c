@@ -78,6 +78,8 @@ struct error_case {
 #define POLICY "[global]\nnamespace = t\n[db]\nlimit = 10\nmatch = 10.0.0.1:80\n"
 /* A fleet-wide [db] (fleet_limit line 4, limit the host's ceiling). */
 #define FLEET_DB(fleet_limit) "[global]\nfleet = redis://r:6379\n[db]\n" fleet_limit "match = 10.0.0.1:80\n"
+/* The fleet URL's two forms, as errors name them. */
+#define FORMS "redis://HOST:PORT[/DB] or redis-sentinel://HOST[:PORT],.../MASTER[/DB]"
 #define LONG63 "h12345678901234567890123456789012345678901234567890123456789012"
 #define LONG64 LONG63 "3"
 
@@ -253,13 +255,13 @@ static const struct error_case error_cases[] = {
         "rules.ini:9: breaker_open_ms: has no effect without breaker_failures" } },
     /* The fleet: [global]'s keys from line 3. */
     { "fleet: http://", FLEET("fleet = http://10.0.0.5:6379\n"),
-      { "rules.ini:3: fleet: \"http://10.0.0.5:6379\" is not redis:// (use redis://HOST:PORT[/DB])" } },
+      { "rules.ini:3: fleet: \"http://10.0.0.5:6379\" is not redis:// or redis-sentinel:// (use " FORMS ")" } },
     { "fleet: no scheme", FLEET("fleet = 10.0.0.5:6379\n"),
-      { "rules.ini:3: fleet: \"10.0.0.5:6379\" is not a redis://HOST:PORT[/DB] URL" } },
+      { "rules.ini:3: fleet: \"10.0.0.5:6379\" is not a " FORMS " URL" } },
     { "fleet: rediss://", FLEET("fleet = rediss://r.example:6380\n"),
-      { "rules.ini:3: fleet: \"rediss://r.example:6380\" uses TLS (rediss://), which bulkhead agent does not speak: use redis://HOST:PORT[/DB]" } },
+      { "rules.ini:3: fleet: \"rediss://r.example:6380\" uses TLS (rediss://), which bulkhead agent does not speak: use " FORMS } },
     { "fleet: REDIS:// in capitals", FLEET("fleet = REDIS://r:6379\n"),
-      { "rules.ini:3: fleet: \"REDIS://r:6379\" is not redis:// (use redis://HOST:PORT[/DB])" } },
+      { "rules.ini:3: fleet: \"REDIS://r:6379\" is not redis:// or redis-sentinel:// (use " FORMS ")" } },
     { "fleet: no port", FLEET("fleet = redis://10.0.0.5\n"),
       { "rules.ini:3: fleet: \"redis://10.0.0.5\" has no port" } },
     { "fleet: an empty port", FLEET("fleet = redis://10.0.0.5:\n"),
@@ -310,6 +312,47 @@ static const struct error_case error_cases[] = {
       { "rules.ini:3: fleet: \"redis://red is:6379\" has a bad host (a name, an IPv4 address or [IPv6])" } },
     { "fleet: a password in the URL", FLEET("fleet = redis://:secret@r:6379\n"),
       { "rules.ini:3: fleet: \"redis://:secret@r:6379\" holds a user or password: put the password in fleet_password_file" } },
+    /* redis-sentinel://HOST[:PORT],.../MASTER[/DB] */
+    { "sentinel: no host", FLEET("fleet = redis-sentinel:///m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel:///m\" has no sentinel host (redis-sentinel://HOST[:PORT],.../MASTER)" } },
+    { "sentinel: nothing after the scheme", FLEET("fleet = redis-sentinel://\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://\" has no sentinel host (redis-sentinel://HOST[:PORT],.../MASTER)" } },
+    { "sentinel: an empty host between two", FLEET("fleet = redis-sentinel://a,,b/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a,,b/m\" has an empty host in its sentinel list" } },
+    { "sentinel: a trailing comma", FLEET("fleet = redis-sentinel://a:26379,/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a:26379,/m\" has an empty host in its sentinel list" } },
+    { "sentinel: no master name", FLEET("fleet = redis-sentinel://a:26379,b:26379\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a:26379,b:26379\" has no master name (redis-sentinel://HOST[:PORT],.../MASTER)" } },
+    { "sentinel: a slash and no master name", FLEET("fleet = redis-sentinel://a/\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a/\" has no master name (redis-sentinel://HOST[:PORT],.../MASTER)" } },
+    { "sentinel: an empty master name before a database", FLEET("fleet = redis-sentinel://a//2\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a//2\" has no master name (redis-sentinel://HOST[:PORT],.../MASTER)" } },
+    { "sentinel: nine sentinels", FLEET("fleet = redis-sentinel://a,b,c,d,e,f,g,h,i/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a,b,c,d,e,f,g,h,i/m\" has more than 8 sentinels" } },
+    { "sentinel: a bad port", FLEET("fleet = redis-sentinel://a:65536/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a:65536/m\" has a bad port (1 to 65535)" } },
+    { "sentinel: junk after a port", FLEET("fleet = redis-sentinel://a:1x,b:2/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a:1x,b:2/m\" has something after a sentinel's port other than , or /MASTER" } },
+    { "sentinel: a bad second host", FLEET("fleet = redis-sentinel://a,b c/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a,b c/m\" has a bad host (a name, an IPv4 address or [IPv6])" } },
+    { "sentinel: [v6 without ] before the next host", FLEET("fleet = redis-sentinel://[::1,b]/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://[::1,b]/m\" has no ] after its IPv6 address" } },
+    { "sentinel: a master name with a space", FLEET("fleet = redis-sentinel://a/my master\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a/my master\" has a bad master name (use A-Z a-z 0-9 _ . -)" } },
+    { "sentinel: a 64-character master name", FLEET("fleet = redis-sentinel://a/" LONG64 "\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a/" LONG64 "\" has a master name longer than 63 characters" } },
+    { "sentinel: database 16", FLEET("fleet = redis-sentinel://a/m/16\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://a/m/16\" has a bad database number (0 to 15)" } },
+    { "sentinel: a password in the URL", FLEET("fleet = redis-sentinel://:pw@a/m\n"),
+      { "rules.ini:3: fleet: \"redis-sentinel://:pw@a/m\" holds a user or password: put the passwords in fleet_password_file and fleet_sentinel_password_file" } },
+    { "fleet_sentinel_password_file with redis://", FLEET("fleet = redis://r:6379\nfleet_sentinel_password_file = s.pass\n"),
+      { "rules.ini:4: fleet_sentinel_password_file: needs fleet = redis-sentinel://HOST[:PORT],.../MASTER in [global]" } },
+    { "fleet_sentinel_password_file without fleet", FLEET("fleet_sentinel_password_file = s.pass\n"),
+      { "rules.ini:3: fleet_sentinel_password_file: needs fleet = redis-sentinel://HOST[:PORT],.../MASTER in [global]" } },
+    { "fleet_sentinel_password_file under a bad fleet: one error", FLEET("fleet_sentinel_password_file = s.pass\nfleet = redis-sentinel://a\n"),
+      { "rules.ini:4: fleet: \"redis-sentinel://a\" has no master name (redis-sentinel://HOST[:PORT],.../MASTER)" } },
+    { "fleet_sentinel_password_file: empty", FLEET("fleet = redis-sentinel://a/m\nfleet_sentinel_password_file =\n"),
+      { "rules.ini:4: fleet_sentinel_password_file: missing value" } },
     { "fleet: empty", FLEET("fleet =\n"),
       { "rules.ini:3: fleet: missing value" } },
     { "fleet: set twice", FLEET("fleet = redis://r:6379\nfleet = redis://s:6379\n"),
@@ -957,6 +1000,44 @@ static const struct url_case url_cases[] = {
     { "redis://r:06379/05", "r", 6379, 5 },
 };
 
+/* bh_fleet_url_parse of redis-sentinel://: the sentinels as
+ * "host:port,..." (the default port filled in), the master, the database. */
+struct sentinel_case {
+    const char *url;
+    const char *sentinels;
+    const char *master;
+    int db;
+};
+
+static const struct sentinel_case sentinel_cases[] = {
+    { "redis-sentinel://10.0.0.5/mymaster", "10.0.0.5:26379", "mymaster", 0 },
+    { "redis-sentinel://s1:26380,s2,s3:1/shop.db-1/7", "s1:26380,s2:26379,s3:1",
+      "shop.db-1", 7 },
+    { "redis-sentinel://[::1]:5000,[2001:db8::2]/m", "::1:5000,2001:db8::2:26379", "m", 0 },
+    { "redis-sentinel://a,b,c,d,e,f,g,h/M_1", "a:26379,b:26379,c:26379,d:26379,"
+      "e:26379,f:26379,g:26379,h:26379", "M_1", 0 },
+    { "redis-sentinel://s:026379/m/015", "s:26379", "m", 15 },
+};
+
+static void run_sentinel_case(void **state)
+{
+    const struct sentinel_case *row = *state;
+    struct bh_fleet_address address;
+    char why[256] = "", sentinels[1024] = "";
+    memset(&address, 0x55, sizeof address);
+    if (bh_fleet_url_parse(row->url, &address, why, sizeof why) != 0)
+        print_error("unexpected: %s\n", why);
+    assert_true(address.sentinel_count >= 1 &&
+                address.sentinel_count <= BH_FLEET_SENTINELS_MAX);
+    for (int i = 0, used = 0; i < address.sentinel_count; i++)
+        used += snprintf(sentinels + used, sizeof sentinels - (size_t)used, "%s%s:%d",
+                         i ? "," : "", address.sentinels[i].host,
+                         address.sentinels[i].port);
+    assert_string_equal(sentinels, row->sentinels);
+    assert_string_equal(address.master, row->master);
+    assert_int_equal(address.db, row->db);
+}
+
 static void run_url_case(void **state)
 {
     const struct url_case *row = *state;
@@ -968,6 +1049,7 @@ static void run_url_case(void **state)
     assert_string_equal(address.host, row->host);
     assert_int_equal(address.port, row->port);
     assert_int_equal(address.db, row->db);
+    assert_int_equal(address.sentinel_count, 0);
 }
 
 /* The default fleet_host: the host name whole up to 63 characters, with
@@ -1022,7 +1104,8 @@ static void relative_paths_from_the_rules_directory(void **state)
 {
     (void)state;
     static const char text[] = "[global]\nlog_file = logs/bh.log\n"
-                               "fleet = redis://r:6379\nfleet_password_file = redis.pass\n";
+                               "fleet = redis-sentinel://s/m\nfleet_password_file = redis.pass\n"
+                               "fleet_sentinel_password_file = sentinel.pass\n";
     assert_int_equal(mkdir("conf", 0700) == 0 || errno == EEXIST, 1);
     write_file("conf/rules.ini", text, sizeof text - 1);
     struct bh_config config;
@@ -1030,6 +1113,7 @@ static void relative_paths_from_the_rules_directory(void **state)
     assert_int_equal(bh_config_load("conf/rules.ini", &config, collect, &errors), 0);
     assert_string_equal(config.log_file, "conf/logs/bh.log");
     assert_string_equal(config.fleet_password_file, "conf/redis.pass");
+    assert_string_equal(config.fleet_sentinel_password_file, "conf/sentinel.pass");
     bh_config_free(&config);
     /* absolute ones, and a file named without a directory, as written */
     parse_ok("[global]\nlog_file = /var/log/bh.log\nfleet = redis://r:6379\n"
@@ -1283,7 +1367,8 @@ int main(void)
     };
     static struct CMUnitTest tests[COUNT(error_cases) + COUNT(rule_cases)
                                    + COUNT(deadline_cases) + COUNT(fleet_cases)
-                                   + COUNT(url_cases) + COUNT(fixed)];
+                                   + COUNT(url_cases) + COUNT(sentinel_cases)
+                                   + COUNT(fixed)];
     size_t n = 0;
 
     /* One named test per table row. */
@@ -1306,6 +1391,11 @@ int main(void)
         tests[n++] = (struct CMUnitTest) {
             .name = fleet_cases[i].name, .test_func = run_fleet_case,
             .initial_state = (void *)&fleet_cases[i],
+        };
+    for (size_t i = 0; i < COUNT(sentinel_cases); i++)
+        tests[n++] = (struct CMUnitTest) {
+            .name = sentinel_cases[i].url, .test_func = run_sentinel_case,
+            .initial_state = (void *)&sentinel_cases[i],
         };
     for (size_t i = 0; i < COUNT(url_cases); i++)
         tests[n++] = (struct CMUnitTest) {
