@@ -334,38 +334,33 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
 }
 
 /* Ask now rather than at the next refresh:
- *   - Waiters, no free permit, and the grant is what binds (not the host's
- *     own ceiling, nor an adaptive one): when Redis has not heard of this demand (it was told a
- *     want within the grant), at once, so the first connection waits one
- *     tick and one Redis round trip when the fleet has room; and while
- *     Redis says more is owed to us, every quarter refresh (50 ms at
- *     least), to take it as the others give it up at their refreshes. A
- *     host held at its fair share asks only at its refresh: the cost to
- *     Redis stays one call per host per refresh, four while shares move.
- *   - Holding more than the grant was (others came, the limit was
- *     lowered) and down to it now: at once, so that what it gave up is
- *     counted free for the others without waiting for a refresh. */
-static int ask_now(const struct agent *agent, const struct fleet_compartment *c,
-                   const struct bh_compartment_view *view, int64_t now)
-{
-    int owed_gap_ms = agent->config.fleet_refresh_ms / 4;
-    if (c->state != BH_FLEET_LEASED && c->state != BH_FLEET_LEARNING)
-        return 0;
-    if (c->told_holding > c->grant && view->in_use <= c->grant)
-        return 1;
-    if (view->waiting == 0 || view->in_use < view->limit || view->limit < c->grant ||
-        c->grant >= c->rules->limit)
-        return 0;
-    return c->told_want <= c->grant ||
-           (c->owed > 0 && now >= c->last_refresh_ns +
-            ms_ns(owed_gap_ms > OWED_GAP_MIN_MS ? owed_gap_ms : OWED_GAP_MIN_MS));
-}
-
-static int starved(struct agent *agent, const struct fleet_compartment *c, int64_t now)
+ *   - Waiters, no free permit, and the grant is what binds (not the
+ *     host's own ceiling, nor an adaptive one): at once when Redis has not
+ *     heard of this demand (it was told a want within the grant), so the
+ *     first connection waits one tick and one Redis round trip when the
+ *     fleet has room; and while Redis says more is owed to us, every
+ *     quarter refresh (50 ms at least), to take it as the others give it
+ *     up at their refreshes. A host held at its fair share asks only at
+ *     its refresh: one call per host per refresh, four while shares move.
+ *   - Holding more than the grant (others came, the limit was lowered)
+ *     and down to it now: at once, so that what it gave up is free for
+ *     the others without waiting for a refresh. */
+static int ask_early(struct agent *agent, const struct fleet_compartment *c, int64_t now)
 {
     struct bh_compartment_view view;
-    return bh_compartment_read(&agent->ns, c->index, &view) == 0 &&
-           ask_now(agent, c, &view, now);
+    if ((c->state != BH_FLEET_LEASED && c->state != BH_FLEET_LEARNING) ||
+        bh_compartment_read(&agent->ns, c->index, &view) < 0)
+        return 0;
+    if (c->told_holding > c->grant && view.in_use <= c->grant)
+        return 1;
+    if (view.waiting == 0 || view.in_use < view.limit || view.limit < c->grant ||
+        c->grant >= c->rules->limit)
+        return 0;
+    int owed_gap_ms = agent->config.fleet_refresh_ms / 4;
+    if (owed_gap_ms < OWED_GAP_MIN_MS)
+        owed_gap_ms = OWED_GAP_MIN_MS;
+    return c->told_want <= c->grant ||
+           (c->owed > 0 && now >= c->last_refresh_ns + ms_ns(owed_gap_ms));
 }
 
 static void on_signal(int signal_number)
@@ -407,7 +402,7 @@ static int run_loop(struct agent *agent)
         int64_t now = clock_ns(CLOCK_MONOTONIC);
         for (int i = 0; i < agent->count; i++) {
             struct fleet_compartment *c = &agent->fleet[i];
-            if (now >= c->next_refresh_ns || starved(agent, c, now))
+            if (now >= c->next_refresh_ns || ask_early(agent, c, now))
                 refresh(agent, c, now);
         }
         struct timespec tick = { 0, TICK_MS * 1000000L };

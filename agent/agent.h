@@ -5,7 +5,7 @@
  *   - Redis (lease.lua): every host's lease of every fleet compartment,
  *     and the totals over them; written only by the script, atomically,
  *     one call per host per compartment per refresh, and a few early ones
- *     while shares move (ask_now in agent.c).
+ *     while shares move (ask_early in agent.c).
  *   - The namespace (shim/permits): the live limit, written here through
  *     bh_compartment_set_limit as `bulkhead set` does (raising frees
  *     permits at once, lowering retires them as connections end); and the
