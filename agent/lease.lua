@@ -29,7 +29,7 @@
 -- satisfied hosts' wants, split equally among the others. A satisfied
 -- host's target is its want, any other's the level (rounded down). Each
 -- call re-decides only the caller, so after demand changes the shares
--- reach the exact max-min point within a refresh or two of every host.
+-- reach the max-min point over the hosts' next few refreshes.
 -- The units that rounding leaves go one each to whoever asks first, and
 -- only out of capacity that no other host's target still claims (owed).
 -- Headroom, a little room to grow above want, comes only out of capacity
