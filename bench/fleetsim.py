@@ -17,11 +17,14 @@ Per fleet size:
     move from idle hosts to busy ones, then the Redis CPU (utime + stime of
     redis-server from /proc) and the time per call over STEADY_S seconds;
   - over-grant: the sum over hosts of max(grant, holding), as the hosts
-    hold them, past fleet_limit, after every call (it must stay 0).
+    hold them, past fleet_limit, after every call (it must stay 0);
+  - convergence: random fleets whose every host's demand changes at once,
+    and the refreshes until the shares are max-min (see convergence()).
 """
 
 import heapq
 import os
+import random
 import sys
 import time
 
@@ -42,6 +45,7 @@ RELEASE_S = 0.05      # how long a host's connections over a lowered grant last
 IDLE_S = 2.0
 MOVE_BUDGET_S = 6.0
 STEADY_S = dict(full=5.0, quick=2.0)
+CONVERGENCE_FLEETS = dict(full=60, quick=20)
 
 
 def limit_for(hosts):
@@ -143,6 +147,57 @@ def real_time(redis, redis_pid, hosts, steady_s):
     return move_s, cpu, per_call, (clock.calls - calls0) / wall, clock.worst
 
 
+def max_min(wants, limit):
+    """The exact max-min shares (water-filling, not rounded) of WANTS."""
+    left, out = limit, {}
+    ordered = sorted(wants.items(), key=lambda kv: kv[1])
+    for i, (host, want) in enumerate(ordered):
+        fair = left / (len(ordered) - i)
+        if want > fair:
+            out.update((h, fair) for h, _ in ordered[i:])
+            break
+        out[host] = want
+        left -= want
+    return out
+
+
+def convergence(redis, fleets):
+    """FLEETS random fleets (3 to 30 hosts, random limits and wants, all set
+    at once): how many refreshes until every host holds at least its max-min
+    share rounded down and the whole limit (or all wanted) is in use. Each
+    refresh: every host calls once, in random order, then up to 4 rounds of
+    the agent's early asks (a host down to a lowered grant, a host owed
+    more). A histogram {refreshes: fleets}, None for not within 8; and the
+    worst over-grant after any round of calls."""
+    rng = random.Random(18)
+    histogram, worst = {}, 0
+    for trial in range(fleets):
+        hosts = rng.choice((3, 5, 10, 30))
+        limit = rng.randint(hosts, 4 * hosts)
+        fleet = Fleet(redis, LEASE_LUA, hosts, limit, LEASE_MS, fleet=f"conv{trial}")
+        for h in fleet.names:
+            fleet.want[h] = rng.randint(0, 8)
+        share = max_min(fleet.want, limit)
+        enough = min(limit, sum(fleet.want.values()))
+        took = None
+        for refresh in range(1, 9):
+            order = rng.sample(fleet.names, len(fleet.names))
+            fleet.call_many(order)
+            worst = max(worst, fleet.used - limit)
+            for _ in range(4):
+                early = [h for h in order if fleet.holding[h] > fleet.grant[h] or
+                         (fleet.owed[h] > 0 and fleet.want[h] > fleet.grant[h])]
+                if early:
+                    fleet.call_many(early)
+                    worst = max(worst, fleet.used - limit)
+            if all(fleet.grant[h] >= min(fleet.want[h], int(share[h])) for h in order) and \
+               sum(min(fleet.grant[h], fleet.want[h]) for h in order) >= enough:
+                took = refresh
+                break
+        histogram[took] = histogram.get(took, 0) + 1
+    return histogram, worst
+
+
 def section(bench, quick):
     """Returns (report lines, budget checks as (ok, text))."""
     global LEASE_LUA
@@ -169,6 +224,12 @@ def section(bench, quick):
                      ("live_us_per_call", per_call), ("calls_per_s", rate),
                      ("over_grant", worst)):
             bench.record("fleetsim", f"{hosts} hosts", 0, k, f"{v:.3f}")
+    fleets = CONVERGENCE_FLEETS["quick" if quick else "full"]
+    bench.log(f"fleetsim: {fleets} random fleets, every host's demand changed at once")
+    histogram, worst = convergence(redis, fleets)
+    over = max(over, worst)
+    for took, count in histogram.items():
+        bench.record("fleetsim", "convergence", 0, f"refreshes_{took}", count)
     redis.close()
     lines = [f"fleetsim: simulated hosts against one redis-server, agent/lease.lua with the "
              f"agent's arguments; fleet_limit 2 x hosts, half the hosts busy (want "
@@ -182,6 +243,11 @@ def section(bench, quick):
         move = f"{move_s * 1000:.0f} ms" if move_s is not None else "not moved"
         lines.append(f"  {hosts:>6} {per_call:>8.1f} {cpu:>9.1f}% {rate:>8.0f} {move:>11} "
                      f"{worst:>11}")
+    done = sorted(k for k in histogram if k is not None)
+    lines.append(f"  max-min shares reached, {fleets} random fleets of 3 to 30 hosts with "
+                 f"every host's demand changed at once (refreshes: fleets): " +
+                 ", ".join(f"{k}: {histogram[k]}" for k in done) +
+                 (f", not within 8: {histogram[None]}" if None in histogram else ""))
     big, small = costs[SIZES[-1]], costs[SIZES[0]]
     checks = [(over == 0, f"fleetsim: over-grant {over} over every call at every size "
                           f"(limit 0)"),
@@ -190,6 +256,9 @@ def section(bench, quick):
                f"limit 2.5)"),
               (big <= 2.5 * small, f"fleetsim: at {SIZES[-1]} hosts {big / small:.2f} x "
                f"the cost at {SIZES[0]} ({big:.1f} / {small:.1f} us; limit 2.5)")]
+    checks.append((None not in histogram and max(done) <= 6,
+                   f"fleetsim: every random fleet at its max-min shares within "
+                   f"{max(done) if done else 'inf'} refreshes (limit 6)"))
     for hosts, (move_s, *_rest) in rows.items():
         checks.append((move_s is not None and move_s <= 2 * REFRESH_S + 0.2,
                        f"fleetsim: {hosts} hosts: idle capacity moved to the busy hosts "
