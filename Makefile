@@ -44,8 +44,8 @@ LIBDIR     ?= $(PREFIX)/lib$(if $(MULTIARCH),/$(MULTIARCH))
 MANDIR     ?= $(PREFIX)/share/man
 DOCDIR     ?= $(PREFIX)/share/doc/bulkhead
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
-# Every man page: NAME.SECTION, here or in man/.
-MAN_PAGES := bulkhead.1 $(wildcard man/*.[1-8])
+# Every man page: man/NAME.SECTION.
+MAN_PAGES := $(wildcard man/*.[1-8])
 
 WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS    ?= -O2 -g

@@ -142,8 +142,9 @@ check "libbulkhead: the shim in /usr/lib/$triplet/bulkhead/, libbulkhead(7)" \
     has_files libbulkhead "usr/lib/$triplet/bulkhead/libbulkhead.so" \
     usr/share/man/man7/libbulkhead.7.gz
 check "libbulkhead: Multi-Arch: same" field_is libbulkhead Multi-Arch same
-check "bulkhead: the command, bulkhead(1), rules.ini.example" \
+check "bulkhead: the command, bulkhead(1), bulkhead.ini(5), rules.ini.example" \
     has_files bulkhead usr/bin/bulkhead usr/share/man/man1/bulkhead.1.gz \
+    usr/share/man/man5/bulkhead.ini.5.gz \
     usr/share/doc/bulkhead/examples/rules.ini.example
 check "bulkhead: Multi-Arch: foreign" field_is bulkhead Multi-Arch foreign
 check "bulkhead-agent: the agent, bulkhead-agent(8), rules.ini" \

@@ -573,13 +573,13 @@ EOF
     run "$BULKHEAD" stat -c
     assert_failure 2
     assert_line --index 0 "bulkhead: stat: -c needs a value"
-    run env MANWIDTH=80 MANPAGER=cat man -l "$BH_ROOT/bulkhead.1"
+    run env MANWIDTH=80 MANPAGER=cat man -l "$BH_ROOT/man/bulkhead.1"
     assert_success
     for word in run check explain stat set apply reset BULKHEAD_CONFIG \
         BULKHEAD_LOG BULKHEAD_STRICT EXIT; do
         assert_output --partial "$word"
     done
-    run groff -man -ww -z "$BH_ROOT/bulkhead.1"
+    run groff -man -ww -z "$BH_ROOT/man/bulkhead.1"
     assert_success
     assert_output ""
 }

@@ -9,7 +9,7 @@
 load helpers/common
 
 BULKHEAD="${BULKHEAD_TEST_CLI:-$BH_ROOT/build/bulkhead}"
-MANPAGE="${BULKHEAD_TEST_MAN:-$BH_ROOT/bulkhead.1}"
+MANPAGE="${BULKHEAD_TEST_MAN:-$BH_ROOT/man/bulkhead.1}"
 COMMANDS=(run check explain stat suggest set apply reset key agent)
 
 setup() {
@@ -75,5 +75,18 @@ setup() {
         "regular file of at most 4 MiB" \
         "no process can take a permit between the check and the removal"; do
         assert_output --partial "$fact"
+    done
+}
+
+@test "bulkhead.ini(5): renders without warnings and names every key rules.ini.example sets" {
+    local page="$BH_ROOT/man/bulkhead.ini.5" key
+    run bash -c 'groff -man -Tutf8 -ww "$1" 2>&1 >/dev/null' _ "$page"
+    assert_success
+    assert_output ""
+    run bash -c 'MANWIDTH=200 MANPAGER=cat man -l "$1"' _ "$page"
+    assert_success
+    local text=$output
+    for key in $(sed -n 's/^\([a-z_]*\) *=.*/\1/p' "$BH_ROOT/rules.ini.example" | sort -u); do
+        [[ "$text" == *"$key"* ]] || fail "bulkhead.ini(5) does not name $key"
     done
 }

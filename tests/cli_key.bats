@@ -95,7 +95,7 @@ EOF
     run "$BULKHEAD" key --help
     assert_success
     assert_line --index 0 "usage: bulkhead key [-c rules.ini | -n NAMESPACE]"
-    run env MANWIDTH=80 MANPAGER=cat man -l "$BH_ROOT/bulkhead.1"
+    run env MANWIDTH=80 MANPAGER=cat man -l "$BH_ROOT/man/bulkhead.1"
     assert_success
     assert_line --regexp '^ +bulkhead key \[-c rules\.ini \| -n NAMESPACE\]$'
     assert_output --partial "LIMITS"

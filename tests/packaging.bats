@@ -14,7 +14,7 @@ teardown() { bh_teardown; }
 MULTIARCH=$(cc -print-multiarch)
 
 man_pages() {
-    ls "$BH_ROOT"/bulkhead.1 "$BH_ROOT"/man/*.[1-8]
+    ls "$BH_ROOT"/man/*.[1-8]
 }
 
 # installed ROOT: the files under ROOT, one path a line, sorted.
