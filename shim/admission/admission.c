@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "libc/libc.h"
 #include "libc/proc_stat.h"
+#include "policy/who.h"
 
 static int may_block(int fd)
 {
@@ -437,4 +438,19 @@ void bh_admission_release(const struct bh_admitter *admitter,
     bh_permit_release(admitter->ns, shared, weight);
     if (applicant->claimed)
         unclaim(applicant, &ask);
+}
+
+struct bh_membership bh_membership_of(const struct bh_config *config,
+                                      struct bh_namespace *ns, int i, int shared,
+                                      const struct bh_identity *identity)
+{
+    const struct bh_compartment *compartment = &config->compartments[i];
+    struct bh_membership membership = { -1, 0 };
+    for (int b = 0; b < compartment->bypass_count; b++)
+        membership.bypass |= bh_who_matches(&compartment->bypasses[b], identity);
+    for (int r = 0; r < compartment->reserve_count && membership.reserve < 0; r++)
+        if (bh_who_matches(&compartment->reserves[r].who, identity))
+            membership.reserve = (short)bh_reserve_find(ns, shared,
+                                                        compartment->reserves[r].who.text);
+    return membership;
 }

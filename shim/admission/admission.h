@@ -31,6 +31,21 @@ struct bh_membership {
     short bypass;   /* 1: never limited by it */
 };
 
+struct bh_identity;
+
+/* What `identity` is in config compartment i, registered in the namespace
+ * as `shared`: the first reserve that names it, and whether a bypass does. */
+struct bh_membership bh_membership_of(const struct bh_config *config,
+                                      struct bh_namespace *ns, int i, int shared,
+                                      const struct bh_identity *identity);
+
+/* A fleet compartment starts with no permits on this host: its share is
+ * what `bulkhead agent` leases from Redis, and until then it has none. */
+static inline int bh_starting_limit(const struct bh_compartment *compartment)
+{
+    return compartment->fleet_limit > 0 ? 0 : compartment->limit;
+}
+
 /* Who decides, with what: fixed once the rules are loaded. */
 struct bh_admitter {
     const struct bh_config *config;

@@ -1,0 +1,292 @@
+/* One trapped connect, decided with the shim's own admission
+ * (shim/admission) on behalf of the process that made it.
+ *
+ * The destination is read from the program's memory; a destination no
+ * rule matches (and anything but AF_INET/AF_INET6) is answered CONTINUE
+ * at once, from the main thread. A matched one is the supervisor's to
+ * carry out, in a thread of its own since admission may wait and a
+ * blocking connect blocks: the program's socket is copied here
+ * (pidfd_getfd), permits taken for the process (per_process counts by its
+ * pid, its reserve and bypass worked out from its /proc identity), and
+ * the connect done on the copy with the address as read, so that what
+ * was checked is what connects; its result is the program's. The copy
+ * shares the file description: O_NONBLOCK, SO_SNDTIMEO and the deadlines
+ * set here are the program's own.
+ *
+ * CONTINUE is never the answer for a matched destination. It is for an
+ * unmatched one: a program that rewrites its own sockaddr between our
+ * read and the kernel's could slip past, which a cap (not a sandbox)
+ * accepts; the address is read only while the notification is valid. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <linux/seccomp.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "breaker/breaker.h"
+#include "core/deadline.h"
+#include "core/log.h"
+#include "policy/who.h"
+#include "supervisor/supervisor.h"
+
+struct job {
+    struct sv_state *state;
+    uint64_t id;
+    pid_t tid;
+    int fd;
+    int rule;
+    struct sockaddr_storage to;
+    socklen_t length;
+};
+
+static int respond(int listener, uint64_t id, int64_t value, int error, uint32_t flags)
+{
+    struct seccomp_notif_resp response = { .id = id, .val = value, .error = error,
+                                           .flags = flags };
+    return ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+}
+
+void sv_continue(int listener, uint64_t id)
+{
+    respond(listener, id, 0, 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE);
+}
+
+/* Still waiting in that very system call: what we read was its. */
+static int still_valid(int listener, uint64_t id)
+{
+    return ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
+}
+
+static int read_address(pid_t tid, uint64_t at, struct sockaddr_storage *to,
+                        socklen_t length)
+{
+    struct iovec here = { to, length };
+    struct iovec there = { (void *)(uintptr_t)at, length };
+    return process_vm_readv(tid, &here, 1, &there, 1, 0) == (ssize_t)length ? 0 : -1;
+}
+
+/* A /proc file of pid, whole (NUL-terminated, up to size - 1 bytes). */
+static ssize_t read_proc(pid_t pid, const char *what, char *text, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, what);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t length = read(fd, text, size - 1);
+    close(fd);
+    if (length >= 0)
+        text[length] = '\0';
+    return length;
+}
+
+/* A number after "Key:" in /proc/pid/status (the nth, from 0); -1. */
+static long status_field(pid_t pid, const char *key, int nth)
+{
+    char text[4096];
+    if (read_proc(pid, "status", text, sizeof text) < 0)
+        return -1;
+    const char *at = strstr(text, key);
+    if (!at)
+        return -1;
+    char *end = (char *)at + strlen(key);
+    long value = -1;
+    for (int i = 0; i <= nth; i++)
+        value = strtol(end, &end, 10);
+    return value;
+}
+
+/* ---- who the process is, for reserves and bypasses ---- */
+
+struct identity_text {
+    char cmdline[4096], exe[4096], environ[65536];
+    char *env[512];
+};
+
+/* program= from argv[0] and the executed file, user= from the effective
+ * uid, env= from the environment the process started with. */
+static void identity_of(pid_t pid, struct identity_text *text, struct bh_identity *identity)
+{
+    memset(identity, 0, sizeof *identity);
+    if (read_proc(pid, "cmdline", text->cmdline, sizeof text->cmdline) > 0)
+        identity->program = basename(text->cmdline);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    ssize_t length = readlink(path, text->exe, sizeof text->exe - 1);
+    if (length > 0) {
+        text->exe[length] = '\0';
+        identity->executed = basename(text->exe);
+    }
+    identity->uid = (uid_t)status_field(pid, "Uid:", 1);
+    ssize_t size = read_proc(pid, "environ", text->environ, sizeof text->environ);
+    int count = 0;
+    for (char *at = text->environ; size > 0 && at < text->environ + size &&
+         count < (int)(sizeof text->env / sizeof text->env[0]) - 1; at += strlen(at) + 1)
+        text->env[count++] = at;
+    text->env[count] = NULL;
+    identity->env = text->env;
+}
+
+/* The process's membership in the rule's compartment; the others are
+ * never read for this connect. */
+static void membership_for(struct sv_state *state, pid_t pid, int local,
+                           struct bh_membership *membership)
+{
+    const struct bh_compartment *compartment = &state->config.compartments[local];
+    membership[local] = (struct bh_membership) { -1, 0 };
+    if (!compartment->reserve_count && !compartment->bypass_count)
+        return;
+    struct identity_text *text = malloc(sizeof *text);
+    if (!text)
+        return;
+    struct bh_identity identity;
+    identity_of(pid, text, &identity);
+    membership[local] = bh_membership_of(&state->config, &state->ns,
+                                         local, state->shared_index[local], &identity);
+    free(text);
+}
+
+/* ---- the connect itself ---- */
+
+static int downstream_failure(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
+           err == ENETUNREACH || err == ECONNRESET;
+}
+
+/* What the breaker learns from a connect whose result is known now; a
+ * connect still under way tells it nothing (a probe's slot goes back). */
+static void tell_breaker(struct sv_state *state, int shared, int local, int64_t probe,
+                         int rc, int err)
+{
+    const struct bh_compartment *compartment = &state->config.compartments[local];
+    struct bh_breaker_config config = { compartment->breaker_failures,
+                                        compartment->breaker_open_ms,
+                                        compartment->breaker_open_max_ms };
+    if (rc == 0 && (probe || bh_breaker_wants(&state->ns, shared, 0)))
+        bh_breaker_success(&state->ns, shared, probe);
+    else if (rc < 0 && downstream_failure(err))
+        bh_breaker_failure(&state->ns, shared, &config, probe, 0);
+    else if (probe)
+        bh_breaker_abandon(&state->ns, shared, probe);
+}
+
+/* Admitted: count the socket, connect, and give the permits back at once
+ * if it failed outright. Returns the connect's result for the program. */
+static int connect_counted(struct job *job, int sock, uint64_t inode, int shared,
+                           const struct bh_admitted *admitted, struct sv_process *process,
+                           int *err)
+{
+    struct sv_state *state = job->state;
+    int local = state->config.rules[job->rule].compartment;
+    bh_deadline_before_connect(sock, &state->config.compartments[local]);
+    sv_socket_count(inode, shared, admitted->ask.weight, process);
+    int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
+    *err = rc < 0 ? errno : 0;
+    tell_breaker(state, shared, local, admitted->probe, rc, *err);
+    if (rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY)
+        sv_socket_release(state, inode);
+    return rc;
+}
+
+/* Admission for the process, then the connect; the answer to send. */
+static void admit_and_connect(struct job *job, pid_t pid, int sock, uint64_t inode)
+{
+    struct sv_state *state = job->state;
+    int listener = state->listener;
+    const struct bh_rule *rule = &state->config.rules[job->rule];
+    struct sv_process *process = sv_process_get(pid);
+    if (!process) {
+        sv_continue(listener, job->id);  /* out of memory: uncounted, as today */
+        return;
+    }
+    static _Thread_local struct bh_membership membership[BH_MAX_COMPARTMENTS];
+    membership_for(state, pid, rule->compartment, membership);
+    char name[64] = "";
+    if (read_proc(pid, "comm", name, sizeof name) > 0)
+        name[strcspn(name, "\n")] = '\0';
+    struct bh_applicant applicant = { pid, name, membership, process->claimed };
+    struct bh_admitted admitted;
+    int shared = bh_admit(&state->admitter, &applicant, sock, rule,
+                          (struct sockaddr *)&job->to, &admitted);
+    int err = errno, rc = -1;
+    if (shared >= 0)
+        rc = connect_counted(job, sock, inode, shared, &admitted, process, &err);
+    sv_process_put(process);
+    if (shared == BH_GATE_PASS)
+        sv_continue(listener, job->id);
+    else if (respond(listener, job->id, rc, rc < 0 ? -err : 0, 0) < 0)
+        atomic_store(&state->rescan, 1);  /* the program is gone: so may its socket be */
+}
+
+static int is_stream(int sock)
+{
+    int type = 0;
+    socklen_t length = sizeof type;
+    return getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &length) == 0 &&
+           type == SOCK_STREAM;
+}
+
+static void handle(struct job *job)
+{
+    int listener = job->state->listener;
+    pid_t pid = (pid_t)status_field(job->tid, "Tgid:", 0);
+    int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+    int sock = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, job->fd, 0) : -1;
+    struct stat info;
+    if (sock < 0 || !still_valid(listener, job->id) || !is_stream(sock) ||
+        fstat(sock, &info) < 0) {
+        sv_continue(listener, job->id);  /* a bad fd: the kernel says EBADF */
+    } else if (sv_socket_counted(info.st_ino)) {
+        /* connect() again on a counted socket: polling its progress */
+        int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
+        respond(listener, job->id, rc, rc < 0 ? -errno : 0, 0);
+    } else {
+        admit_and_connect(job, pid, sock, info.st_ino);
+    }
+    if (sock >= 0)
+        close(sock);
+    if (pidfd >= 0)
+        close(pidfd);
+}
+
+static void *run_job(void *arg)
+{
+    handle(arg);
+    free(arg);
+    return NULL;
+}
+
+void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
+{
+    struct job *job = calloc(1, sizeof *job);
+    socklen_t length = (socklen_t)notif->data.args[2];
+    if (!job || length < sizeof(sa_family_t) || length > sizeof job->to ||
+        read_address(notif->pid, notif->data.args[1], &job->to, length) < 0 ||
+        !still_valid(state->listener, notif->id) ||
+        (job->to.ss_family != AF_INET && job->to.ss_family != AF_INET6) ||
+        (job->rule = bh_rule_index_match(state->rules, (struct sockaddr *)&job->to,
+                                         length)) < 0) {
+        free(job);
+        sv_continue(state->listener, notif->id);
+        return;
+    }
+    *job = (struct job) { state, notif->id, (pid_t)notif->pid, (int)notif->data.args[0],
+                          job->rule, job->to, length };
+    pthread_attr_t attributes;
+    pthread_t thread;
+    pthread_attr_init(&attributes);
+    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attributes, run_job, job) != 0)
+        run_job(job);  /* no thread to spare: on this one */
+    pthread_attr_destroy(&attributes);
+}
