@@ -214,7 +214,8 @@ static void admit_and_connect(struct job *job, pid_t pid, int sock, uint64_t ino
     char name[64] = "";
     if (read_proc(pid, "comm", name, sizeof name) > 0)
         name[strcspn(name, "\n")] = '\0';
-    struct bh_applicant applicant = { pid, name, membership, process->claimed };
+    struct bh_applicant applicant = { pid, name, membership, process->claimed,
+                                      sv_sockets_reap, state };
     struct bh_admitted admitted;
     int shared = bh_admit(&state->admitter, &applicant, sock, rule,
                           (struct sockaddr *)&job->to, &admitted);

@@ -189,12 +189,12 @@ static int dump_family(int netlink, int family, struct open_inodes *open)
     if (sendto(netlink, &ask, sizeof ask, 0, (struct sockaddr *)&kernel,
                sizeof kernel) != (ssize_t)sizeof ask)
         return -1;
-    static char buffer[32768] __attribute__((aligned(8)));  /* the main thread's */
+    long buffer[4096];  /* 32 KB: a few hundred sockets per answer */
     for (;;) {
         ssize_t length = recv(netlink, buffer, sizeof buffer, 0);
         if (length <= 0)
             return -1;
-        int done = take_answer(open, buffer, length);
+        int done = take_answer(open, (const char *)buffer, length);
         if (done)
             return done > 0 ? 0 : -1;
     }
@@ -208,7 +208,7 @@ static int is_open(const struct open_inodes *open, uint64_t inode)
     return 0;
 }
 
-int sv_sockets_scan(struct sv_state *state)
+int sv_sockets_scan(struct sv_state *state, int *released)
 {
     struct open_inodes open = { 0 };
     pthread_mutex_lock(&lock);
@@ -220,6 +220,7 @@ int sv_sockets_scan(struct sv_state *state)
     if (netlink >= 0)
         close(netlink);
     pthread_mutex_lock(&lock);
+    int before_count = counted_count;
     for (int i = 0; ok && i < counted_count;)
         if (counted[i].sequence > before || is_open(&open, counted[i].inode))
             i++;
@@ -227,6 +228,15 @@ int sv_sockets_scan(struct sv_state *state)
             release_locked(state, i);  /* entry i is now another one */
     int left = counted_count;
     pthread_mutex_unlock(&lock);
+    if (released)
+        *released = before_count - left;
     free(open.list);
     return ok ? left : -1;
+}
+
+int sv_sockets_reap(void *state)
+{
+    int released = 0;
+    sv_sockets_scan(state, &released);
+    return released;
 }

@@ -222,7 +222,7 @@ static void scan_if_due(struct sv_state *state, struct tree *tree)
     int64_t now = now_ms();
     if (!tree->scan_at || now < tree->scan_at)
         return;
-    int left = sv_sockets_scan(state);
+    int left = sv_sockets_scan(state, NULL);
     if (tree->scans_soon > 0 && --tree->scans_soon > 0)
         tree->scan_at = now + SCAN_SOON_MS * (tree->scans_soon == 2 ? 10 : 100);
     else

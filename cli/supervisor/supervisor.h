@@ -66,9 +66,12 @@ int sv_socket_counted(uint64_t inode);
 /* Gives back, once, the permits of the counted socket with this inode. */
 void sv_socket_release(struct sv_state *state, uint64_t inode);
 /* Asks the kernel which counted sockets are still open anywhere; gives
- * back those that are not. How many counted remain; -1 when the kernel
- * could not be asked (nothing is given back then). */
-int sv_sockets_scan(struct sv_state *state);
+ * back those that are not (how many in *released, if not NULL). How many
+ * counted remain; -1 when the kernel could not be asked (nothing is given
+ * back then). Any thread. */
+int sv_sockets_scan(struct sv_state *state, int *released);
+/* The same for admission (bh_applicant.reap): how many came back. */
+int sv_sockets_reap(void *state);
 int sv_sockets_live(void);
 
 /* ---- connects.c ---- */

@@ -278,6 +278,15 @@ static int never_enough(struct bh_namespace *ns, const struct bh_compartment *co
     return 1;
 }
 
+static int reap(const struct asking *asking, int index)
+{
+    const struct bh_applicant *applicant = asking->applicant;
+    int reaped = bh_socket_reap(ns_of(asking), index);
+    if (applicant->reap)
+        reaped += applicant->reap(applicant->reap_ctx);
+    return reaped;
+}
+
 /* Permits, now or after a wait; BH_ACQUIRED or why not. */
 static enum bh_acquire_result take_permit(const struct asking *asking,
                                           const struct bh_compartment *compartment,
@@ -287,8 +296,9 @@ static enum bh_acquire_result take_permit(const struct asking *asking,
     struct bh_namespace *ns = ns_of(asking);
     enum bh_acquire_result result = bh_permit_try(ns, ask);
     /* Full: a shared socket every holder of which died holds permits
-     * until someone asks the kernel (socket_records.c). */
-    if (result == BH_REJECTED && bh_socket_reap(ns, ask->index) > 0)
+     * until someone asks the kernel (socket_records.c), and so may the
+     * caller's own counted sockets. */
+    if (result == BH_REJECTED && reap(asking, ask->index) > 0)
         result = bh_permit_try(ns, ask);
     if (result != BH_REJECTED)
         return result;

@@ -64,6 +64,12 @@ struct bh_applicant {
      * caller (taken here, given back by the caller's release); NULL: the
      * calling process's own (bh_permit_claim) */
     _Atomic uint32_t *claimed;
+    /* When the compartment is full: gives back the permits of counted
+     * sockets the kernel says are gone (besides the namespace's shared
+     * records, which are always looked at); how many came back. NULL:
+     * none to look at. Rare path only. */
+    int (*reap)(void *ctx);
+    void *reap_ctx;
 };
 
 /* What an admitted connect holds: its permits, and the probe slot's

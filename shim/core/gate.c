@@ -61,7 +61,7 @@ static const struct bh_admitter shim_admitter = {
     &bh_shim.config, &bh_shim.ns, bh_shim.shared_index,
 };
 static const struct bh_applicant shim_applicant = {
-    0, NULL, bh_shim.membership, NULL,
+    0, NULL, bh_shim.membership, NULL, NULL, NULL,
 };
 
 static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
