@@ -10,6 +10,7 @@
  *     SCM_RIGHTS, closes both of its own fds and exits; the parent holds
  *     every socket it received HOLD_MS after the last child exited, then
  *     closes them. The connection outlives the process that made it.
+ *     "held N" is printed once every child exited and N sockets arrived.
  * Prints "done" once every child exited (and, with --share, every socket
  * received was closed). Exit: 0, or 2 for a usage or setup error. */
 #include <arpa/inet.h>
@@ -107,6 +108,7 @@ int main(int argc, char **argv)
         setsockopt(channel[0], SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
         while (kept < 256 && (held[kept] = receive(channel[0])) >= 0)
             kept++;
+        printf("held %d\n", kept);
         sleep_ms(hold_ms);
         for (int i = 0; i < kept; i++)
             close(held[i]);
