@@ -198,17 +198,21 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     return rc;
 }
 
-/* Admission for the process, then the connect; the answer to send. */
-static void admit_and_connect(struct job *job, pid_t pid, int sock, uint64_t inode)
+/* What the program's connect returns: CONTINUE (not ours: the kernel
+ * does it), or the result of ours. */
+struct answer {
+    int proceed;
+    int rc, err;
+};
+
+/* Admission for the process, then the connect. */
+static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uint64_t inode)
 {
     struct sv_state *state = job->state;
-    int listener = state->listener;
     const struct bh_rule *rule = &state->config.rules[job->rule];
     struct sv_process *process = sv_process_get(pid);
-    if (!process) {
-        sv_continue(listener, job->id);  /* out of memory: uncounted, as today */
-        return;
-    }
+    if (!process)
+        return (struct answer) { 1, 0, 0 };  /* out of memory: uncounted, as today */
     static _Thread_local struct bh_membership membership[BH_MAX_COMPARTMENTS];
     membership_for(state, pid, rule->compartment, membership);
     char name[64] = "";
@@ -219,14 +223,12 @@ static void admit_and_connect(struct job *job, pid_t pid, int sock, uint64_t ino
     struct bh_admitted admitted;
     int shared = bh_admit(&state->admitter, &applicant, sock, rule,
                           (struct sockaddr *)&job->to, &admitted);
-    int err = errno, rc = -1;
+    struct answer answer = { shared == BH_GATE_PASS, -1, errno };
     if (shared >= 0)
-        rc = connect_counted(job, sock, inode, shared, &admitted, process, &err);
+        answer.rc = connect_counted(job, sock, inode, shared, &admitted, process,
+                                    &answer.err);
     sv_process_put(process);
-    if (shared == BH_GATE_PASS)
-        sv_continue(listener, job->id);
-    else if (respond(listener, job->id, rc, rc < 0 ? -err : 0, 0) < 0)
-        atomic_store(&state->rescan, 1);  /* the program is gone: so may its socket be */
+    return answer;
 }
 
 static int is_stream(int sock)
@@ -237,27 +239,36 @@ static int is_stream(int sock)
            type == SOCK_STREAM;
 }
 
+static struct answer carry_out(struct job *job, pid_t pid, int sock)
+{
+    struct stat info;
+    if (sock < 0 || !still_valid(job->state->listener, job->id) || !is_stream(sock) ||
+        fstat(sock, &info) < 0)
+        return (struct answer) { 1, 0, 0 };  /* a bad fd: the kernel says EBADF */
+    if (!sv_socket_counted(info.st_ino))
+        return admit_and_connect(job, pid, sock, info.st_ino);
+    /* connect() again on a counted socket: polling its progress */
+    int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
+    return (struct answer) { 0, rc, rc < 0 ? errno : 0 };
+}
+
+/* Our copy of the socket is closed before the answer: once the program
+ * runs on and closes its own, the kernel must see no other reference. */
 static void handle(struct job *job)
 {
     int listener = job->state->listener;
     pid_t pid = (pid_t)status_field(job->tid, "Tgid:", 0);
     int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
     int sock = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, job->fd, 0) : -1;
-    struct stat info;
-    if (sock < 0 || !still_valid(listener, job->id) || !is_stream(sock) ||
-        fstat(sock, &info) < 0) {
-        sv_continue(listener, job->id);  /* a bad fd: the kernel says EBADF */
-    } else if (sv_socket_counted(info.st_ino)) {
-        /* connect() again on a counted socket: polling its progress */
-        int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
-        respond(listener, job->id, rc, rc < 0 ? -errno : 0, 0);
-    } else {
-        admit_and_connect(job, pid, sock, info.st_ino);
-    }
+    struct answer answer = carry_out(job, pid, sock);
     if (sock >= 0)
         close(sock);
     if (pidfd >= 0)
         close(pidfd);
+    if (answer.proceed)
+        sv_continue(listener, job->id);
+    else if (respond(listener, job->id, answer.rc, answer.rc < 0 ? -answer.err : 0, 0) < 0)
+        atomic_store(&job->state->rescan, 1);  /* the program is gone: so may its socket be */
 }
 
 static void *run_job(void *arg)

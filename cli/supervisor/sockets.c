@@ -234,9 +234,13 @@ int sv_sockets_scan(struct sv_state *state, int *released)
     return ok ? left : -1;
 }
 
+/* Nonzero whenever the kernel answered, even if this scan gave nothing
+ * back: another thread's scan may have given back what this one would
+ * have, after the caller found the compartment full and before it got
+ * the lock. Once this scan is done, every socket closed before it began
+ * is given back, whoever did it; the caller tries again. */
 int sv_sockets_reap(void *state)
 {
     int released = 0;
-    sv_sockets_scan(state, &released);
-    return released;
+    return sv_sockets_scan(state, &released) >= 0 ? released + 1 : 0;
 }

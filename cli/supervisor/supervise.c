@@ -35,6 +35,15 @@
 #include "libc/libc.h"
 #include "supervisor/supervisor.h"
 
+/* Linux 6.6: the program woken by an answer runs on the supervisor's CPU
+ * (and the supervisor on the program's), instead of each waiting to be
+ * scheduled elsewhere; ten times faster a round trip on a loaded machine.
+ * Older kernels refuse it, and nothing else changes. */
+#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
+#define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
+#define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
+#endif
+
 enum {
     SCAN_SOON_MS = 2,        /* after a close or an exit: the first look */
     SCAN_BACKSTOP_MS = 1000, /* while any socket is counted */
@@ -315,6 +324,8 @@ int sv_run(const char *rules, char **argv, const char *why)
                   "connections will not be limited", strerror(errno), why);
     else if (why[0])
         cli_error("run: %s: capped through seccomp", why);
+    if (state.listener >= 0)
+        ioctl(state.listener, SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
     close(channel[0]);
     supervise(&state, &tree);
     return exit_like(tree.status);

@@ -70,7 +70,8 @@ void sv_socket_release(struct sv_state *state, uint64_t inode);
  * counted remain; -1 when the kernel could not be asked (nothing is given
  * back then). Any thread. */
 int sv_sockets_scan(struct sv_state *state, int *released);
-/* The same for admission (bh_applicant.reap): how many came back. */
+/* The same for admission (bh_applicant.reap): nonzero when trying again
+ * may succeed. */
 int sv_sockets_reap(void *state);
 int sv_sockets_live(void);
 
