@@ -192,6 +192,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     sv_socket_count(inode, shared, admitted->ask.weight, process);
     int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
     *err = rc < 0 ? errno : 0;
+    sv_socket_connecting(inode, sock, (struct sockaddr *)&job->to);
     tell_breaker(state, shared, local, admitted->probe, rc, *err);
     if (rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY)
         sv_socket_release(state, inode);

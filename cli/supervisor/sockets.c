@@ -2,21 +2,20 @@
  *
  * A socket's permits are given back when no process has it open any
  * more, not at a close(): dup, fork and SCM_RIGHTS share it. The kernel
- * is asked (sock_diag, unprivileged, as `ss` does): a dump of the TCP
- * sockets of our network namespace, in which a socket still open shows
- * its inode and one whose last reference is closed shows none (gone, or
- * an orphan finishing its close). A dump rather than one lookup per
- * socket (shim/permits/socket_records.c does those): a socket still
- * connecting has no peer address to look it up by.
+ * is asked (sock_diag, unprivileged, as `ss` does), socket by socket, with
+ * shim/permits/socket_records.c's lookup by address: the local address
+ * is read from the supervisor's copy once its connect has begun, the
+ * remote one is where it connected. A socket still open shows its inode;
+ * one whose last reference is closed shows none (gone, or an orphan
+ * finishing its close). A lookup is a hash lookup in the kernel; a dump of
+ * every TCP socket walks the whole table, a millisecond on this machine.
  *
- * Shared by the supervisor's threads under one mutex; what is counted
- * here is held by the supervisor's own process (SEM_UNDO): if it dies,
- * the kernel gives everything back. A socket is released once: it leaves
- * the table under the mutex before its permits go back. */
+ * Shared by the supervisor's threads under one mutex, never held across
+ * a lookup; what is counted here is held by the supervisor's own process
+ * (SEM_UNDO): if it dies, the kernel gives everything back. A socket is
+ * released once: it leaves the table under the mutex before its permits
+ * go back. */
 #include <errno.h>
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,6 +27,7 @@
 
 struct counted {
     uint64_t inode;
+    struct bh_sock_id id;  /* family 0 until its connect began */
     uint64_t sequence;  /* when it was counted: a scan judges only sockets
                            counted before its dump began */
     int shared, weight;
@@ -100,8 +100,9 @@ void sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *
         abort();  /* cannot happen short of memory for a few bytes */
     }
     process->counted++;
-    counted[counted_count++] = (struct counted) { inode, ++sequence, shared, weight,
-                                                  process };
+    counted[counted_count++] = (struct counted) { .inode = inode, .sequence = ++sequence,
+                                                  .shared = shared, .weight = weight,
+                                                  .process = process };
     pthread_mutex_unlock(&lock);
 }
 
@@ -113,6 +114,45 @@ int sv_socket_counted(uint64_t inode)
         found = counted[i].inode == inode;
     pthread_mutex_unlock(&lock);
     return found;
+}
+
+/* The id sock_diag finds sock by: its local address (bound once its
+ * connect began), the address it connects to. */
+static int id_of(int sock, const struct sockaddr *to, struct bh_sock_id *id)
+{
+    struct sockaddr_storage local;
+    socklen_t length = sizeof local;
+    memset(id, 0, sizeof *id);
+    if (getsockname(sock, (struct sockaddr *)&local, &length) < 0 ||
+        local.ss_family != to->sa_family)
+        return -1;
+    if (to->sa_family == AF_INET) {
+        const struct sockaddr_in *l = (const void *)&local, *r = (const void *)to;
+        id->local[0] = l->sin_addr.s_addr;
+        id->remote[0] = r->sin_addr.s_addr;
+        id->local_port = l->sin_port;
+        id->remote_port = r->sin_port;
+    } else {
+        const struct sockaddr_in6 *l = (const void *)&local, *r = (const void *)to;
+        memcpy(id->local, &l->sin6_addr, sizeof id->local);
+        memcpy(id->remote, &r->sin6_addr, sizeof id->remote);
+        id->local_port = l->sin6_port;
+        id->remote_port = r->sin6_port;
+    }
+    id->family = to->sa_family;
+    return 0;
+}
+
+void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to)
+{
+    struct bh_sock_id id;
+    if (id_of(sock, to, &id) < 0)
+        return;  /* not looked up: held until run exits (SEM_UNDO) */
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < counted_count; i++)
+        if (counted[i].inode == inode)
+            counted[i].id = id;
+    pthread_mutex_unlock(&lock);
 }
 
 int sv_sockets_live(void)
@@ -147,91 +187,51 @@ void sv_socket_release(struct sv_state *state, uint64_t inode)
 
 /* ---- the kernel's word ---- */
 
-struct open_inodes {
-    uint64_t *list;
-    int count, capacity;
+/* What a scan looks up, copied out so that no lookup holds the lock. */
+struct looked {
+    uint64_t inode, sequence;
+    struct bh_sock_id id;
+    int gone;
 };
 
-/* Adds the inodes of one dump's answer; 1 when the dump is complete,
- * 0 for more to read, -1 on error. */
-static int take_answer(struct open_inodes *open, const char *buffer, ssize_t length)
+static int copy_out(struct looked **list)
 {
-    for (const struct nlmsghdr *header = (const void *)buffer;
-         NLMSG_OK(header, (size_t)length); header = NLMSG_NEXT(header, length)) {
-        if (header->nlmsg_type == NLMSG_DONE)
-            return 1;
-        if (header->nlmsg_type == NLMSG_ERROR)
-            return -1;
-        const struct inet_diag_msg *message = NLMSG_DATA(header);
-        if (!message->idiag_inode)
-            continue;  /* no file holds it: as good as gone */
-        if (open->count == open->capacity &&
-            grow((void **)&open->list, &open->capacity, sizeof *open->list) < 0)
-            return -1;
-        open->list[open->count++] = message->idiag_inode;
-    }
-    return 0;
-}
-
-/* Every TCP socket of one family in our network namespace. */
-static int dump_family(int netlink, int family, struct open_inodes *open)
-{
-    struct {
-        struct nlmsghdr header;
-        struct inet_diag_req_v2 request;
-    } ask = {
-        .header = { .nlmsg_len = sizeof ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-                    .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
-        .request = { .sdiag_family = (uint8_t)family, .sdiag_protocol = IPPROTO_TCP,
-                     .idiag_states = ~0u },
-    };
-    struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-    if (sendto(netlink, &ask, sizeof ask, 0, (struct sockaddr *)&kernel,
-               sizeof kernel) != (ssize_t)sizeof ask)
-        return -1;
-    long buffer[4096];  /* 32 KB: a few hundred sockets per answer */
-    for (;;) {
-        ssize_t length = recv(netlink, buffer, sizeof buffer, 0);
-        if (length <= 0)
-            return -1;
-        int done = take_answer(open, (const char *)buffer, length);
-        if (done)
-            return done > 0 ? 0 : -1;
-    }
-}
-
-static int is_open(const struct open_inodes *open, uint64_t inode)
-{
-    for (int i = 0; i < open->count; i++)
-        if (open->list[i] == inode)
-            return 1;
-    return 0;
+    pthread_mutex_lock(&lock);
+    int count = 0;
+    *list = counted_count ? malloc((size_t)counted_count * sizeof **list) : NULL;
+    for (int i = 0; *list && i < counted_count; i++)
+        if (counted[i].id.family)
+            (*list)[count++] = (struct looked) { counted[i].inode, counted[i].sequence,
+                                                 counted[i].id, 0 };
+    pthread_mutex_unlock(&lock);
+    return count;
 }
 
 int sv_sockets_scan(struct sv_state *state, int *released)
 {
-    struct open_inodes open = { 0 };
+    struct looked *list;
+    int count = copy_out(&list), asked = 1;
+    for (int i = 0; i < count; i++) {
+        int open = bh_sock_diag_open(&list[i].id, list[i].inode);
+        list[i].gone = open == 0;
+        asked &= open >= 0;
+    }
     pthread_mutex_lock(&lock);
-    uint64_t before = sequence;
-    pthread_mutex_unlock(&lock);
-    int netlink = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    int ok = netlink >= 0 && dump_family(netlink, AF_INET, &open) == 0 &&
-             dump_family(netlink, AF_INET6, &open) == 0;
-    if (netlink >= 0)
-        close(netlink);
-    pthread_mutex_lock(&lock);
-    int before_count = counted_count;
-    for (int i = 0; ok && i < counted_count;)
-        if (counted[i].sequence > before || is_open(&open, counted[i].inode))
-            i++;
-        else
-            release_locked(state, i);  /* entry i is now another one */
+    int gone = 0;
+    for (int i = 0; i < count; i++)
+        for (int j = 0; list[i].gone && j < counted_count; j++)
+            if (counted[j].inode == list[i].inode &&
+                counted[j].sequence == list[i].sequence) {
+                release_locked(state, j);  /* once: it leaves the table here */
+                gone++;
+                break;
+            }
     int left = counted_count;
     pthread_mutex_unlock(&lock);
+    free(list);
     if (released)
-        *released = before_count - left;
-    free(open.list);
-    return ok ? left : -1;
+        *released = gone;
+    return asked ? left : -1;
 }
 
 /* Nonzero whenever the kernel answered, even if this scan gave nothing

@@ -17,6 +17,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "admission/admission.h"
@@ -61,6 +62,8 @@ void sv_process_put(struct sv_process *process);
 
 /* The socket with this inode is counted: its permits, for process. */
 void sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process);
+/* Its connect began: the addresses the kernel finds it by (sockets.c). */
+void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to);
 /* Whether a socket is counted. */
 int sv_socket_counted(uint64_t inode);
 /* Gives back, once, the permits of the counted socket with this inode. */
