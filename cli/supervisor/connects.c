@@ -39,6 +39,7 @@
 #include "supervisor/supervisor.h"
 
 struct job {
+    struct job *next;  /* in the queue */
     struct sv_state *state;
     uint64_t id;
     pid_t tid;
@@ -272,11 +273,77 @@ static void handle(struct job *job)
         atomic_store(&job->state->rescan, 1);  /* the program is gone: so may its socket be */
 }
 
-static void *run_job(void *arg)
+/* ---- workers ----
+ *
+ * One thread per matched connect in progress (each may wait for a permit,
+ * and a blocking connect blocks), kept once started: a worker that is done
+ * waits for the next job rather than exiting, so a busy program costs no
+ * thread creation per connect. There are never more workers than connects
+ * that were once in progress at the same time. */
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_ready = PTHREAD_COND_INITIALIZER;
+static struct job *queue_head, *queue_tail;
+static int queued, idle, workers;
+
+static void *worker(void *unused)
 {
-    handle(arg);
-    free(arg);
+    (void)unused;
+    pthread_mutex_lock(&queue_lock);
+    for (;;) {
+        while (!queue_head) {
+            idle++;
+            pthread_cond_wait(&queue_ready, &queue_lock);
+            idle--;
+        }
+        struct job *job = queue_head;
+        queue_head = job->next;
+        if (!queue_head)
+            queue_tail = NULL;
+        queued--;
+        pthread_mutex_unlock(&queue_lock);
+        handle(job);
+        free(job);
+        pthread_mutex_lock(&queue_lock);
+    }
     return NULL;
+}
+
+/* Queued for a worker: an idle one, or a new one when all are busy. */
+static void dispatch(struct job *job)
+{
+    pthread_mutex_lock(&queue_lock);
+    job->next = NULL;
+    if (queue_tail)
+        queue_tail->next = job;
+    else
+        queue_head = job;
+    queue_tail = job;
+    int more = ++queued > idle;
+    pthread_cond_signal(&queue_ready);
+    pthread_mutex_unlock(&queue_lock);
+    if (!more)
+        return;
+    pthread_attr_t attributes;
+    pthread_t thread;
+    pthread_attr_init(&attributes);
+    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+    int started = pthread_create(&thread, &attributes, worker, NULL) == 0;
+    pthread_attr_destroy(&attributes);
+    pthread_mutex_lock(&queue_lock);
+    workers += started;
+    /* No thread to be had and none to wait for: this one does the work. */
+    struct job *mine = !started && workers == 0 ? queue_head : NULL;
+    if (mine) {
+        queue_head = mine->next;
+        if (!queue_head)
+            queue_tail = NULL;
+        queued--;
+    }
+    pthread_mutex_unlock(&queue_lock);
+    if (mine) {
+        handle(mine);
+        free(mine);
+    }
 }
 
 void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
@@ -293,13 +360,7 @@ void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *noti
         sv_continue(state->listener, notif->id);
         return;
     }
-    *job = (struct job) { state, notif->id, (pid_t)notif->pid, (int)notif->data.args[0],
-                          job->rule, job->to, length };
-    pthread_attr_t attributes;
-    pthread_t thread;
-    pthread_attr_init(&attributes);
-    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&thread, &attributes, run_job, job) != 0)
-        run_job(job);  /* no thread to spare: on this one */
-    pthread_attr_destroy(&attributes);
+    *job = (struct job) { NULL, state, notif->id, (pid_t)notif->pid,
+                          (int)notif->data.args[0], job->rule, job->to, length };
+    dispatch(job);
 }
