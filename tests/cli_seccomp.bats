@@ -124,6 +124,17 @@ sv_run() {
     assert_equal "$(server_stat s total)" 6
 }
 
+@test "seccomp: a hostname rule caps a static client that connects to the name's address (the supervisor resolved it; the program never did)" {
+    start_server s -1
+    printf '[global]\nnamespace = %s\n[api]\nlimit = 3\nmatch = localhost:%s\n' \
+        "$NS" "$SERVER_PORT" >"$RULES"
+    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count ok "$T/fork")" 3
+    assert_equal "$(count ECONNREFUSED "$T/fork")" 5
+    assert_equal "$(server_stat s max)" 3
+}
+
 @test "seccomp: busybox wget under bulkhead run is capped" {
     local busybox
     busybox=$(command -v busybox) || fail "no busybox (make deps installs busybox-static)"

@@ -91,19 +91,20 @@ void sv_process_put(struct sv_process *process)
     pthread_mutex_unlock(&lock);
 }
 
-void sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process)
+int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process)
 {
     pthread_mutex_lock(&lock);
     if (counted_count == counted_capacity &&
         grow((void **)&counted, &counted_capacity, sizeof *counted) < 0) {
         pthread_mutex_unlock(&lock);
-        abort();  /* cannot happen short of memory for a few bytes */
+        return -1;
     }
     process->counted++;
     counted[counted_count++] = (struct counted) { .inode = inode, .sequence = ++sequence,
                                                   .shared = shared, .weight = weight,
                                                   .process = process };
     pthread_mutex_unlock(&lock);
+    return 0;
 }
 
 int sv_socket_counted(uint64_t inode)

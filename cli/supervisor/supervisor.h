@@ -60,8 +60,9 @@ struct sv_process {
 struct sv_process *sv_process_get(pid_t pid);
 void sv_process_put(struct sv_process *process);
 
-/* The socket with this inode is counted: its permits, for process. */
-void sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process);
+/* The socket with this inode is counted: its permits, for process. 0, or
+ * -1 out of memory (nothing counted). */
+int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process);
 /* Its connect began: the addresses the kernel finds it by (sockets.c). */
 void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to);
 /* Whether a socket is counted. */

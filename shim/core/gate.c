@@ -10,6 +10,8 @@
  * unknown kind costs a getsockopt. */
 #include "core/gate.h"
 
+#include "admission/admit.h"  /* the decision, inlined here */
+
 #include <errno.h>
 #include <time.h>
 
@@ -67,7 +69,7 @@ static const struct bh_applicant shim_applicant = {
 static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 {
     struct bh_admitted admitted;
-    int shared = bh_admit(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
+    int shared = bh_admit_here(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
     if (shared < 0)
         return shared;
     return attach(fd, &bh_shim.config.compartments[rule->compartment], &admitted.ask,
