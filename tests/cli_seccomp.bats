@@ -161,6 +161,19 @@ sv_run() {
     assert_equal "$(server_stat s total)" 3
 }
 
+@test "seccomp: --seccomp caps dynamic programs whose shim counts nothing (no rules file found): the supervisor does" {
+    start_server s 1000
+    compartment_rules 3
+    sv_run "$T/curls" --seccomp -- "$GOHTTP" spawn 8 env -u BULKHEAD_CONFIG \
+        XDG_CONFIG_HOME="$T/nothing" curl -s -o /dev/null -w '%{http_code}\n' \
+        "http://127.0.0.1:$SERVER_PORT/"
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count 200 "$T/curls")" 3
+    assert_equal "$(server_stat s max)" 3
+    # with no rules the shim caps nothing: the 5 refusals are the supervisor's
+    grep -q 'refused .* for curl\[' "$T/curls.err"
+}
+
 @test "seccomp: SIGKILL of the Go program holding permits gives them all back to the tree" {
     start_server held 30000
     local held=$SERVER_PORT

@@ -255,8 +255,6 @@ static void forget_after_fork(void)
 static void start_once_per_image(void)
 {
     starting_here = 1;
-    if (getenv(BH_SUPERVISED_VARIABLE))
-        bh_libc_mark_for_supervisor();
     bh_log_remember_stderr();
     int active = load_rules() == 0;
     if (active) {
@@ -272,6 +270,11 @@ static void start_once_per_image(void)
                              bh_shim.config.rule_count,
                              bh_shim.config.rule_count == 1 ? "" : "s");
     }
+    /* Under run's seccomp supervisor, what we count is marked so that it
+     * is not counted again; a shim that counts nothing leaves its calls
+     * to the supervisor. */
+    if (active && getenv(BH_SUPERVISED_VARIABLE))
+        bh_libc_mark_for_supervisor();
     unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
     atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
                           memory_order_release);
