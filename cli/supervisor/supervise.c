@@ -74,6 +74,20 @@ static void register_compartments(struct sv_state *state)
         state->shared_index[i] = indexes[i] >= 0 ? indexes[i] : -1;
 }
 
+/* The namespace is out of reach: on_failure decides, as in the shim
+ * (shim.c): open runs unlimited (no supervisor), closed refuses whatever
+ * the rules match. */
+static int unreachable(struct sv_state *state, const char *err)
+{
+    int open = state->config.on_failure_open;
+    cli_error("run: seccomp supervisor: %s; %s", err,
+              open ? "running without limits (on_failure = open)"
+                   : "refusing every connection the rules match (on_failure = closed)");
+    for (int i = 0; i < state->config.compartment_count; i++)
+        state->shared_index[i] = BH_SHARED_UNREACHABLE;
+    return open ? -1 : 0;
+}
+
 /* The rules, their index and the namespace, as the shim would have them. */
 static int prepare(struct sv_state *state, const char *rules)
 {
@@ -87,12 +101,15 @@ static int prepare(struct sv_state *state, const char *rules)
     bh_log_remember_stderr();
     bh_log_configure(level, state->config.log_file);
     state->rules = bh_rule_index_build(&state->config);
-    if (!state->rules || bh_namespace_open(state->config.namespace_name, 1, &state->ns,
-                                           err, sizeof err) < 0) {
-        cli_error("run: seccomp supervisor: %s", state->rules ? err : "out of memory");
+    if (!state->rules) {
+        cli_error("run: seccomp supervisor: out of memory");
         return -1;
     }
-    register_compartments(state);
+    if (bh_namespace_open(state->config.namespace_name, 1, &state->ns, err,
+                          sizeof err) == 0)
+        register_compartments(state);
+    else if (unreachable(state, err) < 0)
+        return -1;
     state->admitter = (struct bh_admitter) { &state->config, &state->ns, state->shared_index };
     for (int i = 0; i < state->config.rule_count; i++)
         state->names += state->config.rules[i].kind == BH_RULE_HOSTNAME;
