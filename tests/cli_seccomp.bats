@@ -191,6 +191,26 @@ sv_run() {
     assert_equal "$(server_stat s total)" 3
 }
 
+@test "seccomp: a program SIGKILLed while its connect waits for a permit leaves none behind" {
+    start_server s -1
+    compartment_rules 1 wait_ms=60000
+    # in one tree: a holder, a waiter; both killed; then a last client,
+    # allowed to wait a minute, which gets in only if the permit came back
+    bg "$T/tree" "$BULKHEAD" run --seccomp -c "$RULES" -- sh -c "
+        '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 1 60000 & echo \$! >'$T/holder.pid'
+        '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 1 0 & echo \$! >'$T/waiter.pid'
+        wait; '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 1 0"
+    local tree=$BG_PID
+    wait_for server_open_is s 1
+    wait_for sem_waiters_is "$NS" 1
+    # the forked children make the connects: the waiter's first
+    kill -KILL $(pgrep -P "$(cat "$T/waiter.pid")") "$(cat "$T/waiter.pid")"
+    kill -KILL $(pgrep -P "$(cat "$T/holder.pid")") "$(cat "$T/holder.pid")"
+    wait_pid "$tree" 30
+    assert_equal "$(count ok "$T/tree")" 2
+    assert_equal "$(server_stat s max)" 1
+}
+
 @test "seccomp: SIGKILL of bulkhead run itself gives every permit back" {
     start_server held 30000
     local held=$SERVER_PORT

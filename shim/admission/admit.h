@@ -108,11 +108,14 @@ static int refuse(const struct asking *asking, int local, int shared, const char
     return BH_GATE_REFUSED;
 }
 
-/* Permits of namespace index the applicant holds (or has claimed). */
-static int held_by_applicant(const struct asking *asking, int index)
+/* Permits the applicant holds already, besides those it asks for now
+ * (its claimed count includes them). */
+static int held_by_applicant(const struct asking *asking, const struct bh_permit_ask *ask)
 {
     _Atomic uint32_t *claimed = asking->applicant->claimed;
-    return claimed ? (int)atomic_load(&claimed[index]) : bh_permit_held(index);
+    if (!claimed)
+        return bh_permit_held(ask->index);
+    return (int)atomic_load(&claimed[ask->index]) - ask->weight;
 }
 
 /* The shortest of the bounds on a wait, and what set it, in words. */
@@ -168,8 +171,9 @@ static void bound_hold_wait(struct wait_bound *bound, const struct bh_compartmen
  * when it may not (0), why, in words for the refusal line. */
 static int wait_allowed_ms(const struct asking *asking,
                            const struct bh_compartment *compartment,
-                           int shared, char *why, size_t whylen)
+                           const struct bh_permit_ask *ask, char *why, size_t whylen)
 {
+    int shared = ask->index;
     /* A fleet compartment at 0 has no share yet: its waiters are how the
      * agent learns this host wants one. */
     if (atomic_load(&ns_of(asking)->state->compartments[shared].limit) == 0 &&
@@ -183,7 +187,7 @@ static int wait_allowed_ms(const struct asking *asking,
     int blocking = bound.ms > 0 ? may_block(asking->fd) : 1;
     if (!blocking)
         bound_nonblocking(&bound, compartment);
-    bound_hold_wait(&bound, compartment, held_by_applicant(asking, shared),
+    bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask),
                     asking->applicant->pid);
     int own_ms = blocking && bound.ms > 0 ? own_timeout_ms(asking->fd) : 0;
     if (own_ms > 0)
@@ -311,7 +315,7 @@ when_full(const struct asking *asking, const struct bh_compartment *compartment,
         return result;
     int wait_ms = 0;
     if (!never_enough(ns, compartment, ask, why, whylen))
-        wait_ms = wait_allowed_ms(asking, compartment, ask->index, why, whylen);
+        wait_ms = wait_allowed_ms(asking, compartment, ask, why, whylen);
     if (wait_ms == 0) {
         bh_permit_count_rejected(ns, ask->index);
         return BH_REJECTED;
