@@ -191,6 +191,27 @@ sv_run() {
     assert_equal "$(server_stat s total)" 3
 }
 
+@test "seccomp: a Go program SIGKILLed holding its one permit, its parent alive and nothing else trapped in its tree: another tree gets it" {
+    start_server held 30000
+    local held=$SERVER_PORT
+    start_server s -1
+    printf '[global]\nnamespace = %s\n[api]\nlimit = 1\nwait_ms = 20000\nmatch = 127.0.0.1:%s\nmatch = 127.0.0.1:%s\n' \
+        "$NS" "$held" "$SERVER_PORT" >"$RULES"
+    mkfifo "$T/end"
+    bg "$T/tree" "$BULKHEAD" run --seccomp -c "$RULES" -- sh -c \
+        "'$GOHTTP' http://127.0.0.1:$held/ 1 0 & echo \$! >'$T/go.pid'; exec cat '$T/end'"
+    local tree=$BG_PID
+    wait_for server_open_is held 1
+    kill -KILL "$(cat "$T/go.pid")"
+    # the supervisor sees the exit (the program is not its child) and gives
+    # the permit back: a blocking connect of another tree gets in long
+    # before its 20 s wait is up
+    sv_run "$T/other" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 1 0
+    assert_equal "$(count ok "$T/other")" 1
+    echo >"$T/end"
+    wait_pid "$tree"
+}
+
 @test "seccomp: a program SIGKILLed while its connect waits for a permit leaves none behind" {
     start_server s -1
     compartment_rules 1 wait_ms=60000

@@ -200,6 +200,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
         *err = rc < 0 ? errno : 0;
         return rc;
     }
+    sv_wake(state);
     int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
     *err = rc < 0 ? errno : 0;
     sv_socket_connecting(inode, sock, (struct sockaddr *)&job->to);
@@ -279,7 +280,10 @@ static void handle(struct job *job)
     if (answer.proceed)
         sv_continue(listener, job->id);
     else if (respond(listener, job->id, answer.rc, answer.rc < 0 ? -answer.err : 0, 0) < 0)
+    {
         atomic_store(&job->state->rescan, 1);  /* the program is gone: so may its socket be */
+        sv_wake(job->state);
+    }
 }
 
 /* ---- workers ----

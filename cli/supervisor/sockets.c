@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "supervisor/supervisor.h"
@@ -40,6 +41,9 @@ static int counted_count, counted_capacity;
 static uint64_t sequence;
 static struct sv_process **processes;
 static int process_count, process_capacity;
+/* Pidfds of processes freed by any thread, for the main thread to close. */
+static int *closing;
+static int closing_count, closing_capacity;
 
 static int grow(void **list, int *capacity, size_t size)
 {
@@ -63,6 +67,7 @@ struct sv_process *sv_process_get(pid_t pid)
                    grow((void **)&processes, &process_capacity, sizeof *processes) == 0) &&
         (found = calloc(1, sizeof *found)) != NULL) {
         found->pid = pid;
+        found->pidfd = -1;
         processes[process_count++] = found;
     }
     if (found)
@@ -81,7 +86,45 @@ static void put_locked(struct sv_process *process)
             processes[i] = processes[--process_count];
             break;
         }
+    if (process->pidfd >= 0 && (closing_count < closing_capacity ||
+                                grow((void **)&closing, &closing_capacity,
+                                     sizeof *closing) == 0))
+        closing[closing_count++] = process->pidfd;
     free(process);
+}
+
+int sv_processes_watch(struct pollfd **fds)
+{
+    pthread_mutex_lock(&lock);
+    for (; closing_count > 0; closing_count--)
+        close(closing[closing_count - 1]);
+    int count = 0;
+    *fds = process_count ? malloc((size_t)process_count * sizeof **fds) : NULL;
+    for (int i = 0; *fds && i < process_count; i++) {
+        struct sv_process *process = processes[i];
+        if (process->pidfd < 0 && !process->exited) {
+            process->pidfd = (int)syscall(SYS_pidfd_open, process->pid, 0);
+            process->exited = process->pidfd < 0;  /* gone already */
+        }
+        if (!process->exited)
+            (*fds)[count++] = (struct pollfd) { process->pidfd, POLLIN, 0 };
+    }
+    pthread_mutex_unlock(&lock);
+    return count;
+}
+
+int sv_processes_exited(const struct pollfd *fds, int count)
+{
+    int exited = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < count; i++)
+        for (int j = 0; fds[i].revents && j < process_count; j++)
+            if (processes[j]->pidfd == fds[i].fd && !processes[j]->exited) {
+                processes[j]->exited = 1;
+                exited++;
+            }
+    pthread_mutex_unlock(&lock);
+    return exited;
 }
 
 void sv_process_put(struct sv_process *process)

@@ -9,9 +9,9 @@
  * closed they would fail with ENOSYS).
  *
  * Counted sockets are checked with the kernel (sockets.c) a few ms after
- * a trapped close while any is counted, after every exit in the tree it
- * is told of (its children and orphans: SIGCHLD), and every second as a
- * backstop. Permits are held by this process with SEM_UNDO: if it is
+ * a trapped close while any is counted, after the exit of any process
+ * with counted sockets (its pidfd) and of its own children and orphans
+ * (SIGCHLD), every second as a backstop, and when a compartment is full. Permits are held by this process with SEM_UNDO: if it is
  * killed, the kernel gives them all back at once; the tree's trapped
  * calls then fail with ENOSYS. */
 #include <errno.h>
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -170,6 +171,12 @@ static int receive_listener(int channel)
 
 /* ---- the parent's loop ---- */
 
+void sv_wake(struct sv_state *state)
+{
+    uint64_t one = 1;
+    (void)!write(state->wake, &one, sizeof one);
+}
+
 struct tree {
     pid_t child;
     int status;         /* the child's, once it exited */
@@ -266,6 +273,31 @@ static int poll_timeout(const struct tree *tree, int names_ms)
     return timeout;
 }
 
+/* poll() on the signals, the listener and the exits of every process with
+ * counted sockets (their pidfds: an exit anywhere in the tree, not only
+ * of our children); an exit means a look at the sockets soon. */
+static int wait_for_events(struct pollfd *watched, int count, struct tree *tree,
+                           int timeout_ms)
+{
+    struct pollfd *exits;
+    int watching = sv_processes_watch(&exits);
+    struct pollfd *all = malloc((size_t)(count + watching) * sizeof *all);
+    if (!all) {
+        free(exits);
+        return poll(watched, (nfds_t)count, timeout_ms) < 0 && errno != EINTR ? -1 : 0;
+    }
+    memcpy(all, watched, (size_t)count * sizeof *all);
+    if (watching)
+        memcpy(all + count, exits, (size_t)watching * sizeof *all);
+    int rc = poll(all, (nfds_t)(count + watching), timeout_ms);
+    memcpy(watched, all, (size_t)count * sizeof *all);
+    if (rc > 0 && sv_processes_exited(all + count, watching) > 0)
+        scan_soon(tree);
+    free(all);
+    free(exits);
+    return rc < 0 && errno != EINTR ? -1 : 0;
+}
+
 static void supervise(struct sv_state *state, struct tree *tree)
 {
     struct seccomp_notif_sizes sizes = { 0 };
@@ -274,17 +306,21 @@ static void supervise(struct sv_state *state, struct tree *tree)
                       ? sizes.seccomp_notif : sizeof(struct seccomp_notif);
     struct seccomp_notif *notif = malloc(size);
     while (notif && !tree_gone(tree)) {
-        struct pollfd watched[2] = { { tree->signals, POLLIN, 0 },
+        struct pollfd watched[3] = { { tree->signals, POLLIN, 0 },
+                                     { state->wake, POLLIN, 0 },
                                      { state->listener, POLLIN, 0 } };
         int names_ms = sv_names_refresh(state, NAMES_EVERY_MS);
         if (sv_sockets_live() > 0 && !tree->scan_at)
             tree->scan_at = now_ms() + SCAN_BACKSTOP_MS;
-        if (poll(watched, state->listener >= 0 ? 2 : 1, poll_timeout(tree, names_ms)) < 0 &&
-            errno != EINTR)
+        if (wait_for_events(watched, state->listener >= 0 ? 3 : 2, tree,
+                            poll_timeout(tree, names_ms)) < 0)
             break;
         if (watched[0].revents)
             take_signals(tree);
-        if (watched[1].revents & POLLIN)
+        uint64_t woken;
+        if (watched[1].revents)
+            (void)!read(state->wake, &woken, sizeof woken);
+        if (watched[2].revents & POLLIN)
             take_notification(state, tree, notif, size);
         scan_if_due(state, tree);
     }
@@ -325,7 +361,8 @@ int sv_run(const char *rules, char **argv, const char *why)
     if (!sv_filter_supported() || prepare(&state, rules) < 0)
         return -1;
     struct tree tree = { .signals = block_signals(&old) };
-    if (tree.signals < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 ||
+    state.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (tree.signals < 0 || state.wake < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) < 0 ||
         (tree.child = fork()) < 0) {
         cli_error("run: seccomp supervisor: %s", strerror(errno));

@@ -15,6 +15,7 @@
 #ifndef BH_SUPERVISOR_H
 #define BH_SUPERVISOR_H
 
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -44,7 +45,13 @@ struct sv_state {
     int listener;
     int names;            /* hostname rules to resolve */
     _Atomic int rescan;   /* a counted socket may be gone: scan soon */
+    int wake;             /* eventfd: a worker tells the main thread that
+                             what it polls for has changed */
 };
+
+/* From a worker: a socket was counted (its process's exit is now worth
+ * watching, and the backstop's timer running), or may be gone (rescan). */
+void sv_wake(struct sv_state *state);
 
 /* ---- sockets.c ---- */
 
@@ -52,6 +59,8 @@ struct sv_state {
 struct sv_process {
     pid_t pid;
     int counted;          /* sockets counted for it */
+    int pidfd;            /* its exit, watched by the main thread; -1 not yet */
+    int exited;
     _Atomic uint32_t claimed[BH_MAX_COMPARTMENTS];
 };
 
@@ -59,6 +68,13 @@ struct sv_process {
  * counted (sv_process_put). NULL: out of memory. */
 struct sv_process *sv_process_get(pid_t pid);
 void sv_process_put(struct sv_process *process);
+
+/* Main thread: the pidfds of the processes with counted sockets that have
+ * not exited, to poll (malloc'd, in *fds; how many). Pidfds are opened
+ * and closed here only, so none is closed while polled. */
+int sv_processes_watch(struct pollfd **fds);
+/* Main thread: those of fds that fired have exited; how many. */
+int sv_processes_exited(const struct pollfd *fds, int count);
 
 /* The socket with this inode is counted: its permits, for process. 0, or
  * -1 out of memory (nothing counted). */
