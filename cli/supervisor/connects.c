@@ -190,7 +190,8 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     struct sv_state *state = job->state;
     int local = state->config.rules[job->rule].compartment;
     bh_deadline_before_connect(sock, &state->config.compartments[local]);
-    if (sv_socket_count(inode, shared, admitted->ask.weight, process) < 0) {
+    int counted = sv_socket_count(inode, shared, admitted->ask.weight, process);
+    if (counted < 0) {
         /* out of memory: it goes uncounted rather than held for good */
         struct bh_applicant applicant = { .pid = process->pid, .claimed = process->claimed };
         bh_admission_release(&state->admitter, &applicant, shared, admitted->ask.weight);
@@ -200,7 +201,8 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
         *err = rc < 0 ? errno : 0;
         return rc;
     }
-    sv_wake(state);
+    if (counted)
+        sv_wake(state);
     int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
     *err = rc < 0 ? errno : 0;
     sv_socket_connecting(inode, sock, (struct sockaddr *)&job->to);

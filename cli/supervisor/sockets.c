@@ -146,8 +146,11 @@ int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *p
     counted[counted_count++] = (struct counted) { .inode = inode, .sequence = ++sequence,
                                                   .shared = shared, .weight = weight,
                                                   .process = process };
+    /* news for the main thread: a process to watch, or a first socket
+     * (the backstop's timer starts) */
+    int news = (process->pidfd < 0 && !process->exited) || counted_count == 1;
     pthread_mutex_unlock(&lock);
-    return 0;
+    return news;
 }
 
 int sv_socket_counted(uint64_t inode)
