@@ -4,8 +4,8 @@
  * The destination is read from the program's memory; a destination no
  * rule matches (and anything but AF_INET/AF_INET6) is answered CONTINUE
  * at once, from the main thread. A matched one is the supervisor's to
- * carry out, in a thread of its own since admission may wait and a
- * blocking connect blocks: the program's socket is copied here
+ * carry out, by a worker thread (admission may wait, and a blocking
+ * connect blocks): the program's socket is copied here
  * (pidfd_getfd), permits taken for the process (per_process counts by its
  * pid, its reserve and bypass worked out from its /proc identity), and
  * the connect done on the copy with the address as read, so that what
@@ -13,10 +13,13 @@
  * shares the file description: O_NONBLOCK, SO_SNDTIMEO and the deadlines
  * set here are the program's own.
  *
- * CONTINUE is never the answer for a matched destination. It is for an
- * unmatched one: a program that rewrites its own sockaddr between our
- * read and the kernel's could slip past, which a cap (not a sandbox)
- * accepts; the address is read only while the notification is valid. */
+ * CONTINUE is never the answer for a connect that counts. It is for an
+ * unmatched destination, for one the admission lets pass uncounted (a
+ * bypass, a removed namespace), and for a socket that cannot be copied
+ * (a bad fd: the kernel answers EBADF) or recorded (out of memory): a
+ * program that rewrites its own sockaddr between our read and the
+ * kernel's could slip past then, which a cap (not a sandbox) accepts;
+ * the address is read only while the notification is valid. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
