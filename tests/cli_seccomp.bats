@@ -18,6 +18,9 @@ setup() {
     FORK_SHARE="$BH_ROOT/build/tests/fork_share"
     build_if_stale "$GOHTTP" "$BH_ROOT/tests/clients/go/gohttp.go" go_build
     build_if_stale "$FORK_SHARE" "$BH_ROOT/tests/clients/static/fork_share.c" static_build
+    CLOSE_CONNECTING="$BH_ROOT/build/tests/close_connecting"
+    build_if_stale "$CLOSE_CONNECTING" "$BH_ROOT/tests/clients/static/close_connecting.c" \
+        static_build
 }
 teardown() { bh_teardown; }
 
@@ -37,7 +40,7 @@ go_build() {
 }
 
 static_build() {
-    gcc -static -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$2" "$1"
+    gcc -static -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$2" "$1" -lpthread
 }
 
 # count WORD FILE: lines of FILE that are exactly WORD.
@@ -133,6 +136,23 @@ sv_run() {
     assert_equal "$(count ok "$T/fork")" 3
     assert_equal "$(count ECONNREFUSED "$T/fork")" 5
     assert_equal "$(server_stat s max)" 3
+}
+
+@test "seccomp: a counted socket closed by another thread while it connects is given back once; connect_timeout_ms reaches the program's socket" {
+    py_server hole "$BLACKHOLE" --lifetime 60
+    local hole=$SERVER_PORT
+    start_server s 1000
+    printf '[global]\nnamespace = %s\n[api]\nlimit = 1\nconnect_timeout_ms = 1000\nmatch = 127.0.0.1:%s\nmatch = 127.0.0.1:%s\n' \
+        "$NS" "$hole" "$SERVER_PORT" >"$RULES"
+    # one tree: given back twice, the limit would be 2 for what follows
+    sv_run "$T/out" --seccomp -- sh -c "'$CLOSE_CONNECTING' $hole;
+        '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 2 300"
+    assert_equal "$SV_STATUS" 0
+    grep -qx 'close=0' "$T/out"
+    grep -qx 'connect=ETIMEDOUT' "$T/out"
+    assert_equal "$(count ok "$T/out")" 1
+    assert_equal "$(count ECONNREFUSED "$T/out")" 1
+    assert_equal "$(server_stat s max)" 1
 }
 
 @test "seccomp: busybox wget under bulkhead run is capped" {
