@@ -5,7 +5,7 @@
  * The unmatched path must cost next to nothing: it is a family test, the
  * rule index's port bitmap and, at most, a few hash lookups; no syscall.
  * A matched connect on a socket made through our socket() hook costs what
- * admission.c says, a clock read for the connection's start and, with
+ * admission/admit.h says, a clock read for the connection's start and, with
  * connect_timeout_ms, one setsockopt (core/deadline.c). A socket of
  * unknown kind costs a getsockopt. */
 #include "core/gate.h"
