@@ -57,12 +57,15 @@ BH_CFLAGS := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Ishim
 INIH    := -l:libinih.a
 SHIM_LDFLAGS := -shared -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now
 
-# Code shared by the shim and the command: config, rules, permits, breaker.
+# Code shared by the shim and the command: config, rules, permits, breaker,
+# admission, the log and deadlines (the command's seccomp supervisor admits
+# connects of the programs it runs as the shim does).
 CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/*.c \
-                       shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c)
-# The shim proper: start-up, log, real-symbol table, fd tracking, hooks.
-SHIM_SRC := $(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c)
-CLI_SRC  := $(wildcard cli/*.c)
+                       shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c \
+                       shim/admission/*.c) shim/core/log.c shim/core/deadline.c
+# The shim proper: start-up, real-symbol table, fd tracking, hooks.
+SHIM_SRC := $(filter-out $(CORE_SRC),$(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c))
+CLI_SRC  := $(wildcard cli/*.c cli/supervisor/*.c)
 # The fleet agent: a program of its own, the only one linking hiredis and
 # libmicrohttpd; it shares the stat renderer and the password file rule
 # with the command.
@@ -100,6 +103,7 @@ $(BUILD)/obj/%.o: %.c
 $(SHIM): $(CORE_OBJ) $(SHIM_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) $(SHIM_LDFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
 
+$(CLI_OBJ): BH_CFLAGS += -Icli
 $(CLI): $(CORE_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(INIH) -lpthread -lm
 

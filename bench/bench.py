@@ -1301,10 +1301,57 @@ def cost_checks(ir_op, sc_op):
     return checks
 
 
+SECCOMP_N = dict(full=(5000, 11), quick=(1000, 3))  # connect+close per run, rounds
+
+
+def seccomp_section(tmp, base, sink, cfg_m, cfg_u, quick):
+    """A connect+close the seccomp supervisor of `bulkhead run` traps, beside
+    the shim's and no cap at all. The static client makes the same calls as
+    bench_client (it is bench_client, linked with -static): its connect and
+    close reach the supervisor; the dynamic one under --seccomp carries the
+    shim, which marks its calls, so the filter lets them through in the
+    kernel. Client and supervisor share the client's CPU."""
+    n, rounds = SECCOMP_N["quick" if quick else "full"]
+    static_client = os.path.join(os.path.dirname(CLIENT), "bench_client_static")
+    bulkhead = os.path.join(BUILD, "bulkhead")
+    def under_run(cfg, client, *flags):
+        return [bulkhead, "run", "-c", cfg, *flags, "--", client]
+    variants = [
+        ("bare", [CLIENT], None),
+        ("shim", [CLIENT], cfg_m),
+        ("shim under --seccomp", under_run(cfg_m, CLIENT, "--seccomp"), None),
+        ("trapped, unmatched", under_run(cfg_u, static_client), None),
+        ("trapped, matched", under_run(cfg_m, static_client), None),
+    ]
+    values = {label: [] for label, _, _ in variants}
+    for r in range(-1, rounds):  # round -1 warms up, untimed
+        for label, cmd, cfg in variants:
+            out = run(cmd + ["connect_close", "127.0.0.1", str(sink),
+                             str(n if r >= 0 else max(200, n // 4))],
+                      env_for(cfg), cpus=CLIENT_CPU)
+            if r >= 0:
+                v = float(kv(out)["ns_per_op"]) / 1000.0
+                values[label].append(v)
+                record("seccomp", label, r, "us_per_op", f"{v:.3f}")
+    bare = median(values["bare"])
+    lines = [f"connect+close to loopback, {rounds} rounds x {n}, median us per "
+             f"operation (and over bare)"]
+    for label, _, _ in variants:
+        m = median(values[label])
+        lines.append(f"  {label:<24} {m:8.2f} us  {m - bare:+8.2f}")
+    checks = [(median(values["trapped, unmatched"]) < median(values["trapped, matched"]),
+               "an unmatched trapped connect (CONTINUE at once) costs less than a "
+               "matched one (admission, the connect done by the supervisor)")]
+    return lines, checks
+
+
 def only_section(name, cfgp, *, hold, ctl, tmp, base, watch, cfg_w, dd_seconds,
-                 fl_seconds, cost_cases, sink):
+                 fl_seconds, cost_cases, sink, cfg_m, cfg_u):
     """`--only NAME`: that section alone. Returns (report lines, budget
     checks)."""
+    if name == "seccomp":
+        log("connect+close trapped by bulkhead run's seccomp supervisor")
+        return seccomp_section(tmp, base, sink, cfg_m, cfg_u, cfgp is QUICK)
     if name == "fleet":
         log(f"the fleet: 3 hosts, fleet_limit {FLEET_LIMIT}")
         return fleet_section(tmp, base, fl_seconds)
@@ -1353,7 +1400,7 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="fewer rounds and iterations (a smoke test, not numbers)")
     ap.add_argument("--only", choices=("handoff", "deadlines", "cost", "fleet", "fleetsim",
-                                       "adaptive"),
+                                       "adaptive", "seccomp"),
                     help="run one section alone (its table and budget lines)")
     args = ap.parse_args()
     cfgp = QUICK if args.quick else FULL
@@ -1447,7 +1494,8 @@ def main():
             lines, checks = only_section(args.only, cfgp, hold=hold, ctl=ctl, tmp=tmp,
                                          base=base, watch=watch, cfg_w=cfg_w,
                                          dd_seconds=dd_seconds, fl_seconds=fl_seconds,
-                                         cost_cases=cost_cases, sink=sink)
+                                         cost_cases=cost_cases, sink=sink,
+                                         cfg_m=cfg_m, cfg_u=cfg_u)
             print()
             for line in lines:
                 print(line)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh: the bulkhead benchmark (`make bench` runs it after `make all`).
 #
-#   bench/run.sh [--quick] [--only handoff|deadlines|cost|fleet|fleetsim|adaptive]
+#   bench/run.sh [--quick] [--only handoff|deadlines|cost|fleet|fleetsim|adaptive|seccomp]
 #
 # Builds the bench's own programs into build/bench/, then runs bench/bench.py,
 # which prints the table and the budget lines and writes the raw numbers to
@@ -73,6 +73,8 @@ done
 mkdir -p "$OUT"
 rm -rf "$RUN"
 $CC $CFLAGS_BENCH -Ishim -o "$OUT/bench_client" bench/bench_client.c -lpthread
+# The same client with no dynamic loader: what the seccomp supervisor traps.
+$CC $CFLAGS_BENCH -Ishim -static -o "$OUT/bench_client_static" bench/bench_client.c -lpthread
 $CC $CFLAGS_BENCH -o "$OUT/bench_server" bench/bench_server.c -lpthread
 
 # In the background and waited for, so that a signal to this script runs the

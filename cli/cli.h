@@ -129,8 +129,11 @@ int cli_target_open(const struct cli_target *target, struct bh_namespace *ns,
 
 /* When CMD, found as execvp finds it, cannot be interposed by the shim
  * (statically linked, a Go program, set-ID, or a script for such an
- * interpreter): says why in text (no newline) and returns 1; else 0. */
-int cli_interpose_warning(const char *command, char *text, size_t textlen);
+ * interpreter): says why in text (no newline) and returns 1; else 0.
+ * raw_calls: 1 when the reason is that it makes its own system calls
+ * (static, Go), which the seccomp supervisor can cap. */
+int cli_interpose_warning(const char *command, char *text, size_t textlen,
+                          int *raw_calls);
 
 /* Every process holding permits in a namespace, by compartment then pid;
  * as many as there are. */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "supervisor/supervisor.h"
 
 #define SHIM_NAME "libbulkhead.so"
 
@@ -134,22 +135,40 @@ static int prepare_environment(const char *rules, int strict)
     return 0;
 }
 
+enum seccomp_mode { SECCOMP_AUTO, SECCOMP_ALWAYS, SECCOMP_NEVER };
+
+/* The seccomp supervisor when asked, or when the shim cannot reach CMD
+ * because it makes its own system calls; CMD's exit status, or -1 to go
+ * on without it (not asked, or it could not start: said). */
+static int supervised(enum seccomp_mode mode, const char *rules, char **command,
+                      int unreachable, int raw_calls, const char *warning)
+{
+    if (mode == SECCOMP_NEVER || (mode == SECCOMP_AUTO && !raw_calls))
+        return -1;
+    return sv_run(rules, command, unreachable ? warning : "");
+}
+
 static int run(int argc, char **argv)
 {
     static const struct option options[] = {
         { "config", required_argument, NULL, 'c' },
         { "strict", no_argument, NULL, 's' },
+        { "seccomp", no_argument, NULL, 'S' },
+        { "no-seccomp", no_argument, NULL, 'N' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     const char *given_rules = NULL;
     int strict = 0, option;
+    enum seccomp_mode mode = SECCOMP_AUTO;
     opterr = 0;
     while ((option = getopt_long(argc, argv, "+:c:h", options, NULL)) != -1) {
         if (option == 'c')
             given_rules = optarg;
         else if (option == 's')
             strict = 1;
+        else if (option == 'S' || option == 'N')
+            mode = option == 'S' ? SECCOMP_ALWAYS : SECCOMP_NEVER;
         else
             return cli_option_problem(&cli_run_command, option, argv);
     }
@@ -160,9 +179,15 @@ static int run(int argc, char **argv)
         return CLI_USAGE;
     if (prepare_environment(rules, strict) < 0)
         return CLI_FAILED;
-    /* Only a warning: the program may still be worth running, unlimited. */
     char warning[3 * PATH_MAX];
-    if (cli_interpose_warning(argv[optind], warning, sizeof warning))
+    int raw_calls = 0;
+    int unreachable = cli_interpose_warning(argv[optind], warning, sizeof warning,
+                                            &raw_calls);
+    int status = supervised(mode, rules, argv + optind, unreachable, raw_calls, warning);
+    if (status >= 0)
+        return status;
+    /* Only a warning: the program may still be worth running, unlimited. */
+    if (unreachable)
         cli_error("run: warning: %s; its connections will not be limited",
                   warning);
     execvp(argv[optind], argv + optind);
@@ -172,7 +197,7 @@ static int run(int argc, char **argv)
 
 const struct cli_command cli_run_command = {
     .name = "run",
-    .synopsis = "bulkhead run [-c rules.ini] [--strict] -- CMD [ARGS...]",
+    .synopsis = "bulkhead run [-c rules.ini] [--strict] [--seccomp|--no-seccomp] -- CMD [ARGS...]",
     .help =
         "Runs CMD with the shim preloaded, so that its outbound connections\n"
         "(and those of every child it starts) count against the compartments\n"
@@ -184,17 +209,27 @@ const struct cli_command cli_run_command = {
         "twice), BULKHEAD_CONFIG is set to the rules file's absolute path, and\n"
         "CMD replaces bulkhead, so the exit status is CMD's own.\n"
         "\n"
-        "CMD is looked up along PATH as execvp does, and one line on stderr\n"
-        "warns when the shim cannot reach it: a statically linked program, a\n"
-        "Go program (static or not: Go connects with its own system calls), a\n"
-        "set-user-ID or set-group-ID program, or a script whose interpreter is\n"
-        "one of these. CMD runs all the same, unlimited.\n"
+        "CMD is looked up along PATH as execvp does. When it is a statically\n"
+        "linked program or a Go program (static or not: Go connects with its\n"
+        "own system calls), or a script for one, the shim cannot reach it:\n"
+        "run then stays as CMD's parent and caps its connects through seccomp\n"
+        "user notification (one line says so), and exits with CMD's status once\n"
+        "CMD and every process it left behind are gone. The programs of the\n"
+        "tree then run with no_new_privs: set-ID programs gain no privilege.\n"
+        "Where the kernel refuses the filter, one line says so and CMD runs\n"
+        "unlimited. A set-user-ID or set-group-ID program gets one warning\n"
+        "line and runs unlimited.\n"
         "\n"
         "  -c, --config FILE  the rules file (default: $BULKHEAD_CONFIG, else\n"
         "                     $XDG_CONFIG_HOME/bulkhead/rules.ini, else\n"
         "                     /etc/bulkhead/rules.ini)\n"
         "      --strict       set BULKHEAD_STRICT=1: a process that finds the\n"
         "                     rules bad exits 78 instead of running unlimited\n"
+        "      --seccomp      supervise the whole tree through seccomp, whatever\n"
+        "                     CMD is (connects the shim makes are still counted\n"
+        "                     by the shim alone)\n"
+        "      --no-seccomp   never: a static or Go CMD runs unlimited, as the\n"
+        "                     warning says\n"
         "\n"
         "Exit status: CMD's; 2 for a usage error or a bad rules file; 1 when\n"
         "the shim cannot be found; 127 when CMD cannot be executed.\n",

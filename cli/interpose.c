@@ -214,6 +214,18 @@ static const char *setuid_problem(int fd)
     return NULL;
 }
 
+static const char go_problem[] = "is a Go program: Go makes its own system calls, "
+                                 "which the shim never sees";
+static const char foreign_go_problem[] = "is a Go program: Go makes its own system "
+                                         "calls, which the shim never sees";
+static const char static_problem[] = "is statically linked: no dynamic loader reads "
+                                     "LD_PRELOAD for it";
+/* The same words for programs of the other word size (i386 on x86_64),
+ * which the seccomp filter lets through: it knows only this build's
+ * system calls. */
+static const char foreign_static_problem[] = "is statically linked: no dynamic loader "
+                                             "reads LD_PRELOAD for it";
+
 /* Why an ELF file cannot be interposed, or NULL. Set-ID first (nothing
  * is preloaded at all), then Go: a Go program may well be dynamic (cgo
  * links libc), yet its net package connects with raw system calls, never
@@ -227,11 +239,11 @@ static const char *elf_problem(int fd, const char *path)
     const char *setuid = setuid_problem(fd);
     if (setuid)
         return setuid;
+    int native = elf.is_64 == (sizeof(void *) == 8);
     if (has_go_section(&elf) || has_go_magic(&elf))
-        return "is a Go program: Go makes its own system calls, which the "
-               "shim never sees";
+        return native ? go_problem : foreign_go_problem;
     if (elf_interpreter(&elf, interp) == 0 && !is_our_loader(path))
-        return "is statically linked: no dynamic loader reads LD_PRELOAD for it";
+        return native ? static_problem : foreign_static_problem;
     return NULL;
 }
 
@@ -288,11 +300,13 @@ static int find_command(const char *command, char path[PATH_MAX])
     return -1;
 }
 
-int cli_interpose_warning(const char *command, char *text, size_t textlen)
+int cli_interpose_warning(const char *command, char *text, size_t textlen,
+                          int *raw_calls)
 {
     char path[PATH_MAX], culprit[PATH_MAX];
     const char *problem = find_command(command, path) == 0
         ? file_problem(path, 0, culprit) : NULL;
+    *raw_calls = problem == go_problem || problem == static_problem;
     if (!problem)
         return 0;
     if (strcmp(culprit, path) == 0)

@@ -2,6 +2,9 @@
 # bulkhead run warns, in one line on stderr, when the shim cannot reach the
 # program (statically linked, Go, set-ID, or a script run by such an
 # interpreter), then runs it anyway: the exit status stays the program's.
+# These run with --no-seccomp, which keeps that warning for static and Go
+# programs too; without it they are capped through seccomp instead
+# (tests/cli_seccomp.bats).
 #
 # No Go toolchain is needed: the Go-like programs here are small C programs
 # that carry what bulkhead looks for, the build info Go's linker writes
@@ -36,9 +39,9 @@ build() {
     cc "$@" -o "$T/$name" "$T/$name.c" || fail "cc $* $name.c failed"
 }
 
-# bulkhead run under `run`, stdout and stderr apart.
+# bulkhead run --no-seccomp under `run`, stdout and stderr apart.
 bh_run() {
-    run --separate-stderr "$BULKHEAD" run -c "$RULES" -- "$@"
+    run --separate-stderr "$BULKHEAD" run --no-seccomp -c "$RULES" -- "$@"
 }
 
 # elf32 FILE [INTERPRETER]: a minimal i386 executable that exits 7 by

@@ -4,13 +4,7 @@
 
 #include <sys/socket.h>
 
-enum {
-    BH_GATE_PASS = -1,       /* not ours to count: call libc as is */
-    BH_GATE_REFUSED = -2,    /* compartment full: return -1, errno is set */
-    BH_GATE_DISCONNECT = -3, /* connect(AF_UNSPEC) of a counted socket */
-    BH_GATE_AGAIN = -4,      /* connect() again on a counted socket still
-                                connecting: only its outcome is learned */
-};
+#include "admission/admission.h"  /* BH_GATE_PASS and the others */
 
 /* Before connect(), or sendto/sendmsg with MSG_FASTOPEN: returns the
  * compartment whose permit the fd now holds, or one of the values above. */

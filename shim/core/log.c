@@ -186,7 +186,8 @@ static int64_t monotonic_second(void)
 }
 
 void bh_log_refusal(int compartment, const char *compartment_name,
-                    const char *destination, const char *why)
+                    const char *destination, const char *why,
+                    const char *program, int pid)
 {
     if (!bh_log_enabled(BH_LOG_WARN))
         return;
@@ -203,8 +204,7 @@ void bh_log_refusal(int compartment, const char *compartment_name,
     if (suppressed)
         snprintf(more, sizeof more, " (%u more refused since the last line)", suppressed);
     bh_log(BH_LOG_WARN, "refused %s to [%s] %s for %s[%d]%s", destination,
-           compartment_name, why, program_invocation_short_name, (int)getpid(),
-           more);
+           compartment_name, why, program, pid, more);
 }
 
 void bh_log_forget_after_fork(void)

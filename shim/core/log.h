@@ -1,4 +1,5 @@
-/* The shim's log: one line per event, to stderr or appended to a file. */
+/* The shim's log: one line per event, to stderr or appended to a file.
+ * Linked into `bulkhead` too, for its seccomp supervisor's lines. */
 #ifndef BH_LOG_H
 #define BH_LOG_H
 
@@ -25,10 +26,12 @@ void bh_log_once_per_tree(const char *variable, enum bh_log_level level,
 /* Before a uid change: the log file is opened now and kept, for a process
  * that will not be allowed to open it afterwards. */
 void bh_log_hold_file(void);
-/* A refusal, at warn, at most one line per second per compartment in this
- * process; the next line says how many were left out. */
+/* A refusal of program[pid]'s connect, at warn, at most one line per
+ * second per compartment in this process; the next line says how many were
+ * left out. */
 void bh_log_refusal(int compartment, const char *compartment_name,
-                    const char *destination, const char *why);
+                    const char *destination, const char *why,
+                    const char *program, int pid);
 /* In a forked child: the parent's unlogged refusals are not the child's. */
 void bh_log_forget_after_fork(void);
 /* At exit: how many refusals each compartment's rate limit left unlogged

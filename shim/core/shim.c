@@ -107,30 +107,6 @@ static int load_rules(void)
     return 0;
 }
 
-/* A fleet compartment starts with no permits on this host: its share is
- * what `bulkhead agent` leases from Redis, and until then it has none. */
-static int starting_limit(const struct bh_compartment *compartment)
-{
-    return compartment->fleet_limit > 0 ? 0 : compartment->limit;
-}
-
-/* Which of compartment i's reserves this program is a member of (the
- * first that names it, as registered in the namespace), and whether it
- * bypasses the compartment. */
-static struct bh_membership membership_of(int i, int shared,
-                                          const struct bh_identity *self)
-{
-    const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
-    struct bh_membership membership = { -1, 0 };
-    for (int b = 0; b < compartment->bypass_count; b++)
-        membership.bypass |= bh_who_matches(&compartment->bypasses[b], self);
-    for (int r = 0; r < compartment->reserve_count && membership.reserve < 0; r++)
-        if (bh_who_matches(&compartment->reserves[r].who, self))
-            membership.reserve = (short)bh_reserve_find(&bh_shim.ns, shared,
-                                                        compartment->reserves[r].who.text);
-    return membership;
-}
-
 /* The live controller wins over the rules, like the live limit: say so
  * when they differ (bulkhead apply pushes the file's). */
 static void note_live_adaptive(const struct bh_compartment *compartment, int shared)
@@ -148,11 +124,12 @@ static void note_registered(int i, int shared, int live_limit,
                             const struct bh_identity *self)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
-    int start = starting_limit(compartment);
+    int start = bh_starting_limit(compartment);
     bh_shim.shared_index[i] = shared < 0 ? -1 : shared;
     if (shared >= 0) {
         bh_shim.local_index[shared] = i;
-        bh_shim.membership[i] = membership_of(i, shared, self);
+        bh_shim.membership[i] = bh_membership_of(&bh_shim.config, &bh_shim.ns, i, shared,
+                                                 self);
     }
     if (shared < 0)
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
@@ -177,7 +154,7 @@ static void register_compartments(void)
     struct bh_identity self;
     bh_identity_self(&self);
     for (int i = 0; i < count; i++)
-        starts[i] = starting_limit(&bh_shim.config.compartments[i]);
+        starts[i] = bh_starting_limit(&bh_shim.config.compartments[i]);
     if (bh_compartments_register(&bh_shim.ns, bh_shim.config.compartments, starts,
                                  count, indexes, live_limits) < 0)
         for (int i = 0; i < count; i++)
@@ -293,6 +270,11 @@ static void start_once_per_image(void)
                              bh_shim.config.rule_count,
                              bh_shim.config.rule_count == 1 ? "" : "s");
     }
+    /* Under run's seccomp supervisor, what we count is marked so that it
+     * is not counted again; a shim that counts nothing leaves its calls
+     * to the supervisor. */
+    if (active && getenv(BH_SUPERVISED_VARIABLE))
+        bh_libc_mark_for_supervisor();
     unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
     atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
                           memory_order_release);

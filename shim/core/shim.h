@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 
+#include "admission/admission.h"
 #include "config/config.h"
 #include "fdtable/fd_table.h"
 #include "permits/permits.h"
@@ -13,7 +14,6 @@
 #define BH_EXPORT __attribute__((visibility("default")))
 
 enum bh_shim_status { BH_SHIM_STARTING, BH_SHIM_ACTIVE, BH_SHIM_OFF };
-enum { BH_SHARED_UNREACHABLE = -2 };
 
 struct bh_shim {
     _Atomic int status;
@@ -28,11 +28,7 @@ struct bh_shim {
     int local_index[BH_MAX_COMPARTMENTS];
     /* config compartment i: what this program image is in it, fixed for
      * the image's life */
-    struct bh_membership {
-        short reserve;  /* the namespace's index of the reserve it is a
-                           member of, -1: none */
-        short bypass;   /* 1: never limited by it */
-    } membership[BH_MAX_COMPARTMENTS];
+    struct bh_membership membership[BH_MAX_COMPARTMENTS];
 };
 
 extern struct bh_shim bh_shim;

@@ -50,3 +50,21 @@ struct bh_libc bh_libc = {
 };
 #undef BH_LIBC_START
 #undef BH_LIBC_VOID_START
+
+static int marked_connect(int fd, const struct sockaddr *to, socklen_t len)
+{
+    return (int)syscall(SYS_connect, fd, to, len, BH_SUPERVISED_MARK);
+}
+
+static int marked_close(int fd)
+{
+    return (int)syscall(SYS_close, fd, 0, 0, BH_SUPERVISED_MARK);
+}
+
+/* The slots are replaced, not tested on each call: the hooks' cost is
+ * the same supervised or not. */
+void bh_libc_mark_for_supervisor(void)
+{
+    __atomic_store_n(&bh_libc.connect, marked_connect, __ATOMIC_RELAXED);
+    __atomic_store_n(&bh_libc.close, marked_close, __ATOMIC_RELAXED);
+}

@@ -118,6 +118,18 @@ struct bh_libc {
 extern struct bh_libc bh_libc;
 void *bh_libc_lookup(const char *name);
 
+/* Under `bulkhead run`'s seccomp supervisor (which sets this variable for
+ * its tree), the shim marks its own connect() and close() calls: raw
+ * system calls with this value as a fourth argument, which the kernel
+ * ignores and the supervisor's filter lets through without asking it.
+ * The shim counts what it connects; the supervisor counts only what
+ * reaches the kernel unmarked (Go, static programs, raw syscalls), so a
+ * connection is never counted twice. */
+#define BH_SUPERVISED_VARIABLE "BULKHEAD_SUPERVISED"
+#define BH_SUPERVISED_MARK 0x62756c6b68656164ull  /* "bulkhead" */
+/* Points the table's connect and close at the marked calls. Start-up only. */
+void bh_libc_mark_for_supervisor(void);
+
 /* Each slot starts out pointing at bh_libc_first_NAME (libc.c), which
  * looks the real symbol up, stores it in the slot and calls it: a hook
  * is then one load and a tail jump, with no test and no stack frame.

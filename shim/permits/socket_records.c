@@ -269,9 +269,7 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index, int
     return 0;
 }
 
-/* The kernel's word: 1 the socket is open in some process, 0 it is not
- * (gone, or only an orphan finishing its close: inode 0), -1 unknown. */
-static int socket_open(const struct bh_socket_record *record)
+int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode)
 {
     struct {
         struct nlmsghdr header;
@@ -279,14 +277,14 @@ static int socket_open(const struct bh_socket_record *record)
     } ask = {
         .header = { .nlmsg_len = sizeof ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
                     .nlmsg_flags = NLM_F_REQUEST },
-        .request = { .sdiag_family = (uint8_t)record->family,
+        .request = { .sdiag_family = (uint8_t)id->family,
                      .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
-                     .id = { .idiag_sport = record->local_port,
-                             .idiag_dport = record->remote_port,
+                     .id = { .idiag_sport = id->local_port,
+                             .idiag_dport = id->remote_port,
                              .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
     };
-    memcpy(ask.request.id.idiag_src, record->local, sizeof record->local);
-    memcpy(ask.request.id.idiag_dst, record->remote, sizeof record->remote);
+    memcpy(ask.request.id.idiag_src, id->local, sizeof id->local);
+    memcpy(ask.request.id.idiag_dst, id->remote, sizeof id->remote);
     int fd = libc_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (fd < 0)
         return -1;
@@ -302,11 +300,20 @@ static int socket_open(const struct bh_socket_record *record)
         if (header->nlmsg_type == NLMSG_ERROR)
             open = ((struct nlmsgerr *)NLMSG_DATA(header))->error == -ENOENT ? 0 : -1;
         else if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY)
-            open = ((struct inet_diag_msg *)NLMSG_DATA(header))->idiag_inode ==
-                   atomic_load(&record->inode);
+            open = ((struct inet_diag_msg *)NLMSG_DATA(header))->idiag_inode == inode;
     }
     libc_close(fd);
     return open;
+}
+
+/* The kernel's word on a record's socket (bh_sock_diag_open). */
+static int socket_open(const struct bh_socket_record *record)
+{
+    struct bh_sock_id id = { record->family, record->local_port, record->remote_port,
+                             { 0 }, { 0 } };
+    memcpy(id.local, record->local, sizeof id.local);
+    memcpy(id.remote, record->remote, sizeof id.remote);
+    return bh_sock_diag_open(&id, atomic_load(&record->inode));
 }
 
 int bh_socket_reap(struct bh_namespace *ns, int index)

@@ -56,6 +56,19 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index,
  * open any more, as the kernel says (sock_diag), give their permits back.
  * Returns how many permits came back. */
 int bh_socket_reap(struct bh_namespace *ns, int index);
+/* A TCP socket as sock_diag finds it: family (AF_INET, AF_INET6), ports
+ * and addresses in network order (v4: the first word). */
+struct bh_sock_id {
+    uint16_t family;
+    uint16_t local_port, remote_port;
+    uint32_t local[4], remote[4];
+};
+/* The kernel's word: 1 the socket with this id is open in some process
+ * (it shows this inode), 0 it is not (gone, or only an orphan finishing
+ * its close: inode 0), -1 unknown. Unprivileged, as `ss` is; one netlink
+ * socket, one request, one answer. */
+int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode);
+
 /* Live records of compartment `index` and the permits they hold. */
 int bh_socket_count(struct bh_namespace *ns, int index, int *permits);
 

@@ -1,0 +1,122 @@
+/* `bulkhead run`'s seccomp supervisor: caps the connects the shim cannot
+ * see (Go programs, static programs, raw system calls).
+ *
+ * Lives in cli/ because it is part of the command: it is `run` itself,
+ * staying as the tree's parent; it links what the command links (the
+ * admission, permits and rules code of shim/, which never calls up into
+ * it) and pthreads, which the shim must not bring into its host programs.
+ *
+ *   filter.c     the seccomp filter, installed in the child before exec
+ *   supervise.c  the parent's loop: notifications, signals, exits, timers
+ *   connects.c   one trapped connect: admission, then the connect itself
+ *   sockets.c    counted sockets by inode; the kernel's word on which are
+ *                gone (sock_diag), and their permits given back once
+ *   names.c      hostname rules: their addresses, resolved here */
+#ifndef BH_SUPERVISOR_H
+#define BH_SUPERVISOR_H
+
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "admission/admission.h"
+#include "config/config.h"
+#include "permits/permits.h"
+#include "rules/rule_index.h"
+
+/* ---- filter.c ---- */
+
+/* In the child, before exec: no_new_privs, then the filter; returns the
+ * listener fd, or -1 with errno (the kernel lacks user notification). */
+int sv_filter_install(void);
+/* Whether this build knows the machine's system call numbers. */
+int sv_filter_supported(void);
+
+/* ---- the supervisor's state, shared by its threads ---- */
+
+struct sv_state {
+    struct bh_config config;
+    struct bh_rule_index *rules;
+    struct bh_namespace ns;
+    int shared_index[BH_MAX_COMPARTMENTS];
+    struct bh_admitter admitter;
+    int listener;
+    int names;            /* hostname rules to resolve */
+    _Atomic int rescan;   /* a counted socket may be gone: scan soon */
+    int wake;             /* eventfd: a worker tells the main thread that
+                             what it polls for has changed */
+};
+
+/* From a worker: a socket was counted (its process's exit is now worth
+ * watching, and the backstop's timer running), or may be gone (rescan). */
+void sv_wake(struct sv_state *state);
+
+/* ---- sockets.c ---- */
+
+/* One process of the tree's per_process counts, by namespace index. */
+struct sv_process {
+    pid_t pid;
+    int counted;          /* sockets counted for it */
+    int pidfd;            /* its exit, watched by the main thread; -1 not yet */
+    int exited;
+    _Atomic uint32_t claimed[BH_MAX_COMPARTMENTS];
+};
+
+/* The counts of pid, made on first use; kept while it has sockets
+ * counted (sv_process_put). NULL: out of memory. */
+struct sv_process *sv_process_get(pid_t pid);
+void sv_process_put(struct sv_process *process);
+
+/* Main thread: the pidfds of the processes with counted sockets that have
+ * not exited, to poll (malloc'd, in *fds; how many). Pidfds are opened
+ * and closed here only, so none is closed while polled. */
+int sv_processes_watch(struct pollfd **fds);
+/* Main thread: those of fds that fired have exited; how many. */
+int sv_processes_exited(const struct pollfd *fds, int count);
+
+/* The socket with this inode is counted: its permits, for process. 1
+ * when the main thread should know (sv_wake), 0, or -1 out of memory
+ * (nothing counted). */
+int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process);
+/* Its connect began: the addresses the kernel finds it by (sockets.c). */
+void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to);
+/* Whether a socket is counted. */
+int sv_socket_counted(uint64_t inode);
+/* Gives back, once, the permits of the counted socket with this inode. */
+void sv_socket_release(struct sv_state *state, uint64_t inode);
+/* Asks the kernel which counted sockets are still open anywhere; gives
+ * back those that are not (how many in *released, if not NULL). How many
+ * counted remain; -1 when the kernel could not be asked (nothing is given
+ * back then). Any thread. */
+int sv_sockets_scan(struct sv_state *state, int *released);
+/* The same for admission (bh_applicant.reap): nonzero when trying again
+ * may succeed. */
+int sv_sockets_reap(void *state);
+int sv_sockets_live(void);
+
+/* ---- connects.c ---- */
+
+/* A trapped connect: answered here (not ours: CONTINUE) or by a thread
+ * of its own (admission may wait; a blocking connect blocks). */
+struct seccomp_notif;
+void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
+/* Answers a notification: the call proceeds as the program made it. */
+void sv_continue(int listener, uint64_t id);
+
+/* ---- names.c ---- */
+
+/* Resolves the hostname rules' names again when `every_ms` passed since
+ * the last time; how many ms until the next. */
+int sv_names_refresh(struct sv_state *state, int every_ms);
+
+/* ---- supervise.c ---- */
+
+/* Runs argv supervised and returns its exit status; -1 when supervision
+ * could not start (said in one line): run then goes on as without it.
+ * why: what keeps the shim from the program ("" when nothing does), for
+ * the line that says it is capped, or not, after all. */
+int sv_run(const char *rules, char **argv, const char *why);
+
+#endif

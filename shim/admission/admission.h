@@ -1,0 +1,96 @@
+/* Admission of one outgoing connection: the decision the shim makes for
+ * its own process (core/gate.c) and `bulkhead run`'s seccomp supervisor
+ * makes for a process of its tree (cli/supervisor/). One code path for
+ * both, so that compartments, policy (per_process, reserves, bypass,
+ * weights), the breaker, the fleet lease and waiting behave alike. */
+#ifndef BH_ADMISSION_H
+#define BH_ADMISSION_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "config/config.h"
+#include "permits/permits.h"
+
+enum {
+    BH_GATE_PASS = -1,       /* not ours to count: call libc as is */
+    BH_GATE_REFUSED = -2,    /* compartment full: return -1, errno is set */
+    BH_GATE_DISCONNECT = -3, /* connect(AF_UNSPEC) of a counted socket */
+    BH_GATE_AGAIN = -4,      /* connect() again on a counted socket still
+                                connecting: only its outcome is learned */
+};
+enum { BH_SHARED_UNREACHABLE = -2 };
+
+/* What a program image is in one config compartment: fixed for the
+ * image's life. */
+struct bh_membership {
+    short reserve;  /* the namespace's index of the reserve it is a member
+                       of, -1: none */
+    short bypass;   /* 1: never limited by it */
+};
+
+struct bh_identity;
+
+/* What `identity` is in config compartment i, registered in the namespace
+ * as `shared`: the first reserve that names it, and whether a bypass does. */
+struct bh_membership bh_membership_of(const struct bh_config *config,
+                                      struct bh_namespace *ns, int i, int shared,
+                                      const struct bh_identity *identity);
+
+/* A fleet compartment starts with no permits on this host: its share is
+ * what `bulkhead agent` leases from Redis, and until then it has none. */
+static inline int bh_starting_limit(const struct bh_compartment *compartment)
+{
+    return compartment->fleet_limit > 0 ? 0 : compartment->limit;
+}
+
+/* Who decides, with what: fixed once the rules are loaded. */
+struct bh_admitter {
+    const struct bh_config *config;
+    struct bh_namespace *ns;
+    /* config compartment i -> its index in the namespace, -1 when
+     * unregistered, BH_SHARED_UNREACHABLE (on_failure = closed) */
+    const int *shared_index;
+};
+
+/* On whose behalf. */
+struct bh_applicant {
+    pid_t pid;          /* 0: the calling process itself */
+    const char *name;   /* for refusal lines: the program's short name */
+    const struct bh_membership *membership;  /* [config compartment] */
+    /* [namespace index]: the applicant's per_process count, kept by the
+     * caller (taken here, given back by the caller's release); NULL: the
+     * calling process's own (bh_permit_claim) */
+    _Atomic uint32_t *claimed;
+    /* When the compartment is full: gives back the permits of counted
+     * sockets the kernel says are gone (besides the namespace's shared
+     * records, which are always looked at); how many came back. NULL:
+     * none to look at. Rare path only. */
+    int (*reap)(void *ctx);
+    void *reap_ctx;
+};
+
+/* What an admitted connect holds: its permits, and the probe slot's
+ * holding (breaker.h) when it is the breaker's probe, else 0. */
+struct bh_admitted {
+    struct bh_permit_ask ask;
+    int64_t probe;
+};
+
+/* The rule matched `to` for the stream socket fd (the applicant's own,
+ * or a copy of it: its O_NONBLOCK and SO_SNDTIMEO are read). Returns the
+ * namespace index whose permits are now taken (in *admitted), or
+ * BH_GATE_PASS, or BH_GATE_REFUSED with errno set (the compartment's
+ * refusal_errno, or EINTR) and the refusal logged. */
+int bh_admit(const struct bh_admitter *admitter, const struct bh_applicant *applicant,
+             int fd, const struct bh_rule *rule, const struct sockaddr *to,
+             struct bh_admitted *admitted);
+
+/* Gives back what bh_admit took for an applicant with its own claimed
+ * counts: the permits, and the per_process claim. */
+void bh_admission_release(const struct bh_admitter *admitter,
+                          const struct bh_applicant *applicant, int shared, int weight);
+
+#endif

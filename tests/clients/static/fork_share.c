@@ -1,0 +1,118 @@
+/* fork_share HOST PORT N HOLD_MS [--share]
+ *
+ * Built by the tests with gcc -static (no dynamic loader: no LD_PRELOAD),
+ * into build/tests/fork_share. Forks N children at once; each connects one
+ * blocking TCP socket to a numeric IPv4 HOST and PORT and prints "ok" or
+ * the errno name.
+ *   without --share: the child holds its connection HOLD_MS, closes it and
+ *     exits.
+ *   --share: the child dups its socket, sends the dup to the parent over
+ *     SCM_RIGHTS, closes both of its own fds and exits; the parent holds
+ *     every socket it received HOLD_MS after the last child exited, then
+ *     closes them. The connection outlives the process that made it.
+ *     "held N" is printed once every child exited and N sockets arrived.
+ * Prints "done" once every child exited (and, with --share, every socket
+ * received was closed). Exit: 0, or 2 for a usage or setup error. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void sleep_ms(int ms)
+{
+    struct timespec pause = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&pause, &pause) < 0 && errno == EINTR)
+        ;
+}
+
+static void pass(int channel, int fd)
+{
+    char control[CMSG_SPACE(sizeof(int))] = { 0 };
+    char byte = 'x';
+    struct iovec data = { &byte, 1 };
+    struct msghdr message = { .msg_iov = &data, .msg_iovlen = 1,
+                              .msg_control = control, .msg_controllen = sizeof control };
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &fd, sizeof fd);
+    if (sendmsg(channel, &message, 0) < 0)
+        perror("sendmsg");
+}
+
+static int receive(int channel)
+{
+    char control[CMSG_SPACE(sizeof(int))];
+    char byte;
+    struct iovec data = { &byte, 1 };
+    struct msghdr message = { .msg_iov = &data, .msg_iovlen = 1,
+                              .msg_control = control, .msg_controllen = sizeof control };
+    if (recvmsg(channel, &message, 0) <= 0)
+        return -1;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    int fd = -1;
+    if (header && header->cmsg_type == SCM_RIGHTS)
+        memcpy(&fd, CMSG_DATA(header), sizeof fd);
+    return fd;
+}
+
+static void child(const struct sockaddr_in *to, int hold_ms, int channel)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (const struct sockaddr *)to, sizeof *to) < 0) {
+        printf("%s\n", strerrorname_np(errno));
+        _exit(0);
+    }
+    printf("ok\n");
+    if (channel >= 0) {
+        int copy = dup(fd);
+        pass(channel, copy);
+        close(copy);
+    } else {
+        sleep_ms(hold_ms);
+    }
+    close(fd);
+    _exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 5 || argc > 6 || (argc == 6 && strcmp(argv[5], "--share") != 0)) {
+        fprintf(stderr, "usage: fork_share HOST PORT N HOLD_MS [--share]\n");
+        return 2;
+    }
+    struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[2])) };
+    int count = atoi(argv[3]), hold_ms = atoi(argv[4]), channel[2] = { -1, -1 };
+    if (inet_pton(AF_INET, argv[1], &to.sin_addr) != 1 ||
+        (argc == 6 && socketpair(AF_UNIX, SOCK_DGRAM, 0, channel) < 0)) {
+        fprintf(stderr, "fork_share: bad host or no socketpair\n");
+        return 2;
+    }
+    for (int i = 0; i < count; i++)
+        if (fork() == 0)
+            child(&to, hold_ms, channel[1]);
+    while (wait(NULL) > 0)
+        ;
+    if (argc == 6) {
+        int held[256], kept = 0;
+        close(channel[1]);
+        struct timeval none = { 0, 1000 };
+        setsockopt(channel[0], SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+        while (kept < 256 && (held[kept] = receive(channel[0])) >= 0)
+            kept++;
+        printf("held %d\n", kept);
+        sleep_ms(hold_ms);
+        for (int i = 0; i < kept; i++)
+            close(held[i]);
+    }
+    printf("done\n");
+    return 0;
+}
