@@ -33,6 +33,7 @@
 #include "core/log.h"
 #include "core/outcome.h"
 #include "core/shim.h"
+#include "core/stall.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 #include "libc/proc_stat.h"
@@ -131,11 +132,12 @@ static void bound_nonblocking(struct wait_bound *bound,
     bound_by(bound, compartment->nonblocking_wait_ms, because);
 }
 
-/* Threads of this process (/proc/self/stat field 20; 0 if unknown), read
- * only on the full path, for a process that already holds permits. */
+/* The program's threads (/proc/self/stat field 20; 0 if unknown), less
+ * the watchdog's (stall.c), read only on the full path, for a process
+ * that already holds permits. */
 static int thread_count(void)
 {
-    return (int)bh_proc_stat_field(0, 20);
+    return (int)bh_proc_stat_field(0, 20) - bh_stall_threads();
 }
 
 /* A single-threaded process holding some of the compartment's permits and

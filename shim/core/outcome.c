@@ -64,6 +64,7 @@
 #include "breaker/breaker.h"
 #include "core/deadline.h"
 #include "core/log.h"
+#include "core/stall.h"
 #include "core/shim.h"
 
 static int64_t monotonic_ns(void)
@@ -92,8 +93,9 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
         watch |= BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL;
     if (probe)
         watch |= BH_WATCH_PROBE;
-    if (compartment->io_timeout_ms > 0)
-        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE;
+    if (compartment->io_timeout_ms > 0)  /* the first send begins an exchange */
+        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE | BH_WATCH_ARM_STALL |
+                 BH_WATCH_ANSWERED;
     if (bh_compartment_turnaround(compartment))
         watch |= BH_WATCH_TURNAROUND | BH_WATCH_ANSWERED;
     return watch;
@@ -226,10 +228,25 @@ static void first_byte(int fd, uint32_t watch)
         tell_success(fd, shared, 1);
 }
 
+/* The first send: a non-blocking socket's exchanges are the watchdog's
+ * to time (a blocking one's receives have SO_RCVTIMEO). */
+static uint32_t before_first_send(int fd, uint32_t watch)
+{
+    watch &= ~(uint32_t)BH_WATCH_ARM_STALL;
+    if (!bh_fd_unwatch(fd, BH_WATCH_ARM_STALL) || bh_deadline_call_blocks(fd, 0))
+        return watch;
+    bh_fd_rewatch(fd, BH_WATCH_STALL);  /* before the watchdog looks: stall.c */
+    if (bh_stall_watch())
+        return watch | BH_WATCH_STALL;
+    bh_fd_unwatch(fd, BH_WATCH_STALL);
+    return watch;
+}
+
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive)
 {
-    if (!receive || !(watch & BH_WATCH_ARM_RECEIVE) ||
-        !bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE))
+    if (!receive)
+        return watch & BH_WATCH_ARM_STALL ? before_first_send(fd, watch) : watch;
+    if (!(watch & BH_WATCH_ARM_RECEIVE) || !bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE))
         return watch;
     int shared = bh_fd_lookup(fd).compartment;
     if (shared >= 0 && bh_deadline_arm_receive(fd, bh_rules_of(shared))) {
@@ -298,7 +315,12 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags)
 {
     int err = errno;
-    if (result < 0) {
+    if (result == 0 && receive && (watch & BH_WATCH_STALLED) &&
+        (bh_fd_unwatch(fd, BH_WATCH_STALLED) & BH_WATCH_STALLED)) {
+        io_timed_out(fd);  /* the EOF the watchdog made (stall.c) */
+        result = -1;
+        err = ETIMEDOUT;
+    } else if (result < 0) {
         err = learn_from_error(fd, watch, err, receive, flags);
     } else {
         if (watch & BH_WATCH_CONNECTING)
@@ -306,7 +328,7 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
         if (receive && result > 0 && (watch & BH_WATCH_FIRST_BYTE))
             first_byte(fd, watch);
         _Atomic uint32_t *word = bh_fd_watch_word(fd);
-        if (result > 0 && (watch & BH_WATCH_TURNAROUND) && word)
+        if (result > 0 && (watch & BH_WATCH_EXCHANGES) && word)
             bh_outcome_turnaround(fd, word, atomic_load(word), receive);
     }
     errno = err;

@@ -27,6 +27,13 @@ enum {
     BH_WATCH_ANSWERED = 1 << 9,    /* turnaround: bytes came back since the
                                       last send; the next send begins an exchange */
     BH_WATCH_TIMED = 1 << 10,      /* turnaround: this exchange is timed */
+    BH_WATCH_ARM_STALL = 1 << 11,  /* io_timeout_ms: the first send asks
+                                      whether the socket is non-blocking */
+    BH_WATCH_STALL = 1 << 12,      /* io_timeout_ms, non-blocking: the
+                                      watchdog (stall.c) times each exchange,
+                                      which flips ANSWERED as turnaround does */
+    BH_WATCH_STALLED = 1 << 13,    /* the watchdog shut its reading side:
+                                      the EOF the program reads is ETIMEDOUT */
     /* turnaround: the bits above count the exchanges begun (mod 2^16) */
     BH_WATCH_EXCHANGE_SHIFT = 16,
 };
@@ -40,11 +47,16 @@ void bh_outcome_connected(int fd);
 void bh_outcome_connect_failed(int fd, int err);
 
 /* Around a send or receive on a connection with watch bits: before a
- * receive, arms its deadline if due and returns the bits to use after;
+ * receive, arms its deadline if due, before the first send, asks whether
+ * the watchdog should time its exchanges; returns the bits to use after;
  * after a call that failed, returned 0 or had a first outcome to learn,
  * learns what the result says and returns the result, with errno
  * ETIMEDOUT when our deadline expired. */
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive);
+/* Both bits that make a send or receive ask bh_outcome_before_io. */
+#define BH_WATCH_BEFORE(receive) ((receive) ? BH_WATCH_ARM_RECEIVE : BH_WATCH_ARM_STALL)
+/* Bits whose connections flip ANSWERED at each exchange's ends. */
+#define BH_WATCH_EXCHANGES (BH_WATCH_TURNAROUND | BH_WATCH_STALL)
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags);
 /* Out of line, once per timed exchange: its send went out (number: the
@@ -66,7 +78,8 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
             return;  /* more of the same answer, or of the same request */
         if (receive)
             next = (watch | BH_WATCH_ANSWERED) & ~(uint32_t)BH_WATCH_TIMED;
-        else if ((watch >> BH_WATCH_EXCHANGE_SHIFT) % BH_TURNAROUND_EVERY == 0)
+        else if ((watch & BH_WATCH_TURNAROUND) &&
+                 (watch >> BH_WATCH_EXCHANGE_SHIFT) % BH_TURNAROUND_EVERY == 0)
             next = ((watch & ~(uint32_t)BH_WATCH_ANSWERED) | BH_WATCH_TIMED) +
                    (1u << BH_WATCH_EXCHANGE_SHIFT);
         else
@@ -90,12 +103,12 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
  * permit. */
 #define BH_WATCHED_IO(fd, word, receive, flags, call) __extension__ ({         \
         uint32_t watch_ = atomic_load_explicit(word, memory_order_relaxed);    \
-        if ((receive) && (watch_ & BH_WATCH_ARM_RECEIVE))                      \
+        if (watch_ & BH_WATCH_BEFORE(receive))                                 \
             watch_ = bh_outcome_before_io(fd, watch_, receive);                \
         ssize_t result_ = (call);                                              \
         if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS), 0)) \
             result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
-        else if (watch_ & BH_WATCH_TURNAROUND)                                 \
+        else if (watch_ & BH_WATCH_EXCHANGES)                                  \
             bh_outcome_turnaround(fd, word, watch_, receive);                  \
         result_; })
 

@@ -1,0 +1,220 @@
+/* The watchdog: io_timeout_ms for event loops.
+ *
+ * An event loop (node, haproxy, asyncio) waits in its own poll/epoll and
+ * reads only when the kernel says there is something to read, so a
+ * receive of ours never blocks and SO_RCVTIMEO (deadline.c) never fires;
+ * TCP_USER_TIMEOUT fails only data left unacknowledged, and a silent
+ * server acknowledges the request and answers nothing. So for
+ * connections whose socket is non-blocking at their first send, in
+ * compartments with io_timeout_ms, a thread of ours watches the clock.
+ *
+ * The clock. An exchange begins with a send or write that moves a byte
+ * while no earlier exchange is unanswered (the connection's first send,
+ * or the first after bytes came back), and ends with the first receive or
+ * read that brings a byte. Further sends do not restart it (a request in
+ * several writes, pipelining). The hooks flip the connection's ANSWERED
+ * bit at both ends and count exchanges in its watch word, as turnaround
+ * does (outcome.h): no clock read on the I/O path. This thread scans the
+ * fd table every period (io_timeout_ms / 8 of the shortest in the rules,
+ * 10 to 250 ms), marks an unanswered exchange the first time it sees it,
+ * and fires when it sees the same one unanswered io_timeout_ms after
+ * that: between io_timeout_ms and io_timeout_ms + one period after the
+ * send. Firing shuts the socket's receiving side (shutdown SHUT_RD): the
+ * program's poll says readable, its next read or recv gets -1 ETIMEDOUT
+ * (outcome.c turns the EOF into it, and counts an io timeout there), its
+ * later ones EOF; it closes the socket, and the permit goes back as at any
+ * close. Its writes still go out (no SIGPIPE), and the peer sees the
+ * connection end when the program closes it. Not covered: a stall after
+ * the first byte of an answer, a server that must speak first, idle
+ * connections, and a socket made non-blocking after its first send.
+ *
+ * Shared state, this process only: `state` (who started the thread) and
+ * `idle` (a futex word: 1 while the thread may sleep with nothing to
+ * time), and, in the fd table, each connection's watch word (the hooks
+ * and this thread change bits by atomics), its guard (fd_table.c) and its
+ * mark (bh_fd_mark: this thread's alone). The thread is started by the
+ * first send that needs it (never in a process without such a connection;
+ * never in a vfork child, whose memory is ours), with every signal
+ * blocked so that no signal of the program runs on it, and uses no signal
+ * itself. Starting it is not async-signal-safe (pthread_create); a send
+ * from a signal handler that is a non-blocking connection's very first is
+ * the one case. Everything else the hooks do here is an atomic exchange
+ * and, when the thread sleeps, a futex wake.
+ *
+ * Identity: the thread acts on an fd number the program may close and
+ * reuse at any moment. It acts only under a guard (bh_fd_guard), which
+ * holds while the fd still carries that connection of that generation,
+ * and every close or dup2 of that fd waits for the guard to go: the
+ * shutdown can never reach another socket on the same number. Closes by
+ * raw syscall are the exception, as everywhere in the shim.
+ *
+ * fork: the thread is not in the child; the child's first connection that
+ * needs one starts its own (bh_stall_after_fork_child). A process that
+ * dies takes the thread and this state with it: nothing here is shared
+ * with another process. */
+#include "core/stall.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/shim.h"
+#include "fdtable/fd_table.h"
+
+enum { NOT_STARTED = 0, STARTING = 1, RUNNING = 2, CANNOT_START = 3 };
+enum { STACK_BYTES = 64 * 1024, PERIOD_MIN_MS = 10, PERIOD_MAX_MS = 250 };
+
+static _Atomic int state;
+static _Atomic uint32_t idle;
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* The scan period: an eighth of the shortest io_timeout_ms, bounded. */
+static int period_ms(void)
+{
+    int shortest = 0;
+    for (int i = 0; i < bh_shim.config.compartment_count; i++) {
+        int ms = bh_shim.config.compartments[i].io_timeout_ms;
+        if (ms > 0 && (shortest == 0 || ms < shortest))
+            shortest = ms;
+    }
+    int period = shortest / 8;
+    return period < PERIOD_MIN_MS ? PERIOD_MIN_MS
+         : period > PERIOD_MAX_MS ? PERIOD_MAX_MS : period;
+}
+
+/* The exchange is still unanswered and still this one: its reading side
+ * is shut, under a guard, so that the fd is still its socket. */
+static void fire(int fd, uint32_t connection, uint32_t generation, uint32_t watch)
+{
+    _Atomic uint32_t *word = bh_fd_connection_watch(connection);
+    if (!bh_fd_guard(fd, connection, generation))
+        return;
+    uint32_t stalled = (watch & ~(uint32_t)BH_WATCH_STALL) | BH_WATCH_STALLED;
+    if (atomic_compare_exchange_strong(word, &watch, stalled))
+        shutdown(fd, SHUT_RD);
+    bh_fd_unguard(connection);
+}
+
+struct scan {
+    int64_t now_ns;
+    int timing;  /* connections with exchanges to time */
+};
+
+static void visit(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    struct scan *scan = ctx;
+    uint32_t watch = atomic_load(bh_fd_connection_watch(connection));
+    if (!(watch & BH_WATCH_STALL))
+        return;
+    scan->timing++;
+    struct bh_fd_mark *mark = bh_fd_mark(connection);
+    if (watch & BH_WATCH_ANSWERED) {
+        mark->since_ns = 0;
+        return;
+    }
+    uint32_t generation = bh_fd_generation(connection);
+    uint32_t exchange = watch >> BH_WATCH_EXCHANGE_SHIFT;
+    if (!mark->since_ns || mark->generation != generation || mark->exchange != exchange) {
+        *mark = (struct bh_fd_mark){ generation, exchange, scan->now_ns };
+        return;
+    }
+    int64_t timeout_ns = (int64_t)bh_rules_of(compartment)->io_timeout_ms * 1000000;
+    if (scan->now_ns - mark->since_ns >= timeout_ns)
+        fire(fd, connection, generation, watch);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec period = { ms / 1000, (long)(ms % 1000) * 1000000 };
+    while (nanosleep(&period, &period) < 0 && errno == EINTR)
+        ;
+}
+
+/* idle is 1 before each scan: a connection that starts being timed
+ * during or after it finds 1 and wakes us (bh_stall_watch). */
+static void *watch_exchanges(void *unused)
+{
+    (void)unused;
+    int period = period_ms();
+    for (;;) {
+        atomic_store(&idle, 1);
+        struct scan scan = { monotonic_ns(), 0 };
+        bh_fd_for_each(visit, &scan);
+        if (scan.timing == 0) {
+            syscall(SYS_futex, &idle, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+            continue;
+        }
+        atomic_store(&idle, 0);
+        sleep_ms(period);
+    }
+    return NULL;
+}
+
+static int start_thread(void)
+{
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigset_t all, was;
+    int saved_errno = errno;
+    sigfillset(&all);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, STACK_BYTES);
+    pthread_sigmask(SIG_SETMASK, &all, &was);  /* the thread inherits it */
+    int rc = pthread_create(&thread, &attr, watch_exchanges, NULL);
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc == 0)
+        pthread_setname_np(thread, "bulkhead-io");
+    else
+        bh_log(BH_LOG_ERROR, "io_timeout_ms: cannot start the thread that times "
+               "non-blocking connections (pthread_create: %s); their exchanges "
+               "go untimed", strerror(rc));
+    errno = saved_errno;
+    return rc == 0;
+}
+
+int bh_stall_watch(void)
+{
+    int now = atomic_load(&state);
+    if (now == NOT_STARTED && bh_fd_table_owned_here() &&
+        atomic_compare_exchange_strong(&state, &now, STARTING)) {
+        now = start_thread() ? RUNNING : CANNOT_START;
+        atomic_store(&state, now);
+    }
+    if (now == CANNOT_START || now == NOT_STARTED)
+        return 0;
+    if (atomic_exchange(&idle, 0) == 1) {
+        int saved_errno = errno;
+        syscall(SYS_futex, &idle, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        errno = saved_errno;
+    }
+    return 1;
+}
+
+int bh_stall_threads(void)
+{
+    int now = atomic_load(&state);
+    return now == STARTING || now == RUNNING;
+}
+
+void bh_stall_after_fork_child(void)
+{
+    atomic_store(&state, NOT_STARTED);
+    atomic_store(&idle, 0);
+}
