@@ -32,7 +32,8 @@
  * HELD (all sequentially consistent), so either the guard sees the fd gone
  * or the close sees HELD and spins until it clears, before the real close:
  * the number cannot be handed to another socket while a guard is held on
- * it. HELD is held across one syscall by a thread that blocks every
+ * it. A close reads HELD only once guards_taken says some guard was ever
+ * taken, which the guard sets before HELD (the same pair, one level up). HELD is held across one syscall by a thread that blocks every
  * signal and takes no lock, so a close in a signal handler spins briefly
  * and never deadlocks. dup2 onto an fd needs no entry change first: it
  * sets RETIRED by an atomic or on the same word, so one of the two sees
@@ -226,6 +227,10 @@ struct bh_fd_ended bh_fd_new(int fd, enum bh_fd_kind kind)
 
 enum { GUARD_HELD = 1, GUARD_RETIRED = 2 };
 
+/* Set before the first guard: until then no close looks at guards (one
+ * load of this, instead of the connection's, in processes without one). */
+static _Atomic int guards_taken;
+
 /* After the fd's entry changed: a guard taken before it ends first. */
 static void wait_unguarded(struct bh_fd_connection *connection)
 {
@@ -241,7 +246,7 @@ uint32_t bh_fd_detach(int fd)
     if (!owned_here())
         return 0;
     uint32_t detached = atomic_exchange(entry, 0);
-    if (entry_connection(detached))
+    if (atomic_load(&guards_taken) && entry_connection(detached))
         wait_unguarded(connection_for(entry_connection(detached) - 1, 0));
     return detached;
 }
@@ -409,6 +414,8 @@ int64_t bh_fd_take_send(int fd, int *compartment)
 int bh_fd_guard(int fd, uint32_t connection, uint32_t generation)
 {
     struct bh_fd_connection *slot = connection_for(connection, 0);
+    if (!atomic_load(&guards_taken))
+        atomic_store(&guards_taken, 1);
     if (!slot || (atomic_fetch_or(&slot->guard, GUARD_HELD) & GUARD_RETIRED)) {
         if (slot)
             bh_fd_unguard(connection);

@@ -1,7 +1,8 @@
 /* The fd table, a leaf: tables of operation sequences and the connection
  * each one ends (or not), the owner rule across a vfork child, and a race
  * of dup against the last close in which every connection must end
- * exactly once. No real fds are needed: the table only holds numbers. */
+ * exactly once; guards, and a close that waits for one. No real fds are
+ * needed: the table only holds numbers. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -226,10 +227,77 @@ static void test_watch_bits(void **state)
     assert_int_equal(bh_fd_unwatch(21, 0xff), 0);  /* nothing there now */
 }
 
+static void note_id(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    (void)fd;
+    (void)compartment;
+    *(uint32_t *)ctx = connection;
+}
+
+/* fd 10's connection id (it must carry one). */
+static uint32_t id_of_fd_10(void)
+{
+    uint32_t id = UINT32_MAX;
+    bh_fd_for_each(note_id, &id);
+    assert_int_not_equal(id, UINT32_MAX);
+    return id;
+}
+
+/* A guard names one connection of one generation on one fd: not another
+ * fd, not a later connection in the same slot, not one dup2 retired. */
+static void test_guard_identity(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_attach(10, 1, 1, 0, 0), 0);
+    uint32_t id = id_of_fd_10(), generation = bh_fd_generation(id);
+    assert_int_equal(bh_fd_guard(10, id, generation), 1);
+    bh_fd_unguard(id);
+    assert_int_equal(bh_fd_guard(11, id, generation), 0);
+    assert_int_equal(bh_fd_guard(10, id, generation + 1), 0);
+    assert_int_equal(bh_fd_release(bh_fd_detach(10)).compartment, 1);
+    assert_int_equal(bh_fd_guard(10, id, generation), 0);
+    assert_int_equal(bh_fd_attach(10, 1, 1, 0, 0), 0);  /* the same slot again */
+    assert_int_equal(id_of_fd_10(), id);
+    assert_int_equal(bh_fd_guard(10, id, generation), 0);
+    assert_int_equal(bh_fd_guard(10, id, bh_fd_generation(id)), 1);
+    bh_fd_unguard(id);
+    bh_fd_retire(10);
+    assert_int_equal(bh_fd_guard(10, id, bh_fd_generation(id)), 0);
+}
+
+static _Atomic int closed;
+
+static void *close_fd_10(void *unused)
+{
+    (void)unused;
+    bh_fd_release(bh_fd_detach(10));
+    atomic_store(&closed, 1);
+    return NULL;
+}
+
+/* A close of a guarded fd returns only once the guard is gone. */
+static void test_close_waits_for_guard(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_attach(10, 1, 1, 0, 0), 0);
+    uint32_t id = id_of_fd_10();
+    assert_int_equal(bh_fd_guard(10, id, bh_fd_generation(id)), 1);
+    atomic_store(&closed, 0);
+    pthread_t thread;
+    pthread_create(&thread, NULL, close_fd_10, NULL);
+    usleep(50 * 1000);
+    assert_int_equal(atomic_load(&closed), 0);
+    bh_fd_unguard(id);
+    pthread_join(thread, NULL);
+    assert_int_equal(atomic_load(&closed), 1);
+}
+
 int main(void)
 {
     enum { SEQUENCES = sizeof sequences / sizeof sequences[0] };
-    struct CMUnitTest tests[SEQUENCES + 5];
+    struct CMUnitTest tests[SEQUENCES + 7];
     for (size_t i = 0; i < SEQUENCES; i++)
         tests[i] = (struct CMUnitTest){ .name = sequences[i].name,
                                         .test_func = test_sequence,
@@ -239,5 +307,7 @@ int main(void)
     tests[SEQUENCES + 2] = (struct CMUnitTest)cmocka_unit_test(test_vfork_child_changes_nothing);
     tests[SEQUENCES + 3] = (struct CMUnitTest)cmocka_unit_test(test_dup_races_last_close);
     tests[SEQUENCES + 4] = (struct CMUnitTest)cmocka_unit_test(test_watch_bits);
-    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 5, NULL, NULL);
+    tests[SEQUENCES + 5] = (struct CMUnitTest)cmocka_unit_test(test_guard_identity);
+    tests[SEQUENCES + 6] = (struct CMUnitTest)cmocka_unit_test(test_close_waits_for_guard);
+    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 7, NULL, NULL);
 }
