@@ -228,9 +228,9 @@ static void first_byte(int fd, uint32_t watch)
         tell_success(fd, shared, 1);
 }
 
-/* The first send: a non-blocking socket's exchanges are the watchdog's
- * to time (a blocking one's receives have SO_RCVTIMEO). */
-static uint32_t before_first_send(int fd, uint32_t watch)
+/* The first send that went out: a non-blocking socket's exchanges are
+ * the watchdog's to time (a blocking one's receives have SO_RCVTIMEO). */
+static uint32_t first_send(int fd, uint32_t watch)
 {
     watch &= ~(uint32_t)BH_WATCH_ARM_STALL;
     if (!bh_fd_unwatch(fd, BH_WATCH_ARM_STALL) || bh_deadline_call_blocks(fd, 0))
@@ -244,9 +244,8 @@ static uint32_t before_first_send(int fd, uint32_t watch)
 
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive)
 {
-    if (!receive)
-        return watch & BH_WATCH_ARM_STALL ? before_first_send(fd, watch) : watch;
-    if (!(watch & BH_WATCH_ARM_RECEIVE) || !bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE))
+    if (!receive || !(watch & BH_WATCH_ARM_RECEIVE) ||
+        !bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE))
         return watch;
     int shared = bh_fd_lookup(fd).compartment;
     if (shared >= 0 && bh_deadline_arm_receive(fd, bh_rules_of(shared))) {
@@ -323,6 +322,8 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
     } else if (result < 0) {
         err = learn_from_error(fd, watch, err, receive, flags);
     } else {
+        if (!receive && (watch & BH_WATCH_ARM_STALL))
+            watch = first_send(fd, watch);  /* before its exchange begins */
         if (watch & BH_WATCH_CONNECTING)
             bh_outcome_connected(fd);
         if (receive && result > 0 && (watch & BH_WATCH_FIRST_BYTE))

@@ -47,14 +47,11 @@ void bh_outcome_connected(int fd);
 void bh_outcome_connect_failed(int fd, int err);
 
 /* Around a send or receive on a connection with watch bits: before a
- * receive, arms its deadline if due, before the first send, asks whether
- * the watchdog should time its exchanges; returns the bits to use after;
+ * receive, arms its deadline if due and returns the bits to use after;
  * after a call that failed, returned 0 or had a first outcome to learn,
  * learns what the result says and returns the result, with errno
  * ETIMEDOUT when our deadline expired. */
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive);
-/* Both bits that make a send or receive ask bh_outcome_before_io. */
-#define BH_WATCH_BEFORE(receive) ((receive) ? BH_WATCH_ARM_RECEIVE : BH_WATCH_ARM_STALL)
 /* Bits whose connections flip ANSWERED at each exchange's ends. */
 #define BH_WATCH_EXCHANGES (BH_WATCH_TURNAROUND | BH_WATCH_STALL)
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
@@ -91,8 +88,11 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
         bh_outcome_timed_send(fd, watch >> BH_WATCH_EXCHANGE_SHIFT);
 }
 
-/* Successful calls whose bits ask for more than turnaround. */
-#define BH_WATCH_ON_SUCCESS (BH_WATCH_CONNECTING | BH_WATCH_FIRST_BYTE)
+/* Successful calls whose bits ask for more than turnaround; a send's
+ * ARM_STALL is looked at after the first that succeeds (no test before
+ * the call, so the watched send path pays nothing for it). */
+#define BH_WATCH_ON_SUCCESS(receive)                                           \
+    (BH_WATCH_CONNECTING | BH_WATCH_FIRST_BYTE | ((receive) ? 0 : BH_WATCH_ARM_STALL))
 
 /* What a send or receive hook does on a connection with watch bits, word
  * its watch word: `call` is the real libc call. The usual case (bytes
@@ -103,10 +103,10 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
  * permit. */
 #define BH_WATCHED_IO(fd, word, receive, flags, call) __extension__ ({         \
         uint32_t watch_ = atomic_load_explicit(word, memory_order_relaxed);    \
-        if (watch_ & BH_WATCH_BEFORE(receive))                                 \
+        if ((receive) && (watch_ & BH_WATCH_ARM_RECEIVE))                      \
             watch_ = bh_outcome_before_io(fd, watch_, receive);                \
         ssize_t result_ = (call);                                              \
-        if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS), 0)) \
+        if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS(receive)), 0)) \
             result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
         else if (watch_ & BH_WATCH_EXCHANGES)                                  \
             bh_outcome_turnaround(fd, word, watch_, receive);                  \
