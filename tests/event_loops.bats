@@ -160,3 +160,40 @@ except OSError as e:
     assert_lines "blocking: threads 1" "non-blocking: threads 2" "same number: True" \
                  "second after the first deadline: untouched" "second: errno=110"
 }
+
+@test "a forked child has no watchdog thread until it needs one: then its own request times out too, as the parent's does" {
+    py_server quiet "$SILENT"
+    compartment_rules 2 io_timeout_ms=$IO_MS
+    run run_shim timeout 20 python3 -c '
+import os, select, socket, sys
+port, io_s = int(sys.argv[1]), int(sys.argv[2]) / 1000
+def threads():
+    return [l.split()[1] for l in open("/proc/self/status") if l.startswith("Threads:")][0]
+def request():
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", port))
+    select.select([], [s], [], 5)
+    s.send(b"GET / HTTP/1.0\r\n\r\n")
+    return s
+def outcome(who, s):
+    select.select([s], [], [], io_s + 1.5)
+    try:
+        s.recv(100)
+        return "%s: EOF" % who
+    except OSError as e:
+        return "%s: errno=%s" % (who, e.errno)
+parents = request()
+pid = os.fork()
+if pid == 0:
+    print("child: threads", threads(), flush=True)
+    mine = request()
+    print("child: threads", threads(), flush=True)
+    print(outcome("child", mine), flush=True)
+    os._exit(0)
+print(outcome("parent", parents), flush=True)
+os.waitpid(pid, 0)
+' "$SERVER_PORT" "$IO_MS"
+    assert_success
+    assert_lines "child: threads 1" "child: threads 2" "child: errno=110" "parent: errno=110"
+}

@@ -48,8 +48,13 @@
  * shutdown can never reach another socket on the same number. Closes by
  * raw syscall are the exception, as everywhere in the shim.
  *
- * fork: the thread is not in the child; the child's first connection that
- * needs one starts its own (bh_stall_after_fork_child). A process that
+ * fork: the thread is not in the child. The connections the child keeps
+ * (their sockets shared with the parent) go back to ARM_STALL there, so
+ * the child's next send on one that goes out starts the child's own
+ * watchdog (bh_stall_after_fork_child); both may then shut the one socket,
+ * which is the same act twice. Connections a process adopts across exec
+ * or receives over SCM_RIGHTS carry no watch bits, and are not timed (nor
+ * do their receives get SO_RCVTIMEO). A process that
  * dies takes the thread and this state with it: nothing here is shared
  * with another process. */
 #include "core/stall.h"
@@ -213,8 +218,22 @@ int bh_stall_threads(void)
     return now == STARTING || now == RUNNING;
 }
 
+/* A connection the child keeps (its socket shared with the parent, whose
+ * watchdog still times it) is timed here too from the child's next send
+ * that goes out, which starts the child's own watchdog. */
+static void rearm_in_child(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    (void)fd;
+    (void)compartment;
+    (void)ctx;
+    _Atomic uint32_t *word = bh_fd_connection_watch(connection);
+    if (atomic_fetch_and(word, ~(uint32_t)BH_WATCH_STALL) & BH_WATCH_STALL)
+        atomic_fetch_or(word, BH_WATCH_ARM_STALL);
+}
+
 void bh_stall_after_fork_child(void)
 {
     atomic_store(&state, NOT_STARTED);
     atomic_store(&idle, 0);
+    bh_fd_for_each(rearm_in_child, NULL);
 }
