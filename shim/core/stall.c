@@ -18,8 +18,9 @@
  * fd table every period (io_timeout_ms / 8 of the shortest in the rules,
  * 10 to 250 ms), marks an unanswered exchange the first time it sees it,
  * and fires when it sees the same one unanswered io_timeout_ms after
- * that: between io_timeout_ms and io_timeout_ms + one period after the
- * send. Firing shuts the socket's receiving side (shutdown SHUT_RD): the
+ * that (it sleeps less than a period when a mark falls due sooner): so
+ * between io_timeout_ms and io_timeout_ms + one period after the send,
+ * and the scheduler's delay. Firing shuts the socket's receiving side (shutdown SHUT_RD): the
  * program's poll says readable, its next read or recv gets -1 ETIMEDOUT
  * (outcome.c turns the EOF into it, and counts an io timeout there), its
  * later ones EOF; it closes the socket, and the permit goes back as at any
@@ -117,7 +118,9 @@ static void fire(int fd, uint32_t connection, uint32_t generation, uint32_t watc
 
 struct scan {
     int64_t now_ns;
-    int timing;  /* connections with exchanges to time */
+    int timing;         /* connections with exchanges to time */
+    int64_t sleep_ns;   /* until the next scan: a period, or less when a
+                           marked exchange falls due sooner */
 };
 
 static void visit(int fd, uint32_t connection, int compartment, void *ctx)
@@ -138,14 +141,18 @@ static void visit(int fd, uint32_t connection, int compartment, void *ctx)
         *mark = (struct bh_fd_mark){ generation, exchange, scan->now_ns };
         return;
     }
-    int64_t timeout_ns = (int64_t)bh_rules_of(compartment)->io_timeout_ms * 1000000;
-    if (scan->now_ns - mark->since_ns >= timeout_ns)
+    int64_t due_in_ns = mark->since_ns +
+                        (int64_t)bh_rules_of(compartment)->io_timeout_ms * 1000000 -
+                        scan->now_ns;
+    if (due_in_ns <= 0)
         fire(fd, connection, generation, watch);
+    else if (due_in_ns < scan->sleep_ns)
+        scan->sleep_ns = due_in_ns;
 }
 
-static void sleep_ms(int ms)
+static void sleep_ns(int64_t ns)
 {
-    struct timespec period = { ms / 1000, (long)(ms % 1000) * 1000000 };
+    struct timespec period = { ns / 1000000000, ns % 1000000000 };
     while (nanosleep(&period, &period) < 0 && errno == EINTR)
         ;
 }
@@ -155,17 +162,17 @@ static void sleep_ms(int ms)
 static void *watch_exchanges(void *unused)
 {
     (void)unused;
-    int period = period_ms();
+    int64_t period_ns = (int64_t)period_ms() * 1000000;
     for (;;) {
         atomic_store(&idle, 1);
-        struct scan scan = { monotonic_ns(), 0 };
+        struct scan scan = { monotonic_ns(), 0, period_ns };
         bh_fd_for_each(visit, &scan);
         if (scan.timing == 0) {
             syscall(SYS_futex, &idle, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
             continue;
         }
         atomic_store(&idle, 0);
-        sleep_ms(period);
+        sleep_ns(scan.sleep_ns);
     }
     return NULL;
 }
