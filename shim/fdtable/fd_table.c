@@ -535,6 +535,18 @@ void bh_fd_table_keep_shared(void)
     }
 }
 
+/* A guard taken before the fds went ends first, and the generation
+ * stays, so that no guard or mark of the thread that takes them
+ * (core/stall.c, which keeps running) names a later connection. */
+static void clear_slot(struct bh_fd_connection *connection)
+{
+    if (atomic_load(&guards_taken))
+        wait_unguarded(connection);
+    uint32_t generation = atomic_load(&connection->generation);
+    memset((void *)connection, 0, sizeof *connection);
+    atomic_store(&connection->generation, generation);
+}
+
 void bh_fd_table_reset(void)
 {
     atomic_store(&owner, getpid());
@@ -544,13 +556,14 @@ void bh_fd_table_reset(void)
         if (entries)
             memset((void *)entries, 0, CHUNK_SIZE * sizeof *entries);
     }
+    atomic_thread_fence(memory_order_seq_cst);  /* every fd untracked, as by close */
     /* Connection ids start at their fd's number, so the pools in use are
      * those below the fd chunks in use, and any a scan went past. */
     for (unsigned chunk = 0; chunk < CONNECTION_CHUNKS; chunk++) {
         struct bh_fd_connection *pool = atomic_load(&bh_fd_connections[chunk]);
-        if (pool)
-            memset((void *)pool, 0, CHUNK_SIZE * sizeof *pool);
-        else if (chunk >= chunks)
+        for (unsigned i = 0; pool && i < CHUNK_SIZE; i++)
+            clear_slot(&pool[i]);
+        if (!pool && chunk >= chunks)
             break;
     }
 }
