@@ -191,8 +191,8 @@ if pid == 0:
     print("child: threads", threads(), flush=True)
     print(outcome("child", mine), flush=True)
     os._exit(0)
+os.waitpid(pid, 0)  # first, so that the two never write at once
 print(outcome("parent", parents), flush=True)
-os.waitpid(pid, 0)
 ' "$SERVER_PORT" "$IO_MS"
     assert_success
     assert_lines "child: threads 1" "child: threads 2" "child: errno=110" "parent: errno=110"
