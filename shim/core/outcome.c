@@ -48,9 +48,18 @@
  * failure is a drop, once per connection. A change of limit is logged at
  * info, at most once a second per compartment across the namespace.
  *
+ * io_timeout_ms on a non-blocking socket (stall.c): the first send that
+ * goes out asks fcntl whether the socket blocks; if not, the connection
+ * gets the STALL bit, its exchanges flip ANSWERED as turnaround's do, and
+ * the watchdog that times them shuts its reading side when one goes
+ * unanswered; the STALLED bit then makes the EOF the program reads an
+ * ETIMEDOUT, counted as an io timeout like a blocking receive's.
+ *
  * Everything here is atomics, clock_gettime, semop and socket options,
- * except the log lines on breaker and limit changes: safe wherever the
- * hooks run, signal handlers included, as the refusal lines are. */
+ * except the log lines on breaker and limit changes, and the start of the
+ * watchdog's thread (once per process, at the first non-blocking send on
+ * a connection with io_timeout_ms): safe wherever the hooks run, signal
+ * handlers included, as the refusal lines are, but for that start. */
 #include "core/outcome.h"
 
 #include <errno.h>

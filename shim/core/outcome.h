@@ -37,6 +37,8 @@ enum {
     /* turnaround: the bits above count the exchanges begun (mod 2^16) */
     BH_WATCH_EXCHANGE_SHIFT = 16,
 };
+/* Bits whose connections flip ANSWERED at each exchange's ends. */
+#define BH_WATCH_EXCHANGES (BH_WATCH_TURNAROUND | BH_WATCH_STALL)
 
 /* The bits a new connection of this compartment starts with. */
 uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
@@ -50,10 +52,11 @@ void bh_outcome_connect_failed(int fd, int err);
  * receive, arms its deadline if due and returns the bits to use after;
  * after a call that failed, returned 0 or had a first outcome to learn,
  * learns what the result says and returns the result, with errno
- * ETIMEDOUT when our deadline expired. */
+ * ETIMEDOUT when our deadline expired (the EOF of a socket the watchdog
+ * shut is -1/ETIMEDOUT too, once). After the first send that went out on
+ * a connection with io_timeout_ms, asks whether the watchdog is to time
+ * its exchanges (stall.c). */
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive);
-/* Bits whose connections flip ANSWERED at each exchange's ends. */
-#define BH_WATCH_EXCHANGES (BH_WATCH_TURNAROUND | BH_WATCH_STALL)
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags);
 /* Out of line, once per timed exchange: its send went out (number: the

@@ -20,14 +20,17 @@
  * and fires when it sees the same one unanswered io_timeout_ms after
  * that (it sleeps less than a period when a mark falls due sooner): so
  * between io_timeout_ms and io_timeout_ms + one period after the send,
- * and the scheduler's delay. Firing shuts the socket's receiving side (shutdown SHUT_RD): the
+ * plus the scheduler's delay.
+ *
+ * Firing shuts the socket's receiving side (shutdown SHUT_RD): the
  * program's poll says readable, its next read or recv gets -1 ETIMEDOUT
  * (outcome.c turns the EOF into it, and counts an io timeout there), its
  * later ones EOF; it closes the socket, and the permit goes back as at any
  * close. Its writes still go out (no SIGPIPE), and the peer sees the
  * connection end when the program closes it. Not covered: a stall after
  * the first byte of an answer, a server that must speak first, idle
- * connections, and a socket made non-blocking after its first send.
+ * connections, a socket made non-blocking after its first send, and a
+ * connection after a dup2 onto one of its fds (retired: see below).
  *
  * Shared state, this process only: `state` (who started the thread) and
  * `idle` (a futex word: 1 while the thread may sleep with nothing to
@@ -37,27 +40,29 @@
  * first send that needs it (never in a process without such a connection;
  * never in a vfork child, whose memory is ours), with every signal
  * blocked so that no signal of the program runs on it, and uses no signal
- * itself. Starting it is not async-signal-safe (pthread_create); a send
+ * itself. Starting it is not async-signal-safe (pthread_create): a send
  * from a signal handler that is a non-blocking connection's very first is
  * the one case. Everything else the hooks do here is an atomic exchange
  * and, when the thread sleeps, a futex wake.
  *
  * Identity: the thread acts on an fd number the program may close and
  * reuse at any moment. It acts only under a guard (bh_fd_guard), which
- * holds while the fd still carries that connection of that generation,
- * and every close or dup2 of that fd waits for the guard to go: the
- * shutdown can never reach another socket on the same number. Closes by
- * raw syscall are the exception, as everywhere in the shim.
+ * holds while the fd still carries that connection of that generation;
+ * every close of that fd (close, fclose, close_range, closefrom, a uid
+ * change's reset) waits for the guard to go, and dup2/dup3 onto it retire
+ * the connection first: the shutdown can never reach another socket on
+ * the same number. Closes the shim does not see (raw syscalls, the fds
+ * fcloseall finds gone afterwards) are the exception, as everywhere.
  *
  * fork: the thread is not in the child. The connections the child keeps
  * (their sockets shared with the parent) go back to ARM_STALL there, so
  * the child's next send on one that goes out starts the child's own
- * watchdog (bh_stall_after_fork_child); both may then shut the one socket,
- * which is the same act twice. Connections a process adopts across exec
- * or receives over SCM_RIGHTS carry no watch bits, and are not timed (nor
- * do their receives get SO_RCVTIMEO). A process that
- * dies takes the thread and this state with it: nothing here is shared
- * with another process. */
+ * watchdog (bh_stall_after_fork_child); both may then shut the one
+ * socket, which is the same act twice. Connections a process adopts
+ * across exec or receives over SCM_RIGHTS carry no watch bits, and are
+ * not timed (nor do their receives get SO_RCVTIMEO). A process that dies
+ * takes the thread and this state with it: nothing here is shared with
+ * another process. */
 #include "core/stall.h"
 
 #include <errno.h>

@@ -29,17 +29,19 @@
  * (core/stall.c), and RETIRED, set by dup2/dup3 before they replace one
  * of its fds. Guard and close are Dekker's pair: the guard sets HELD and
  * then reads the fd's entry; a close exchanges the entry and then reads
- * HELD (all sequentially consistent), so either the guard sees the fd gone
- * or the close sees HELD and spins until it clears, before the real close:
- * the number cannot be handed to another socket while a guard is held on
- * it. A close reads HELD only once guards_taken says some guard was ever
- * taken, which the guard sets before HELD (the same pair, one level up). HELD is held across one syscall by a thread that blocks every
- * signal and takes no lock, so a close in a signal handler spins briefly
- * and never deadlocks. dup2 onto an fd needs no entry change first: it
- * sets RETIRED by an atomic or on the same word, so one of the two sees
- * the other. A generation, bumped at each attach before the entry is
- * published, tells a guard that a slot was reused by another connection.
- * Threads do not survive fork: the child clears HELD (keep_shared).
+ * HELD (all sequentially consistent), so either the guard sees the fd
+ * gone or the close sees HELD and spins until it clears, before the real
+ * close: the number cannot be handed to another socket while a guard is
+ * held on it. A close reads HELD only once guards_taken says some guard
+ * was ever taken, which the guard sets before HELD (the same pair, one
+ * level up). HELD is held across one syscall by a thread that blocks
+ * every signal and takes no lock, so a close in a signal handler spins
+ * briefly and never deadlocks. dup2 onto an fd needs no entry change
+ * first: it sets RETIRED by an atomic or on the same word, so one of the
+ * two sees the other. A generation, bumped at each attach before the
+ * entry is published and kept across a reset, tells a guard that a slot
+ * was reused by another connection. Threads do not survive fork: the
+ * child clears HELD (keep_shared).
  *
  * Connection ids: the connect()ing fd's own number is tried first, so the
  * usual allocation is a single compare-and-swap. */
@@ -47,8 +49,8 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
-#include <string.h>
 #include <sched.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
