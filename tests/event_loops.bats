@@ -197,3 +197,35 @@ print(outcome("parent", parents), flush=True)
     assert_success
     assert_lines "child: threads 1" "child: threads 2" "child: errno=110" "parent: errno=110"
 }
+
+@test "a request sent in many writes over longer than io_timeout_ms is not cut; its deadline runs from its last write" {
+    py_server quiet "$SILENT"
+    compartment_rules 1 io_timeout_ms=$IO_MS
+    run run_shim timeout 20 python3 -c '
+import select, socket, sys, time
+port, io_s = int(sys.argv[1]), int(sys.argv[2]) / 1000
+s = socket.socket()
+s.setblocking(False)
+s.connect_ex(("127.0.0.1", port))
+select.select([], [s], [], 5)
+end = time.monotonic() + io_s * 2.5
+while time.monotonic() < end:   # an upload: a write every io_timeout_ms / 4
+    s.send(b"x")
+    last = time.monotonic()
+    readable, _, _ = select.select([s], [], [], io_s / 4)
+    if readable:
+        print("cut during the upload")
+        sys.exit(1)
+print("upload: untouched")
+select.select([s], [], [], io_s + 1.5)
+try:
+    s.recv(100)
+    print("then: EOF")
+except OSError as e:
+    print("then: errno=%s %d" % (e.errno, (time.monotonic() - last) * 1000))
+' "$SERVER_PORT" "$IO_MS"
+    assert_success
+    assert_line --index 0 "upload: untouched"
+    assert_line --index 1 --regexp '^then: errno=110 [0-9]+$'
+    elapsed_ok "${lines[1]}"
+}

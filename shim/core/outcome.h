@@ -34,6 +34,8 @@ enum {
                                       which flips ANSWERED as turnaround does */
     BH_WATCH_STALLED = 1 << 13,    /* the watchdog shut its reading side:
                                       the EOF the program reads is ETIMEDOUT */
+    BH_WATCH_SENT = 1 << 14,       /* STALL: more of the request went out
+                                      since the watchdog last looked */
     /* turnaround: the bits above count the exchanges begun (mod 2^16) */
     BH_WATCH_EXCHANGE_SHIFT = 16,
 };
@@ -74,8 +76,13 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
 {
     uint32_t next;
     do {
-        if (receive ? (watch & BH_WATCH_ANSWERED) : !(watch & BH_WATCH_ANSWERED))
-            return;  /* more of the same answer, or of the same request */
+        if (receive ? (watch & BH_WATCH_ANSWERED) : !(watch & BH_WATCH_ANSWERED)) {
+            /* more of the same answer, or of the same request: the
+             * watchdog's clock restarts after the request's last send */
+            if (!receive && (watch & (BH_WATCH_STALL | BH_WATCH_SENT)) == BH_WATCH_STALL)
+                atomic_fetch_or(word, BH_WATCH_SENT);
+            return;
+        }
         if (receive)
             next = (watch | BH_WATCH_ANSWERED) & ~(uint32_t)BH_WATCH_TIMED;
         else if ((watch & BH_WATCH_TURNAROUND) &&

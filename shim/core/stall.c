@@ -11,16 +11,20 @@
  * The clock. An exchange begins with a send or write that moves a byte
  * while no earlier exchange is unanswered (the connection's first send,
  * or the first after bytes came back), and ends with the first receive or
- * read that brings a byte. Further sends do not restart it (a request in
- * several writes, pipelining). The hooks flip the connection's ANSWERED
- * bit at both ends and count exchanges in its watch word, as turnaround
- * does (outcome.h): no clock read on the I/O path. This thread scans the
- * fd table every period (io_timeout_ms / 8 of the shortest in the rules,
- * 10 to 250 ms), marks an unanswered exchange the first time it sees it,
- * and fires when it sees the same one unanswered io_timeout_ms after
- * that (it sleeps less than a period when a mark falls due sooner): so
- * between io_timeout_ms and io_timeout_ms + one period after the send,
- * plus the scheduler's delay.
+ * read that brings a byte. The deadline is io_timeout_ms after the
+ * exchange's last send that moved bytes: a request sent in many writes
+ * (an upload) is timed from its end, as a blocking receive after it
+ * would be. The hooks flip the connection's ANSWERED bit at both ends and
+ * count exchanges in its watch word, as turnaround does (outcome.h), and
+ * a send within an exchange sets SENT if it is clear: no clock read on
+ * the I/O path, and one atomic or per period at most. This thread scans
+ * the fd table every period (io_timeout_ms / 8 of the shortest in the
+ * rules, 10 to 250 ms), marks an unanswered exchange the first time it
+ * sees it (and again, clearing SENT, whenever SENT is set), and fires
+ * when it sees the same one unanswered and unsent to io_timeout_ms after
+ * its mark (it sleeps less than a period when a mark falls due sooner):
+ * so between io_timeout_ms and io_timeout_ms + one period after the last
+ * send, plus the scheduler's delay.
  *
  * Firing shuts the socket's receiving side (shutdown SHUT_RD): the
  * program's poll says readable, its next read or recv gets -1 ETIMEDOUT
@@ -142,7 +146,13 @@ static void visit(int fd, uint32_t connection, int compartment, void *ctx)
     }
     uint32_t generation = bh_fd_generation(connection);
     uint32_t exchange = watch >> BH_WATCH_EXCHANGE_SHIFT;
-    if (!mark->since_ns || mark->generation != generation || mark->exchange != exchange) {
+    int unmarked = !mark->since_ns || mark->generation != generation ||
+                   mark->exchange != exchange;
+    if (watch & BH_WATCH_SENT) {  /* cleared before the mark: a later send sets it again */
+        atomic_fetch_and(bh_fd_connection_watch(connection), ~(uint32_t)BH_WATCH_SENT);
+        unmarked = 1;
+    }
+    if (unmarked) {
         *mark = (struct bh_fd_mark){ generation, exchange, scan->now_ns };
         return;
     }
