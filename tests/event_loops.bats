@@ -229,3 +229,20 @@ except OSError as e:
     assert_line --index 1 --regexp '^then: errno=110 [0-9]+$'
     elapsed_ok "${lines[1]}"
 }
+
+@test "no watchdog thread in a compartment without io_timeout_ms, however its sockets are used" {
+    py_server quiet "$SILENT"
+    compartment_rules 1
+    run run_shim timeout 20 python3 -c '
+import select, socket, sys
+s = socket.socket()
+s.setblocking(False)
+s.connect_ex(("127.0.0.1", int(sys.argv[1])))
+select.select([], [s], [], 5)
+s.send(b"GET / HTTP/1.0\r\n\r\n")
+select.select([s], [], [], 0.3)
+print("threads", [l.split()[1] for l in open("/proc/self/status") if l.startswith("Threads:")][0])
+' "$SERVER_PORT"
+    assert_success
+    assert_output "threads 1"
+}
