@@ -6,7 +6,8 @@
  * connection returns the compartment of the one that ended (or
  * BH_FD_NOTHING_ENDED), and the caller gives that permit back.
  * Lock-free and allocation-free on the close path, so close() may run in a
- * signal handler. See fd_table.c. */
+ * signal handler (it may spin while another thread's guard, held across
+ * one syscall, ends: see bh_fd_guard). See fd_table.c. */
 #ifndef BH_FD_TABLE_H
 #define BH_FD_TABLE_H
 
