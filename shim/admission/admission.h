@@ -70,6 +70,10 @@ struct bh_applicant {
      * none to look at. Rare path only. */
     int (*reap)(void *ctx);
     void *reap_ctx;
+    /* Threads the caller itself runs in the applicant's process, which are
+     * not the program's (the shim's io watchdog): left out when hold and
+     * wait asks whether the program is single-threaded. NULL: none. */
+    int (*own_threads)(void);
 };
 
 /* What an admitted connect holds: its permits, and the probe slot's

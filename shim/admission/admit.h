@@ -156,11 +156,15 @@ static void bound_nonblocking(struct wait_bound *bound,
  * back, and bounding them would end waiting in every threaded server.
  * Threads: /proc/PID/stat field 20, read only on this rare path. */
 static void bound_hold_wait(struct wait_bound *bound, const struct bh_compartment *compartment,
-                            int held, pid_t pid)
+                            int held, const struct bh_applicant *applicant)
 {
     char because[112];
-    if (held <= 0 || compartment->hold_wait_ms >= bound->ms ||
-        bh_proc_stat_field(pid, 20) != 1)
+    if (held <= 0 || compartment->hold_wait_ms >= bound->ms)
+        return;
+    long threads = bh_proc_stat_field(applicant->pid, 20);
+    if (applicant->own_threads)
+        threads -= applicant->own_threads();
+    if (threads != 1)
         return;
     snprintf(because, sizeof because, "this process already holds %d of its "
              "permits; hold_wait_ms = %d", held, compartment->hold_wait_ms);
@@ -188,7 +192,7 @@ static int wait_allowed_ms(const struct asking *asking,
     if (!blocking)
         bound_nonblocking(&bound, compartment);
     bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask),
-                    asking->applicant->pid);
+                    asking->applicant);
     int own_ms = blocking && bound.ms > 0 ? own_timeout_ms(asking->fd) : 0;
     if (own_ms > 0)
         bound_by(&bound, own_ms, "the socket's SO_SNDTIMEO");

@@ -19,6 +19,7 @@
 #include "core/deadline.h"
 #include "core/outcome.h"
 #include "core/shim.h"
+#include "core/stall.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 
@@ -63,7 +64,7 @@ static const struct bh_admitter shim_admitter = {
     &bh_shim.config, &bh_shim.ns, bh_shim.shared_index,
 };
 static const struct bh_applicant shim_applicant = {
-    0, NULL, bh_shim.membership, NULL, NULL, NULL,
+    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads,
 };
 
 static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)

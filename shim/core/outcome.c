@@ -48,9 +48,18 @@
  * failure is a drop, once per connection. A change of limit is logged at
  * info, at most once a second per compartment across the namespace.
  *
+ * io_timeout_ms on a non-blocking socket (stall.c): the first send that
+ * goes out asks fcntl whether the socket blocks; if not, the connection
+ * gets the STALL bit, its exchanges flip ANSWERED as turnaround's do, and
+ * the watchdog that times them shuts its reading side when one goes
+ * unanswered; the STALLED bit then makes the EOF the program reads an
+ * ETIMEDOUT, counted as an io timeout like a blocking receive's.
+ *
  * Everything here is atomics, clock_gettime, semop and socket options,
- * except the log lines on breaker and limit changes: safe wherever the
- * hooks run, signal handlers included, as the refusal lines are. */
+ * except the log lines on breaker and limit changes, and the start of the
+ * watchdog's thread (once per process, at the first non-blocking send on
+ * a connection with io_timeout_ms): safe wherever the hooks run, signal
+ * handlers included, as the refusal lines are, but for that start. */
 #include "core/outcome.h"
 
 #include <errno.h>
@@ -64,6 +73,7 @@
 #include "breaker/breaker.h"
 #include "core/deadline.h"
 #include "core/log.h"
+#include "core/stall.h"
 #include "core/shim.h"
 
 static int64_t monotonic_ns(void)
@@ -92,8 +102,9 @@ uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
         watch |= BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL;
     if (probe)
         watch |= BH_WATCH_PROBE;
-    if (compartment->io_timeout_ms > 0)
-        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE;
+    if (compartment->io_timeout_ms > 0)  /* the first send begins an exchange */
+        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE | BH_WATCH_ARM_STALL |
+                 BH_WATCH_ANSWERED;
     if (bh_compartment_turnaround(compartment))
         watch |= BH_WATCH_TURNAROUND | BH_WATCH_ANSWERED;
     return watch;
@@ -226,6 +237,20 @@ static void first_byte(int fd, uint32_t watch)
         tell_success(fd, shared, 1);
 }
 
+/* The first send that went out: a non-blocking socket's exchanges are
+ * the watchdog's to time (a blocking one's receives have SO_RCVTIMEO). */
+static uint32_t first_send(int fd, uint32_t watch)
+{
+    watch &= ~(uint32_t)BH_WATCH_ARM_STALL;
+    if (!bh_fd_unwatch(fd, BH_WATCH_ARM_STALL) || bh_deadline_call_blocks(fd, 0))
+        return watch;
+    bh_fd_rewatch(fd, BH_WATCH_STALL);  /* before the watchdog looks: stall.c */
+    if (bh_stall_watch())
+        return watch | BH_WATCH_STALL;
+    bh_fd_unwatch(fd, BH_WATCH_STALL);
+    return watch;
+}
+
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive)
 {
     if (!receive || !(watch & BH_WATCH_ARM_RECEIVE) ||
@@ -298,15 +323,22 @@ ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags)
 {
     int err = errno;
-    if (result < 0) {
+    if (result == 0 && receive && (watch & BH_WATCH_STALLED) &&
+        (bh_fd_unwatch(fd, BH_WATCH_STALLED) & BH_WATCH_STALLED)) {
+        io_timed_out(fd);  /* the EOF the watchdog made (stall.c) */
+        result = -1;
+        err = ETIMEDOUT;
+    } else if (result < 0) {
         err = learn_from_error(fd, watch, err, receive, flags);
     } else {
+        if (!receive && (watch & BH_WATCH_ARM_STALL))
+            watch = first_send(fd, watch);  /* before its exchange begins */
         if (watch & BH_WATCH_CONNECTING)
             bh_outcome_connected(fd);
         if (receive && result > 0 && (watch & BH_WATCH_FIRST_BYTE))
             first_byte(fd, watch);
         _Atomic uint32_t *word = bh_fd_watch_word(fd);
-        if (result > 0 && (watch & BH_WATCH_TURNAROUND) && word)
+        if (result > 0 && (watch & BH_WATCH_EXCHANGES) && word)
             bh_outcome_turnaround(fd, word, atomic_load(word), receive);
     }
     errno = err;

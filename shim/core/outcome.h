@@ -27,9 +27,20 @@ enum {
     BH_WATCH_ANSWERED = 1 << 9,    /* turnaround: bytes came back since the
                                       last send; the next send begins an exchange */
     BH_WATCH_TIMED = 1 << 10,      /* turnaround: this exchange is timed */
+    BH_WATCH_ARM_STALL = 1 << 11,  /* io_timeout_ms: the first send asks
+                                      whether the socket is non-blocking */
+    BH_WATCH_STALL = 1 << 12,      /* io_timeout_ms, non-blocking: the
+                                      watchdog (stall.c) times each exchange,
+                                      which flips ANSWERED as turnaround does */
+    BH_WATCH_STALLED = 1 << 13,    /* the watchdog shut its reading side:
+                                      the EOF the program reads is ETIMEDOUT */
+    BH_WATCH_SENT = 1 << 14,       /* STALL: more of the request went out
+                                      since the watchdog last looked */
     /* turnaround: the bits above count the exchanges begun (mod 2^16) */
     BH_WATCH_EXCHANGE_SHIFT = 16,
 };
+/* Bits whose connections flip ANSWERED at each exchange's ends. */
+#define BH_WATCH_EXCHANGES (BH_WATCH_TURNAROUND | BH_WATCH_STALL)
 
 /* The bits a new connection of this compartment starts with. */
 uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
@@ -43,7 +54,10 @@ void bh_outcome_connect_failed(int fd, int err);
  * receive, arms its deadline if due and returns the bits to use after;
  * after a call that failed, returned 0 or had a first outcome to learn,
  * learns what the result says and returns the result, with errno
- * ETIMEDOUT when our deadline expired. */
+ * ETIMEDOUT when our deadline expired (the EOF of a socket the watchdog
+ * shut is -1/ETIMEDOUT too, once). After the first send that went out on
+ * a connection with io_timeout_ms, asks whether the watchdog is to time
+ * its exchanges (stall.c). */
 uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive);
 ssize_t bh_outcome_after_io(int fd, uint32_t watch, ssize_t result,
                             int receive, int flags);
@@ -62,11 +76,17 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
 {
     uint32_t next;
     do {
-        if (receive ? (watch & BH_WATCH_ANSWERED) : !(watch & BH_WATCH_ANSWERED))
-            return;  /* more of the same answer, or of the same request */
+        if (receive ? (watch & BH_WATCH_ANSWERED) : !(watch & BH_WATCH_ANSWERED)) {
+            /* more of the same answer, or of the same request: the
+             * watchdog's clock restarts after the request's last send */
+            if (!receive && (watch & (BH_WATCH_STALL | BH_WATCH_SENT)) == BH_WATCH_STALL)
+                atomic_fetch_or(word, BH_WATCH_SENT);
+            return;
+        }
         if (receive)
             next = (watch | BH_WATCH_ANSWERED) & ~(uint32_t)BH_WATCH_TIMED;
-        else if ((watch >> BH_WATCH_EXCHANGE_SHIFT) % BH_TURNAROUND_EVERY == 0)
+        else if ((watch & BH_WATCH_TURNAROUND) &&
+                 (watch >> BH_WATCH_EXCHANGE_SHIFT) % BH_TURNAROUND_EVERY == 0)
             next = ((watch & ~(uint32_t)BH_WATCH_ANSWERED) | BH_WATCH_TIMED) +
                    (1u << BH_WATCH_EXCHANGE_SHIFT);
         else
@@ -78,8 +98,11 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
         bh_outcome_timed_send(fd, watch >> BH_WATCH_EXCHANGE_SHIFT);
 }
 
-/* Successful calls whose bits ask for more than turnaround. */
-#define BH_WATCH_ON_SUCCESS (BH_WATCH_CONNECTING | BH_WATCH_FIRST_BYTE)
+/* Successful calls whose bits ask for more than turnaround; a send's
+ * ARM_STALL is looked at after the first that succeeds (no test before
+ * the call, so the watched send path pays nothing for it). */
+#define BH_WATCH_ON_SUCCESS(receive)                                           \
+    (BH_WATCH_CONNECTING | BH_WATCH_FIRST_BYTE | ((receive) ? 0 : BH_WATCH_ARM_STALL))
 
 /* What a send or receive hook does on a connection with watch bits, word
  * its watch word: `call` is the real libc call. The usual case (bytes
@@ -93,9 +116,9 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
         if ((receive) && (watch_ & BH_WATCH_ARM_RECEIVE))                      \
             watch_ = bh_outcome_before_io(fd, watch_, receive);                \
         ssize_t result_ = (call);                                              \
-        if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS), 0)) \
+        if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS(receive)), 0)) \
             result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
-        else if (watch_ & BH_WATCH_TURNAROUND)                                 \
+        else if (watch_ & BH_WATCH_EXCHANGES)                                  \
             bh_outcome_turnaround(fd, word, watch_, receive);                  \
         result_; })
 

@@ -19,6 +19,7 @@
 #include "adaptive/adaptive.h"
 #include "core/copies.h"
 #include "core/log.h"
+#include "core/stall.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 #include "policy/who.h"
@@ -250,6 +251,7 @@ static void forget_after_fork(void)
     bh_log_forget_after_fork();
     bh_permits_forget_after_fork();
     bh_rule_index_after_fork(bh_shim.rules);
+    bh_stall_after_fork_child();
 }
 
 static void start_once_per_image(void)

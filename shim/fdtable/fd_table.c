@@ -24,12 +24,32 @@
  * A process that dies mid-operation takes the table with it: it is private
  * memory; its permits go back through SEM_UNDO (see permits.c).
  *
+ * Guards (bh_fd_guard): a connection's guard word has HELD, set and
+ * cleared by the one thread that acts on fds behind the program's back
+ * (core/stall.c), and RETIRED, set by dup2/dup3 before they replace one
+ * of its fds. Guard and close are Dekker's pair: the guard sets HELD and
+ * then reads the fd's entry; a close exchanges the entry and then reads
+ * HELD (all sequentially consistent), so either the guard sees the fd
+ * gone or the close sees HELD and spins until it clears, before the real
+ * close: the number cannot be handed to another socket while a guard is
+ * held on it. A close reads HELD only once guards_taken says some guard
+ * was ever taken, which the guard sets before HELD (the same pair, one
+ * level up). HELD is held across one syscall by a thread that blocks
+ * every signal and takes no lock, so a close in a signal handler spins
+ * briefly and never deadlocks. dup2 onto an fd needs no entry change
+ * first: it sets RETIRED by an atomic or on the same word, so one of the
+ * two sees the other. A generation, bumped at each attach before the
+ * entry is published and kept across a reset, tells a guard that a slot
+ * was reused by another connection. Threads do not survive fork: the
+ * child clears HELD (keep_shared).
+ *
  * Connection ids: the connect()ing fd's own number is tried first, so the
  * usual allocation is a single compare-and-swap. */
 #include "fdtable/fd_table.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -207,6 +227,19 @@ struct bh_fd_ended bh_fd_new(int fd, enum bh_fd_kind kind)
     return drop_reference(atomic_exchange(entry, (uint32_t)kind));
 }
 
+enum { GUARD_HELD = 1, GUARD_RETIRED = 2 };
+
+/* Set before the first guard: until then no close looks at guards (one
+ * load of this, instead of the connection's, in processes without one). */
+static _Atomic int guards_taken;
+
+/* After the fd's entry changed: a guard taken before it ends first. */
+static void wait_unguarded(struct bh_fd_connection *connection)
+{
+    while (atomic_load(&connection->guard) & GUARD_HELD)
+        sched_yield();
+}
+
 uint32_t bh_fd_detach(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);
@@ -214,7 +247,10 @@ uint32_t bh_fd_detach(int fd)
         return 0;
     if (!owned_here())
         return 0;
-    return atomic_exchange(entry, 0);
+    uint32_t detached = atomic_exchange(entry, 0);
+    if (atomic_load(&guards_taken) && entry_connection(detached))
+        wait_unguarded(connection_for(entry_connection(detached) - 1, 0));
+    return detached;
 }
 
 struct bh_fd_ended bh_fd_release(uint32_t detached)
@@ -285,6 +321,8 @@ allocate_connection(int fd, int compartment, int weight,
             atomic_store(&connection->since_ns, since_ns);
             atomic_store(&connection->share, share);
             atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
+            atomic_store(&connection->guard, 0);
+            atomic_fetch_add(&connection->generation, 1);  /* before the entry */
             return id + 1;
         }
     }
@@ -375,6 +413,53 @@ int64_t bh_fd_take_send(int fd, int *compartment)
     return atomic_exchange(&connection->sent_ns, 0);
 }
 
+int bh_fd_guard(int fd, uint32_t connection, uint32_t generation)
+{
+    struct bh_fd_connection *slot = connection_for(connection, 0);
+    if (!atomic_load(&guards_taken))
+        atomic_store(&guards_taken, 1);
+    if (!slot || (atomic_fetch_or(&slot->guard, GUARD_HELD) & GUARD_RETIRED)) {
+        if (slot)
+            bh_fd_unguard(connection);
+        return 0;
+    }
+    _Atomic uint32_t *entry = entry_for(fd, 0);
+    if (entry && entry_connection(atomic_load(entry)) == connection + 1 &&
+        atomic_load(&slot->generation) == generation && atomic_load(&slot->refs))
+        return 1;
+    bh_fd_unguard(connection);
+    return 0;
+}
+
+void bh_fd_unguard(uint32_t connection)
+{
+    atomic_fetch_and(&connection_for(connection, 0)->guard, ~(uint32_t)GUARD_HELD);
+}
+
+void bh_fd_retire(int newfd)
+{
+    struct bh_fd_connection *connection = connection_of(newfd);
+    if (!connection)
+        return;
+    atomic_fetch_or(&connection->guard, GUARD_RETIRED);
+    wait_unguarded(connection);
+}
+
+uint32_t bh_fd_generation(uint32_t connection)
+{
+    return atomic_load(&connection_for(connection, 0)->generation);
+}
+
+_Atomic uint32_t *bh_fd_connection_watch(uint32_t connection)
+{
+    return &connection_for(connection, 0)->watch;
+}
+
+struct bh_fd_mark *bh_fd_mark(uint32_t connection)
+{
+    return &connection_for(connection, 0)->mark;
+}
+
 void bh_fd_rewatch(int fd, uint32_t bits)
 {
     struct bh_fd_connection *connection = connection_of(fd);
@@ -443,10 +528,25 @@ void bh_fd_table_keep_shared(void)
         struct bh_fd_connection *pool = atomic_load(&bh_fd_connections[chunk]);
         if (!pool && chunk >= chunks)
             break;
-        for (unsigned i = 0; pool && i < CHUNK_SIZE; i++)
+        for (unsigned i = 0; pool && i < CHUNK_SIZE; i++) {
             if (!atomic_load(&pool[i].share) || !atomic_load(&pool[i].refs))
                 memset((void *)&pool[i], 0, sizeof pool[i]);
+            /* the guarding thread was the parent's */
+            atomic_fetch_and(&pool[i].guard, ~(uint32_t)GUARD_HELD);
+        }
     }
+}
+
+/* A guard taken before the fds went ends first, and the generation
+ * stays, so that no guard or mark of the thread that takes them
+ * (core/stall.c, which keeps running) names a later connection. */
+static void clear_slot(struct bh_fd_connection *connection)
+{
+    if (atomic_load(&guards_taken))
+        wait_unguarded(connection);
+    uint32_t generation = atomic_load(&connection->generation);
+    memset((void *)connection, 0, sizeof *connection);
+    atomic_store(&connection->generation, generation);
 }
 
 void bh_fd_table_reset(void)
@@ -458,13 +558,14 @@ void bh_fd_table_reset(void)
         if (entries)
             memset((void *)entries, 0, CHUNK_SIZE * sizeof *entries);
     }
+    atomic_thread_fence(memory_order_seq_cst);  /* every fd untracked, as by close */
     /* Connection ids start at their fd's number, so the pools in use are
      * those below the fd chunks in use, and any a scan went past. */
     for (unsigned chunk = 0; chunk < CONNECTION_CHUNKS; chunk++) {
         struct bh_fd_connection *pool = atomic_load(&bh_fd_connections[chunk]);
-        if (pool)
-            memset((void *)pool, 0, CHUNK_SIZE * sizeof *pool);
-        else if (chunk >= chunks)
+        for (unsigned i = 0; pool && i < CHUNK_SIZE; i++)
+            clear_slot(&pool[i]);
+        if (!pool && chunk >= chunks)
             break;
     }
 }

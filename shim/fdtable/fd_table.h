@@ -6,7 +6,8 @@
  * connection returns the compartment of the one that ended (or
  * BH_FD_NOTHING_ENDED), and the caller gives that permit back.
  * Lock-free and allocation-free on the close path, so close() may run in a
- * signal handler. See fd_table.c. */
+ * signal handler (it may spin while another thread's guard, held across
+ * one syscall, ends: see bh_fd_guard). See fd_table.c. */
 #ifndef BH_FD_TABLE_H
 #define BH_FD_TABLE_H
 
@@ -111,6 +112,36 @@ void bh_fd_rewatch(int fd, uint32_t bits);
 int bh_fd_note_send(int fd, int64_t now_ns);
 int64_t bh_fd_take_send(int fd, int *compartment);
 
+/* Guards, for a thread that acts on a connection through an fd number it
+ * did not get from the program (core/stall.c): between bh_fd_guard() that
+ * returned 1 and bh_fd_unguard(), fd still refers to that connection's
+ * socket, since every close of it (close, fclose, close_range,
+ * closefrom) waits, after untracking and before the real close, for the
+ * guard to go, and dup2/dup3 onto it retire the connection first (no
+ * guard is given on it again). The waits spin on a guard held across one
+ * syscall by a thread that takes no lock: safe in a signal handler.
+ * bh_fd_guard: 1 when fd still carries `connection` (an id from
+ * bh_fd_for_each) of that generation. */
+int bh_fd_guard(int fd, uint32_t connection, uint32_t generation);
+void bh_fd_unguard(uint32_t connection);
+/* Before dup2/dup3 onto newfd: no guard on its connection from now. */
+void bh_fd_retire(int newfd);
+
+/* A connection slot's generation, new at each attach: (id, generation)
+ * names one connection for the life of the process. */
+uint32_t bh_fd_generation(uint32_t connection);
+/* The connection's watch word, by id. */
+_Atomic uint32_t *bh_fd_connection_watch(uint32_t connection);
+/* A record per connection slot for a single caller thread (core/stall.c),
+ * which alone reads and writes it; the table only clears it with the
+ * slot's memory (reset, fork), and never reads it. */
+struct bh_fd_mark {
+    uint32_t generation;
+    uint32_t exchange;
+    int64_t since_ns;
+};
+struct bh_fd_mark *bh_fd_mark(uint32_t connection);
+
 /* Calls visit(fd, connection_id, compartment) for every tracked fd; visits
  * nothing in a process that does not own the table (a vfork child). */
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
@@ -132,6 +163,9 @@ struct bh_fd_connection {
     _Atomic uint32_t visited;   /* bh_fd_for_each_connection's round */
     _Atomic int64_t sent_ns;    /* the caller's clock at the send being
                                    timed; 0: none (turnaround) */
+    _Atomic uint32_t generation; /* bumped at each attach */
+    _Atomic uint32_t guard;     /* GUARD_HELD, GUARD_RETIRED (fd_table.c) */
+    struct bh_fd_mark mark;     /* the guard-taking thread's own record */
 };
 extern _Atomic uint32_t bh_fd_first[];
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];

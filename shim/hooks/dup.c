@@ -17,10 +17,22 @@ static int copied(int oldfd, int newfd)
 }
 
 static int bh_dup(int fd) { return copied(fd, libc_dup(fd)); }
-static int bh_dup2(int oldfd, int newfd) { return copied(oldfd, libc_dup2(oldfd, newfd)); }
+/* newfd's socket is about to be replaced: a guard on its connection
+ * (fd_table.h) ends first, and none is given on it again. */
+static int replacing(int oldfd, int newfd)
+{
+    if (oldfd != newfd && bh_fd_has_connection(newfd))
+        bh_fd_retire(newfd);
+    return oldfd;
+}
+
+static int bh_dup2(int oldfd, int newfd)
+{
+    return copied(oldfd, libc_dup2(replacing(oldfd, newfd), newfd));
+}
 static int bh_dup3(int oldfd, int newfd, int flags)
 {
-    return copied(oldfd, libc_dup3(oldfd, newfd, flags));
+    return copied(oldfd, libc_dup3(replacing(oldfd, newfd), newfd, flags));
 }
 
 static int is_dup_command(int cmd) { return cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC; }

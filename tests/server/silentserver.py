@@ -20,6 +20,15 @@ import sys
 import time
 
 
+def receive(conn):
+    """What came in, b"" once the client is gone (a reset too: haproxy
+    ends a server connection with one)."""
+    try:
+        return conn.recv(65536)
+    except ConnectionError:
+        return b""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ready", required=True)
@@ -42,7 +51,7 @@ def main():
             if key.fileobj is listener:
                 conn, _ = listener.accept()
                 selector.register(conn, selectors.EVENT_READ)
-            elif not key.fileobj.recv(65536):
+            elif not receive(key.fileobj):
                 selector.unregister(key.fileobj)
                 key.fileobj.close()
 

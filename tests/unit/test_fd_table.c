@@ -1,13 +1,17 @@
 /* The fd table, a leaf: tables of operation sequences and the connection
  * each one ends (or not), the owner rule across a vfork child, and a race
  * of dup against the last close in which every connection must end
- * exactly once. No real fds are needed: the table only holds numbers. */
+ * exactly once; guards, and a close that waits for one. The table only
+ * holds numbers, so only the guard's race with reuse needs real fds. */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -226,10 +230,152 @@ static void test_watch_bits(void **state)
     assert_int_equal(bh_fd_unwatch(21, 0xff), 0);  /* nothing there now */
 }
 
+static void note_id(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    (void)fd;
+    (void)compartment;
+    *(uint32_t *)ctx = connection;
+}
+
+/* fd 10's connection id (it must carry one). */
+static uint32_t id_of_fd_10(void)
+{
+    uint32_t id = UINT32_MAX;
+    bh_fd_for_each(note_id, &id);
+    assert_int_not_equal(id, UINT32_MAX);
+    return id;
+}
+
+/* A guard names one connection of one generation on one fd: not another
+ * fd, not a later connection in the same slot, not one dup2 retired. */
+static void test_guard_identity(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_attach(10, 1, 1, 0, 0), 0);
+    uint32_t id = id_of_fd_10(), generation = bh_fd_generation(id);
+    assert_int_equal(bh_fd_guard(10, id, generation), 1);
+    bh_fd_unguard(id);
+    assert_int_equal(bh_fd_guard(11, id, generation), 0);
+    assert_int_equal(bh_fd_guard(10, id, generation + 1), 0);
+    assert_int_equal(bh_fd_release(bh_fd_detach(10)).compartment, 1);
+    assert_int_equal(bh_fd_guard(10, id, generation), 0);
+    assert_int_equal(bh_fd_attach(10, 1, 1, 0, 0), 0);  /* the same slot again */
+    assert_int_equal(id_of_fd_10(), id);
+    assert_int_equal(bh_fd_guard(10, id, generation), 0);
+    assert_int_equal(bh_fd_guard(10, id, bh_fd_generation(id)), 1);
+    bh_fd_unguard(id);
+    bh_fd_retire(10);
+    assert_int_equal(bh_fd_guard(10, id, bh_fd_generation(id)), 0);
+}
+
+static _Atomic int closed;
+
+static void *close_fd_10(void *unused)
+{
+    (void)unused;
+    bh_fd_release(bh_fd_detach(10));
+    atomic_store(&closed, 1);
+    return NULL;
+}
+
+/* A close of a guarded fd returns only once the guard is gone. */
+static void test_close_waits_for_guard(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_attach(10, 1, 1, 0, 0), 0);
+    uint32_t id = id_of_fd_10();
+    assert_int_equal(bh_fd_guard(10, id, bh_fd_generation(id)), 1);
+    atomic_store(&closed, 0);
+    pthread_t thread;
+    pthread_create(&thread, NULL, close_fd_10, NULL);
+    usleep(50 * 1000);
+    int closed_early = atomic_load(&closed);
+    bh_fd_unguard(id);
+    pthread_join(thread, NULL);
+    assert_int_equal(closed_early, 0);
+    assert_int_equal(atomic_load(&closed), 1);
+}
+
+/* Guard against close and reuse, with real sockets: one thread closes a
+ * socket's fd and opens a new socket on the same number (the lowest free
+ * one) over and over, attaching each; another guards whatever connection
+ * that fd carries and, while guarded, asks the kernel which socket the fd
+ * is. It must be the one of the generation the guard named, every time. */
+enum { REUSES = 20000, INODES = 1024 };
+static _Atomic unsigned long inode_of[INODES];  /* by generation */
+static _Atomic int reusing;
+static int reused;  /* the fd number; its connection id is the same */
+
+static unsigned long inode(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
+/* cmocka's checks belong to the main thread: this one says what went
+ * wrong in its result. */
+static void *reuse_fd(void *unused)
+{
+    (void)unused;
+    const char *wrong = NULL;
+    for (int i = 0; i < REUSES && !wrong && atomic_load(&reusing); i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        uint32_t next = bh_fd_generation((uint32_t)reused) + 1;
+        atomic_store(&inode_of[next % INODES], inode(fd));
+        if (fd != reused)
+            wrong = "a new socket did not get the number";
+        else if (bh_fd_attach(fd, 1, 1, 0, 0) < 0)
+            wrong = "attach failed";
+        if (i % 64 == 0)
+            sched_yield();  /* the guarding thread gets in on one core too */
+        uint32_t detached = bh_fd_detach(fd);
+        close(fd);
+        bh_fd_release(detached);
+    }
+    atomic_store(&reusing, 0);
+    return (void *)wrong;
+}
+
+static void test_guard_against_reuse(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    reused = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(reused >= 0);
+    close(reused);
+    atomic_store(&reusing, 1);
+    pthread_t thread;
+    pthread_create(&thread, NULL, reuse_fd, NULL);
+    uint32_t id = (uint32_t)reused;
+    long guarded = 0;
+    while (atomic_load(&reusing)) {
+        uint32_t generation = bh_fd_generation(id);
+        if (!bh_fd_guard(reused, id, generation))
+            continue;
+        unsigned long seen = inode(reused);
+        unsigned long wanted = atomic_load(&inode_of[generation % INODES]);
+        bh_fd_unguard(id);
+        if (seen != wanted) {
+            atomic_store(&reusing, 0);
+            pthread_join(thread, NULL);
+            fail_msg("guarded generation %u: fd %d is inode %lu, not %lu", generation,
+                     reused, seen, wanted);
+        }
+        guarded++;
+    }
+    void *wrong = NULL;
+    pthread_join(thread, &wrong);
+    if (wrong)
+        fail_msg("%s", (const char *)wrong);
+    assert_true(guarded > 0);
+}
+
 int main(void)
 {
     enum { SEQUENCES = sizeof sequences / sizeof sequences[0] };
-    struct CMUnitTest tests[SEQUENCES + 5];
+    struct CMUnitTest tests[SEQUENCES + 8];
     for (size_t i = 0; i < SEQUENCES; i++)
         tests[i] = (struct CMUnitTest){ .name = sequences[i].name,
                                         .test_func = test_sequence,
@@ -239,5 +385,8 @@ int main(void)
     tests[SEQUENCES + 2] = (struct CMUnitTest)cmocka_unit_test(test_vfork_child_changes_nothing);
     tests[SEQUENCES + 3] = (struct CMUnitTest)cmocka_unit_test(test_dup_races_last_close);
     tests[SEQUENCES + 4] = (struct CMUnitTest)cmocka_unit_test(test_watch_bits);
-    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 5, NULL, NULL);
+    tests[SEQUENCES + 5] = (struct CMUnitTest)cmocka_unit_test(test_guard_identity);
+    tests[SEQUENCES + 6] = (struct CMUnitTest)cmocka_unit_test(test_close_waits_for_guard);
+    tests[SEQUENCES + 7] = (struct CMUnitTest)cmocka_unit_test(test_guard_against_reuse);
+    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 8, NULL, NULL);
 }
