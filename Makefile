@@ -10,7 +10,7 @@
 #                   unit tests and bats files against a sanitized shim
 #   make fuzz       libFuzzer on the rules parser and the matcher, each for
 #                   FUZZ_SECONDS (default 60)
-#   make bench      install what is missing, build, measure (see README)
+#   make bench      install what is missing, build, measure (see docs/bench.md)
 #   make install    the Debian packages' layout under DESTDIR and PREFIX
 #                   (default /usr/local): BINDIR, LIBDIR, MANDIR, DOCDIR and
 #                   UNITDIR can each be set; the rules go to DESTDIR/etc

@@ -43,7 +43,7 @@ semaphore() {
     # No assertion on the server's maximum: a SIGKILLed holder's permit goes
     # back (exit_sem) a moment before its socket closes (exit_files), and a
     # waiter not yet killed may connect in between. That window is stated
-    # in the README's Limits and measured by make bench.
+    # in docs/limits.md and measured by make bench.
 }
 
 @test "waiters behind a SIGSTOPped holder time out with the configured errno" {
