@@ -18,8 +18,9 @@
 
 #include "adaptive/adaptive.h"
 #include "core/copies.h"
-#include "core/log.h"
+#include "core/handoff.h"
 #include "fdtable/fd_table.h"
+#include "log/log.h"
 #include "libc/libc.h"
 #include "policy/who.h"
 
