@@ -26,7 +26,6 @@
 
 enum { EXIT_CONFIG = 78 };  /* EX_CONFIG from sysexits.h */
 
-struct bh_shim bh_shim;
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static __thread int starting_here;
 

@@ -1,7 +1,8 @@
-/* The shim's process-wide state: config, rule index, namespace. Written
- * once by start-up (shim.c, under pthread_once) and again only when the
- * effective uid changes; read by the rest of core, which never starts the
- * shim itself (that is shim.h's bh_shim_active, for hooks and the gate). */
+/* The shim's process-wide state: config, rule index, namespace. Defined
+ * in state.c; written once by start-up (shim.c, under pthread_once) and
+ * again only when the effective uid changes; read by the rest of core,
+ * which never starts the shim itself (that is shim.h's bh_shim_active,
+ * for hooks and the gate). */
 #ifndef BH_STATE_H
 #define BH_STATE_H
 
