@@ -155,7 +155,7 @@ static void say_left_out(int64_t now)
             continue;
         }
         say("metrics: %s (%u more like it in the last minute)", fold->line,
-                  fold->left_out);
+            fold->left_out);
         fold->quiet_until_ns = now + FOLD_GAP_NS;
         fold->left_out = 0;
     }
@@ -400,7 +400,7 @@ int bh_metrics_start(const char *text, struct bh_namespace *ns,
         return -1;
     }
     say("metrics at http://%s/metrics (at most %u connections, each sending "
-              "its request within %d ms)", text, server.limit, HEADER_DEADLINE_MS);
+        "its request within %d ms)", text, server.limit, HEADER_DEADLINE_MS);
     return 0;
 }
 
