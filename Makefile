@@ -62,7 +62,7 @@ SHIM_LDFLAGS := -shared -Wl,--exclude-libs,ALL -Wl,-z,defs -Wl,-z,now
 # connects of the programs it runs as the shim does).
 CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/*.c \
                        shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c \
-                       shim/admission/*.c) shim/core/log.c shim/core/deadline.c
+                       shim/admission/*.c shim/log/*.c) shim/core/deadline.c
 # The shim proper: start-up, real-symbol table, fd tracking, hooks.
 SHIM_SRC := $(filter-out $(CORE_SRC),$(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c))
 CLI_SRC  := $(wildcard cli/*.c cli/supervisor/*.c)

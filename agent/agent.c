@@ -20,13 +20,15 @@
 #include <unistd.h>
 
 #include "adaptive/adaptive.h"
+#include "metrics.h"
 #include "password_file.h"
 
 enum { EXIT_USAGE = 2, CONNECT_TIMEOUT_MS = 1000, OWED_GAP_MIN_MS = 50, TICK_MS = 20 };
 
 static volatile sig_atomic_t stopping;
 
-void agent_log(const char *format, ...)
+static void agent_log(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static void agent_log(const char *format, ...)
 {
     char line[1024];
     va_list args;
@@ -34,6 +36,12 @@ void agent_log(const char *format, ...)
     vsnprintf(line, sizeof line, format, args);
     va_end(args);
     fprintf(stderr, "bulkhead agent: %s\n", line);
+}
+
+/* metrics.c's lines, said as ours. */
+static void say_metrics_line(const char *line)
+{
+    agent_log("%s", line);
 }
 
 static int64_t clock_ns(clockid_t clock)
@@ -526,7 +534,9 @@ int main(int argc, char **argv)
     raise_fd_limit();
     if (join(&agent, options.metrics != NULL) < 0)
         return 1;
-    if (options.metrics && bh_metrics_start(options.metrics, &agent) < 0)
+    if (options.metrics && bh_metrics_start(options.metrics, &agent.ns,
+                                            agent.config.namespace_name,
+                                            say_metrics_line) < 0)
         return 1;
     int status = run_loop(&agent);
     if (options.metrics)

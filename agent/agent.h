@@ -62,11 +62,4 @@ struct agent {
     int verbose;
 };
 
-/* Metrics over HTTP (metrics.c): starts a server thread answering
- * GET /metrics at address "HOST:PORT". 0, or -1 once reported. */
-int bh_metrics_start(const char *address, struct agent *agent);
-void bh_metrics_stop(void);
-
-void agent_log(const char *format, ...) __attribute__((format(printf, 1, 2)));
-
 #endif

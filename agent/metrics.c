@@ -22,7 +22,7 @@
  *     reason per minute, with the count of the others.
  * The main thread only starts the daemon before the thread runs and stops
  * it after the thread has ended. */
-#include "agent.h"
+#include "metrics.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,6 +41,25 @@
 #include <unistd.h>
 
 #include "stat_render.h"
+
+/* What bh_metrics_start was given: set before the thread starts, read-only
+ * afterwards. */
+static struct {
+    struct bh_namespace *ns;
+    const char *namespace_name;
+    bh_metrics_say *say;
+} given;
+
+static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *format, ...)
+{
+    char line[1024];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(line, sizeof line, format, args);
+    va_end(args);
+    given.say(line);
+}
 
 /* At most CONNECTIONS_MAX connections, fewer when the fd limit is low:
  * FD_RESERVE fds always stay for Redis, the namespace and stdio, so a
@@ -120,7 +139,7 @@ static void say_folded(const char *reason, const char *line)
     fold->reason = reason;
     fold->quiet_until_ns = now + FOLD_GAP_NS;
     fold->left_out = 0;
-    agent_log("metrics: %s", line);
+    say("metrics: %s", line);
 }
 
 /* A reason's minute is over: the count of what was left out, if any, and
@@ -135,8 +154,8 @@ static void say_left_out(int64_t now)
             fold->reason = NULL;
             continue;
         }
-        agent_log("metrics: %s (%u more like it in the last minute)", fold->line,
-                  fold->left_out);
+        say("metrics: %s (%u more like it in the last minute)", fold->line,
+            fold->left_out);
         fold->quiet_until_ns = now + FOLD_GAP_NS;
         fold->left_out = 0;
     }
@@ -249,8 +268,7 @@ static enum MHD_Result answer(void *ctx, struct MHD_Connection *connection,
                               const char *version, const char *upload,
                               size_t *upload_size, void **request)
 {
-    (void)version, (void)upload, (void)upload_size, (void)request;
-    struct agent *agent = ctx;
+    (void)ctx, (void)version, (void)upload, (void)upload_size, (void)request;
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (info && info->socket_context)
@@ -263,7 +281,7 @@ static enum MHD_Result answer(void *ctx, struct MHD_Connection *connection,
     FILE *out = open_memstream(&body, &length);
     if (!out)
         return MHD_NO;
-    bh_stat_write_prometheus(out, &agent->ns, agent->config.namespace_name);
+    bh_stat_write_prometheus(out, given.ns, given.namespace_name);
     fclose(out);
     return (enum MHD_Result)reply(connection, MHD_HTTP_OK, body, length,
                                   "text/plain; version=0.0.4");
@@ -349,36 +367,40 @@ static int watch(void)
            epoll_ctl(server.epoll_fd, EPOLL_CTL_ADD, server.wake_fd, &wake) < 0 ? -1 : 0;
 }
 
-int bh_metrics_start(const char *text, struct agent *agent)
+int bh_metrics_start(const char *text, struct bh_namespace *ns,
+                     const char *namespace_name, bh_metrics_say *say_line)
 {
+    given.ns = ns;
+    given.namespace_name = namespace_name;
+    given.say = say_line;
     struct sockaddr_in address;
     if (parse_address(text, &address) < 0) {
-        agent_log("--metrics %s: not IPV4ADDRESS:PORT (e.g. 127.0.0.1:9464)", text);
+        say("--metrics %s: not IPV4ADDRESS:PORT (e.g. 127.0.0.1:9464)", text);
         return -1;
     }
     server.limit = connection_limit();
     server.daemon = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_USE_ERROR_LOG, ntohs(address.sin_port), NULL, NULL,
-        answer, agent, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        answer, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address,
         MHD_OPTION_CONNECTION_LIMIT, server.limit,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)POOL_BYTES,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_END);
     if (!server.daemon) {
-        agent_log("--metrics %s: cannot listen there", text);
+        say("--metrics %s: cannot listen there", text);
         return -1;
     }
     int failed = watch() < 0 ? errno
                : pthread_create(&server.thread, NULL, serve, NULL);
     server.thread_runs = !failed;
     if (failed) {
-        agent_log("--metrics %s: cannot start its thread: %s", text, strerror(failed));
+        say("--metrics %s: cannot start its thread: %s", text, strerror(failed));
         bh_metrics_stop();
         return -1;
     }
-    agent_log("metrics at http://%s/metrics (at most %u connections, each sending "
-              "its request within %d ms)", text, server.limit, HEADER_DEADLINE_MS);
+    say("metrics at http://%s/metrics (at most %u connections, each sending "
+        "its request within %d ms)", text, server.limit, HEADER_DEADLINE_MS);
     return 0;
 }
 

@@ -1,9 +1,9 @@
 """The bench's adaptive section: limits that size themselves, against a
 downstream of known capacity.
 
-bench.py calls section() with itself as `bench` (`--only adaptive`, and
-in the full run), so the plumbing is one: its processes, namespaces, raw
-numbers and cleanup. See bench/README, section 10, for what is measured.
+bench.py calls section() (`--only adaptive`, and in the full run); the
+plumbing is one (plumbing.py): its processes, namespaces, raw numbers and
+cleanup. See bench/README, section 10, for what is measured.
 
 The downstream is tests/server/capacityserver.py: CAPACITY requests at a
 time for SERVICE_MS each, the rest queued inside it, so a limit above
@@ -20,6 +20,12 @@ import statistics
 import subprocess
 import sys
 import time
+
+import cost
+import plumbing
+from plumbing import (BASE_ENV, BenchError, LIVE, LIVE_LOCK, STARTED, check_rules,
+                      env_for, kv, live_limit, log, new_namespace, note, record,
+                      write_rules)
 
 CAPACITY = 8
 SERVICE_MS = 25
@@ -44,38 +50,38 @@ CAPACITY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                "server", "capacityserver.py")
 
 
-def start_server(bench, tmp, name):
+def start_server(tmp, name):
     """A capacity server at CAPACITY; returns (port, control port)."""
     ready = os.path.join(tmp, f"{name}.ready")
     p = subprocess.Popen([sys.executable, CAPACITY_SERVER, "--ready", ready,
                           "--capacity", str(CAPACITY), "--service-ms", str(SERVICE_MS)],
-                         env=bench.BASE_ENV)
-    bench.STARTED.append(p)
-    bench.note("pids", p.pid)
+                         env=BASE_ENV)
+    STARTED.append(p)
+    note("pids", p.pid)
     for _ in range(500):
         if os.path.exists(ready) or p.poll() is not None:
             break
         time.sleep(0.02)
     if not os.path.exists(ready):
-        raise bench.BenchError("the capacity server did not start")
+        raise BenchError("the capacity server did not start")
     port, ctl = map(int, open(ready).read().split())
     return port, ctl
 
 
-def server(bench, ctl, command):
+def server(ctl, command):
     """One control command (stat, capacity N, reset); the server's figures."""
     with socket.create_connection(("127.0.0.1", ctl), timeout=5) as s:
         s.sendall(f"{command}\n".encode())
         answer = s.makefile().readline()
     if not answer.startswith("capacity="):
-        raise bench.BenchError(f"capacity server: {command}: {answer.strip()!r}")
+        raise BenchError(f"capacity server: {command}: {answer.strip()!r}")
     return {k: int(v) for k, v in (t.split("=") for t in answer.split())}
 
 
-def rules(bench, tmp, base, tag, port, limit, controller=None):
+def rules(tmp, base, tag, port, limit, controller=None):
     """One fail-fast compartment, [downstream], over the server's port; a
     namespace of its own. Returns the file's path."""
-    ns = bench.new_namespace(base, f"ad{tag}")
+    ns = new_namespace(base, f"ad{tag}")
     path = os.path.join(tmp, f"{ns}.ini")
     lines = ["[global]", f"namespace = {ns}", "log = warn", "", "[downstream]",
              f"limit = {limit}", "wait_ms = 0", f"match = 127.0.0.1:{port}"]
@@ -86,35 +92,35 @@ def rules(bench, tmp, base, tag, port, limit, controller=None):
             lines.append(f"adaptive_latency_ms = {AIMD_LATENCY_MS}")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
-    bench.check_rules(path)
+    check_rules(path)
     return path
 
 
-def start_load(bench, port, cfg, workers, ms, pace_ms=0):
+def start_load(port, cfg, workers, ms, pace_ms=0):
     """bench_client capacity in the background; returns (Popen, its start
     on time.monotonic()'s clock, which is CLOCK_MONOTONIC)."""
-    p = subprocess.Popen([bench.CLIENT, "capacity", "127.0.0.1", str(port), str(workers),
-                          str(int(ms)), str(pace_ms)], env=bench.env_for(cfg),
+    p = subprocess.Popen([plumbing.CLIENT, "capacity", "127.0.0.1", str(port), str(workers),
+                          str(int(ms)), str(pace_ms)], env=env_for(cfg),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with bench.LIVE_LOCK:
-        bench.LIVE.add(p)
+    with LIVE_LOCK:
+        LIVE.add(p)
     first = p.stdout.readline()
     if not first.startswith("start_ns="):
         p.kill()
-        raise bench.BenchError(f"bench_client capacity: {p.communicate()[1].strip()}")
+        raise BenchError(f"bench_client capacity: {p.communicate()[1].strip()}")
     return p, int(first.split("=")[1]) / 1e9
 
 
-def finish_load(bench, p):
+def finish_load(p):
     """Waits for the load; returns ([(end s, latency ms)], totals)."""
     out, err = p.communicate(timeout=300)
-    with bench.LIVE_LOCK:
-        bench.LIVE.discard(p)
+    with LIVE_LOCK:
+        LIVE.discard(p)
     if p.returncode != 0:
-        raise bench.BenchError(f"bench_client capacity exited {p.returncode}: {err.strip()}")
+        raise BenchError(f"bench_client capacity exited {p.returncode}: {err.strip()}")
     answers = [(int(w[1]) / 1e6, int(w[2]) / 1e3)
                for w in (line.split() for line in out.splitlines() if line.startswith("r "))]
-    return answers, bench.kv(out)
+    return answers, kv(out)
 
 
 def goodput(answers, t0, t1):
@@ -129,25 +135,25 @@ def p50(answers, t0, t1):
 # ---------------------------------------------------------------------------
 # the sweep: every fixed limit, and the controllers from a bad start
 
-def sweep(bench, tmp, base, port, ctl, measure_ms):
+def sweep(tmp, base, port, ctl, measure_ms):
     """Returns {variant: (goodput/s, p50 ms, refused/s, server's max open)}."""
     variants = [(f"fixed {n}", n, None) for n in FIXED]
     variants += [(f"{c} from {n}", n, c) for c in CONTROLLERS for n in SWEEP_STARTS]
     results = {}
     for label, limit, controller in variants:
-        cfg = rules(bench, tmp, base, label.replace(" ", ""), port, limit, controller)
+        cfg = rules(tmp, base, label.replace(" ", ""), port, limit, controller)
         warm = WARMUP_MS["adaptive" if controller else "fixed"]
-        server(bench, ctl, "reset")
-        p, _ = start_load(bench, port, cfg, WORKERS, warm + measure_ms)
-        answers, totals = finish_load(bench, p)
-        srv = server(bench, ctl, "stat")
+        server(ctl, "reset")
+        p, _ = start_load(port, cfg, WORKERS, warm + measure_ms)
+        answers, totals = finish_load(p)
+        srv = server(ctl, "stat")
         t0, t1 = warm / 1000, (warm + measure_ms) / 1000
         results[label] = (goodput(answers, t0, t1), p50(answers, t0, t1),
                           int(totals["refused"]) / t1,  # over the whole run
-                          srv["max_open"], bench.live_limit(cfg))
+                          srv["max_open"], live_limit(cfg))
         for metric, value in zip(("goodput_per_s", "p50_ms", "refused_per_s", "server_max_open",
                                   "final_limit"), results[label]):
-            bench.record("adaptive", label, 0, metric, f"{value:.1f}")
+            record("adaptive", label, 0, metric, f"{value:.1f}")
     return results
 
 
@@ -174,25 +180,25 @@ def band(capacity):
     return capacity - 1, capacity * 1.5 + 1
 
 
-def steps_run(bench, tmp, base, port, ctl, limit, controller):
+def steps_run(tmp, base, port, ctl, limit, controller):
     """The capacity steps under one limit; returns the limit's samples
     [(s, limit)], the answers, and the steps' start times (s)."""
-    cfg = rules(bench, tmp, base, f"st{controller or limit}", port, limit, controller)
-    server(bench, ctl, f"capacity {STEPS[0][0]}")
+    cfg = rules(tmp, base, f"st{controller or limit}", port, limit, controller)
+    server(ctl, f"capacity {STEPS[0][0]}")
     total = sum(seconds for _, seconds in STEPS)
-    p, start = start_load(bench, port, cfg, WORKERS, total * 1000)
+    p, start = start_load(port, cfg, WORKERS, total * 1000)
     samples, changes, t_change = [], [], 0.0
     for capacity, seconds in STEPS:
         while time.monotonic() < start + t_change:
             time.sleep(0.005)
-        server(bench, ctl, f"capacity {capacity}")
+        server(ctl, f"capacity {capacity}")
         changes.append(time.monotonic() - start)
         t_change += seconds
         while time.monotonic() < start + t_change:
-            samples.append((time.monotonic() - start, bench.live_limit(cfg)))
+            samples.append((time.monotonic() - start, live_limit(cfg)))
             time.sleep(POLL_S)
-    answers, _ = finish_load(bench, p)
-    server(bench, ctl, f"capacity {CAPACITY}")
+    answers, _ = finish_load(p)
+    server(ctl, f"capacity {CAPACITY}")
     return samples, answers, changes
 
 
@@ -218,7 +224,7 @@ def each_second(label, samples, answers, seconds):
             + " ".join(f"{goodput(answers, k, k + 1):>3.0f}" for k in range(seconds))]
 
 
-def step_report(bench, label, samples, answers, step, unloaded_ms):
+def step_report(label, samples, answers, step, unloaded_ms):
     """One step under a controller: (report line, checks). step: (capacity,
     the capacity before or None, start s, end s)."""
     capacity, before, t0, t1 = step
@@ -228,11 +234,11 @@ def step_report(bench, label, samples, answers, step, unloaded_ms):
     mid = p50(answers, at, t1) if at is not None else float("nan")
     good = goodput(answers, t0, t1)
     name = f"{label} {before or '-'}->{capacity}"
-    bench.record("adaptive", name, 0, "first_in_band_s",
-                 f"{first - t0 if first is not None else -1:.2f}")
-    bench.record("adaptive", name, 0, "settle_s", f"{settle if settle is not None else -1:.2f}")
-    bench.record("adaptive", name, 0, "p50_settled_ms", f"{mid:.1f}")
-    bench.record("adaptive", name, 0, "goodput_per_s", f"{good:.1f}")
+    record("adaptive", name, 0, "first_in_band_s",
+           f"{first - t0 if first is not None else -1:.2f}")
+    record("adaptive", name, 0, "settle_s", f"{settle if settle is not None else -1:.2f}")
+    record("adaptive", name, 0, "p50_settled_ms", f"{mid:.1f}")
+    record("adaptive", name, 0, "goodput_per_s", f"{good:.1f}")
     line = (f"    capacity {capacity:>2}: limit in [{low:.0f}, {high:.1f}] "
             + (f"first {first - t0:.1f} s after the step, " if first is not None else "")
             + (f"for good from {settle:.1f} s" if settle is not None else "not at the step's end")
@@ -251,7 +257,7 @@ def step_report(bench, label, samples, answers, step, unloaded_ms):
          f"the harness's own time)")]
 
 
-def steps(bench, tmp, base, port, ctl, variants, unloaded_ms):
+def steps(tmp, base, port, ctl, variants, unloaded_ms):
     """Returns (report lines, checks). unloaded_ms: the p50 latency with
     nothing queued (S, and the loopback's and the server's own time)."""
     ends = [sum(s for _, s in STEPS[:i + 1]) for i in range(len(STEPS))]
@@ -261,7 +267,7 @@ def steps(bench, tmp, base, port, ctl, variants, unloaded_ms):
              f"(bulkhead stat --json)"]
     checks = []
     for label, limit, controller in variants:
-        samples, answers, changes = steps_run(bench, tmp, base, port, ctl, limit, controller)
+        samples, answers, changes = steps_run(tmp, base, port, ctl, limit, controller)
         lines += each_second(label, samples, answers, int(ends[-1]))
         for i, (capacity, _) in enumerate(STEPS):
             t0, t1 = changes[i], ends[i]
@@ -271,7 +277,7 @@ def steps(bench, tmp, base, port, ctl, variants, unloaded_ms):
                              f"{p50(answers, t0, t1):.1f} ms")
                 continue
             before = STEPS[i - 1][0] if i else None
-            line, step_checks = step_report(bench, label, samples, answers,
+            line, step_checks = step_report(label, samples, answers,
                                             (capacity, before, t0, t1), unloaded_ms)
             lines.append(line)
             checks += step_checks
@@ -281,49 +287,54 @@ def steps(bench, tmp, base, port, ctl, variants, unloaded_ms):
 # ---------------------------------------------------------------------------
 # low traffic: a limit that has nothing to learn from must not wander
 
-def low_traffic(bench, tmp, base, port, seconds):
+def low_traffic(tmp, base, port, seconds):
     """One request a second for `seconds` under each controller at once;
     returns {controller: (lowest, highest limit seen)}."""
-    cfgs = {c: rules(bench, tmp, base, f"low{c}", port, LOW_START, c) for c in CONTROLLERS}
-    loads = {c: start_load(bench, port, cfgs[c], 1, seconds * 1000, pace_ms=1000)[0]
+    cfgs = {c: rules(tmp, base, f"low{c}", port, LOW_START, c) for c in CONTROLLERS}
+    loads = {c: start_load(port, cfgs[c], 1, seconds * 1000, pace_ms=1000)[0]
              for c in CONTROLLERS}
     seen = {c: [LOW_START] for c in CONTROLLERS}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         for c in CONTROLLERS:
-            seen[c].append(bench.live_limit(cfgs[c]))
+            seen[c].append(live_limit(cfgs[c]))
         time.sleep(0.5)
     for c in CONTROLLERS:
-        finish_load(bench, loads[c])
-        seen[c].append(bench.live_limit(cfgs[c]))
-        bench.record("adaptive", f"low {c}", 0, "min_limit", min(seen[c]))
-        bench.record("adaptive", f"low {c}", 0, "max_limit", max(seen[c]))
+        finish_load(loads[c])
+        seen[c].append(live_limit(cfgs[c]))
+        record("adaptive", f"low {c}", 0, "min_limit", min(seen[c]))
+        record("adaptive", f"low {c}", 0, "max_limit", max(seen[c]))
     return {c: (min(seen[c]), max(seen[c])) for c in CONTROLLERS}
 
 
 # ---------------------------------------------------------------------------
 # cost: adaptive on against off, for a matched connect+close
 
-def cost(bench, tmp, base, sink):
+def controller_cost(tmp, base, sink):
     """Per-op instructions and syscalls of a matched connect+close with
-    each controller, against the same without (bench.deterministic)."""
+    each controller, against the same without (cost.deterministic)."""
     cases = []
     for c in (None,) + CONTROLLERS:
-        ns = bench.new_namespace(base, f"adcost{c}")
+        ns = new_namespace(base, f"adcost{c}")
         cfg = os.path.join(tmp, f"{ns}.ini")
-        bench.write_rules(cfg, ns, [f"127.0.0.1:{sink}"])
+        write_rules(cfg, ns, [f"127.0.0.1:{sink}"])
         if c:
             with open(cfg, "a") as f:
                 f.write(f"adaptive = {c}\n")
-        bench.check_rules(cfg)
+        check_rules(cfg)
         cases.append((f"cc_{c or 'matched'}", "connect_close", sink, cfg, ()))
-    ir_op, sc_op, _ = bench.deterministic(cases, base, tmp)
+    ir_op, sc_op, _ = cost.deterministic(cases, base, tmp)
     return ir_op, sc_op
 
 
-def section(bench, tmp, base, sink, quick):
+def title(setup):
+    return "adaptive limits against a downstream of known capacity"
+
+
+def section(setup):
     """Returns (report lines, budget checks as (ok, text))."""
-    port, ctl = start_server(bench, tmp, "capacity")
+    tmp, base, sink, quick = setup.tmp, setup.base, setup.sink, setup.quick
+    port, ctl = start_server(tmp, "capacity")
     measure_ms = MEASURE_MS["quick" if quick else "full"]
     low_s = LOW_RATE_S["quick" if quick else "full"]
     lines = [f"adaptive limits: a downstream of capacity {CAPACITY} (tests/server/"
@@ -331,9 +342,9 @@ def section(bench, tmp, base, sink, quick):
              f"rest queued inside it), {WORKERS} closed-loop workers, fail fast; goodput = "
              f"answers within {GOOD_MS} ms (3 x S) per second; best possible "
              f"{CAPACITY * 1000 / SERVICE_MS:.0f}/s"]
-    bench.log(f"adaptive: the sweep, {len(FIXED)} fixed limits and {len(CONTROLLERS)} "
-              f"controllers, {measure_ms} ms measured each")
-    results = sweep(bench, tmp, base, port, ctl, measure_ms)
+    log(f"adaptive: the sweep, {len(FIXED)} fixed limits and {len(CONTROLLERS)} "
+        f"controllers, {measure_ms} ms measured each")
+    results = sweep(tmp, base, port, ctl, measure_ms)
     sw_lines, (best, best_label) = sweep_lines(results)
     lines += [f"  sweep: {measure_ms / 1000:.0f} s measured after {WARMUP_MS['fixed'] / 1000:.0f} s"
               f" (adaptive: after {WARMUP_MS['adaptive'] / 1000:.0f} s, from the limit named, "
@@ -343,16 +354,16 @@ def section(bench, tmp, base, sink, quick):
                f"limit ({best_label}: {best:.0f}/s) (limit >= 0.90)")
               for label, (good, *_) in results.items() if not label.startswith("fixed")]
 
-    bench.log("adaptive: capacity steps " + " -> ".join(str(c) for c, _ in STEPS))
-    st_lines, st_checks = steps(bench, tmp, base, port, ctl,
+    log("adaptive: capacity steps " + " -> ".join(str(c) for c, _ in STEPS))
+    st_lines, st_checks = steps(tmp, base, port, ctl,
                                 [(f"fixed {STEP_START}", STEP_START, None)] +
                                 [(c, STEP_START, c) for c in CONTROLLERS],
                                 unloaded_ms=results[f"fixed {FIXED[0]}"][1])
     lines += st_lines
     checks += st_checks
 
-    bench.log(f"adaptive: low traffic, 1 request/s for {low_s} s")
-    low = low_traffic(bench, tmp, base, port, low_s)
+    log(f"adaptive: low traffic, 1 request/s for {low_s} s")
+    low = low_traffic(tmp, base, port, low_s)
     lines.append(f"  low traffic: 1 request/s for {low_s} s, starting at limit {LOW_START}: "
                  + "; ".join(f"{c} between {lo} and {hi}" for c, (lo, hi) in low.items()))
     for c, (lo, hi) in low.items():
@@ -361,8 +372,8 @@ def section(bench, tmp, base, sink, quick):
                        f"stayed in [{lo}, {hi}], moved {moved:.0%} from {LOW_START} "
                        f"(limit < 10%)"))
 
-    bench.log("adaptive: callgrind and strace of connect+close with each controller")
-    ir_op, sc_op = cost(bench, tmp, base, sink)
+    log("adaptive: callgrind and strace of connect+close with each controller")
+    ir_op, sc_op = controller_cost(tmp, base, sink)
     for c in CONTROLLERS:
         x, y = ir_op[f"cc_{c}"] - ir_op["cc_matched"], sc_op[f"cc_{c}"] - sc_op["cc_matched"]
         lines.append(f"  cost: matched connect+close with adaptive = {c}: "

@@ -3,9 +3,8 @@ hosts against one redis-server the bench starts, calling agent/lease.lua
 with the keys and arguments bulkhead-agent sends (tests/helpers/
 lease_sim.py). See bench/README, section 11.
 
-bench.py calls section() with itself as `bench` (`--only fleetsim`, and in
-the full run), so the plumbing is one: its processes, raw numbers and
-cleanup.
+bench.py calls section() (`--only fleetsim`, and in the full run); the
+plumbing is one (plumbing.py): its processes, raw numbers and cleanup.
 
 Per fleet size:
   - cost: Redis's own time per lease call (INFO commandstats), calls made
@@ -31,6 +30,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tests", "helpers"))
 from lease_sim import Fleet, Redis  # noqa: E402
+from plumbing import STARTED, log, record, start_redis  # noqa: E402
 
 SIZES = (10, 100, 1000)
 COST_SIZES = (4, 64) + SIZES
@@ -198,38 +198,43 @@ def convergence(redis, fleets):
     return histogram, worst
 
 
-def section(bench, quick):
+def title(setup):
+    return f"fleetsim: {', '.join(map(str, SIZES))} simulated hosts, one Redis"
+
+
+def section(setup):
     """Returns (report lines, budget checks as (ok, text))."""
+    quick = setup.quick
     global LEASE_LUA
     LEASE_LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent",
                              "lease.lua")
-    port = bench.start_redis()
-    redis_pid = bench.STARTED[-1].pid
+    port = start_redis()
+    redis_pid = STARTED[-1].pid
     redis = Redis(port)
     calls = COST_CALLS["quick" if quick else "full"]
     steady_s = STEADY_S["quick" if quick else "full"]
     costs, over = {}, 0
     for hosts in COST_SIZES:
-        bench.log(f"fleetsim: cost at {hosts} hosts, {ROUNDS} x {calls} calls")
+        log(f"fleetsim: cost at {hosts} hosts, {ROUNDS} x {calls} calls")
         costs[hosts], worst = cost(redis, hosts, calls)
         over = max(over, worst)
-        bench.record("fleetsim", f"{hosts} hosts", 0, "us_per_call", f"{costs[hosts]:.1f}")
+        record("fleetsim", f"{hosts} hosts", 0, "us_per_call", f"{costs[hosts]:.1f}")
     rows = {}
     for hosts in SIZES:
-        bench.log(f"fleetsim: {hosts} hosts in real time, refresh {REFRESH_S:.0f} s")
+        log(f"fleetsim: {hosts} hosts in real time, refresh {REFRESH_S:.0f} s")
         rows[hosts] = real_time(redis, redis_pid, hosts, steady_s)
         move_s, cpu, per_call, rate, worst = rows[hosts]
         over = max(over, worst)
         for k, v in (("move_s", move_s if move_s is not None else -1), ("cpu_pct", cpu),
                      ("live_us_per_call", per_call), ("calls_per_s", rate),
                      ("over_grant", worst)):
-            bench.record("fleetsim", f"{hosts} hosts", 0, k, f"{v:.3f}")
+            record("fleetsim", f"{hosts} hosts", 0, k, f"{v:.3f}")
     fleets = CONVERGENCE_FLEETS["quick" if quick else "full"]
-    bench.log(f"fleetsim: {fleets} random fleets, every host's demand changed at once")
+    log(f"fleetsim: {fleets} random fleets, every host's demand changed at once")
     histogram, worst = convergence(redis, fleets)
     over = max(over, worst)
     for took, count in histogram.items():
-        bench.record("fleetsim", "convergence", 0, f"refreshes_{took}", count)
+        record("fleetsim", "convergence", 0, f"refreshes_{took}", count)
     redis.close()
     lines = [f"fleetsim: simulated hosts against one redis-server, agent/lease.lua with the "
              f"agent's arguments; fleet_limit 2 x hosts, half the hosts busy (want "

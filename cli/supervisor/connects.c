@@ -37,7 +37,7 @@
 
 #include "breaker/breaker.h"
 #include "core/deadline.h"
-#include "core/log.h"
+#include "log/log.h"
 #include "policy/who.h"
 #include "supervisor/supervisor.h"
 

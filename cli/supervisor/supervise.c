@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "core/log.h"
+#include "log/log.h"
 #include "libc/libc.h"
 #include "supervisor/supervisor.h"
 

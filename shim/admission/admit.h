@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "breaker/breaker.h"
-#include "core/log.h"
+#include "log/log.h"
 #include "libc/libc.h"
 #include "libc/proc_stat.h"
 #include "policy/who.h"

@@ -33,7 +33,7 @@
 #include <sys/stat.h>
 
 #include "core/outcome.h"
-#include "core/shim.h"
+#include "core/state.h"
 #include "fdtable/fd_table.h"
 
 /* fd's connection's record, made now if it has none; 0 when the fd

@@ -25,9 +25,11 @@
 #include <stdio.h>
 #include <stdio_ext.h>
 
-#include "core/log.h"
-#include "core/shim.h"
+#include "core/exit.h"
+#include "core/outcome.h"
+#include "core/state.h"
 #include "fdtable/fd_table.h"
+#include "log/log.h"
 #include "libc/libc.h"
 
 extern FILE *_IO_list_all;

@@ -40,9 +40,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/log.h"
-#include "core/shim.h"
+#include "core/handoff.h"
+#include "core/outcome.h"
+#include "core/state.h"
 #include "fdtable/fd_table.h"
+#include "log/log.h"
 #include "libc/libc.h"
 
 enum { ITEM_TEXT_MAX = 64 };  /* ",<fd>:<connection>:<compartment>:<weight>:<share>" */

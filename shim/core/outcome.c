@@ -72,9 +72,9 @@
 #include "adaptive/adaptive.h"
 #include "breaker/breaker.h"
 #include "core/deadline.h"
-#include "core/log.h"
 #include "core/stall.h"
-#include "core/shim.h"
+#include "core/state.h"
+#include "log/log.h"
 
 static int64_t monotonic_ns(void)
 {

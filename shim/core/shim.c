@@ -18,15 +18,15 @@
 
 #include "adaptive/adaptive.h"
 #include "core/copies.h"
-#include "core/log.h"
+#include "core/handoff.h"
 #include "core/stall.h"
 #include "fdtable/fd_table.h"
+#include "log/log.h"
 #include "libc/libc.h"
 #include "policy/who.h"
 
 enum { EXIT_CONFIG = 78 };  /* EX_CONFIG from sysexits.h */
 
-struct bh_shim bh_shim;
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static __thread int starting_here;
 

@@ -80,10 +80,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/log.h"
 #include "core/outcome.h"
-#include "core/shim.h"
+#include "core/state.h"
 #include "fdtable/fd_table.h"
+#include "log/log.h"
 
 enum { NOT_STARTED = 0, STARTING = 1, RUNNING = 2, CANNOT_START = 3 };
 enum { STACK_BYTES = 64 * 1024, PERIOD_MIN_MS = 10, PERIOD_MAX_MS = 250 };

@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "libc/libc.h"
+#include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
+#include "hooks/export.h"
+#include "libc/libc.h"
 
 static __attribute__((noinline)) int close_connection(int fd)
 {

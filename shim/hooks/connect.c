@@ -7,8 +7,8 @@
 #include "core/copies.h"
 #include "core/gate.h"
 #include "core/outcome.h"
+#include "hooks/export.h"
 #include "libc/libc.h"
-#include "core/shim.h"
 
 static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
 {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/shim.h"
+#include "hooks/export.h"
 #include "libc/libc.h"
 
 #define BH_UID_CHANGE(name, params, args)                                     \

@@ -5,9 +5,11 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-#include "libc/libc.h"
+#include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
+#include "hooks/export.h"
+#include "libc/libc.h"
 
 static int copied(int oldfd, int newfd)
 {

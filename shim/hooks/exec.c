@@ -9,8 +9,9 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+#include "core/handoff.h"
 #include "core/outcome.h"
-#include "core/shim.h"
+#include "hooks/export.h"
 #include "libc/libc.h"
 
 enum exec_kind { BY_PATH, BY_SEARCH, BY_FD };

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/shim.h"
+#include "core/exit.h"
+#include "hooks/export.h"
 #include "libc/libc.h"
 
 static _Noreturn void bh_exit_now(void (*real_exit)(int), int status)

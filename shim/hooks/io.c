@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/outcome.h"
-#include "core/shim.h"
+#include "hooks/export.h"
 #include "libc/libc.h"
 
 enum { SENDS = 0, RECEIVES = 1 };

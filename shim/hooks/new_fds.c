@@ -13,11 +13,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "libc/libc.h"
 #include "core/copies.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
+#include "hooks/export.h"
+#include "libc/libc.h"
 
 static int fresh(int fd)
 {

@@ -5,8 +5,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
-#include "libc/libc.h"
 #include "core/shim.h"
+#include "hooks/export.h"
+#include "libc/libc.h"
 
 static int wanted(const char *name)
 {

@@ -6,7 +6,8 @@
 
 #include "core/deadline.h"
 #include "core/outcome.h"
-#include "core/shim.h"
+#include "core/state.h"
+#include "hooks/export.h"
 #include "libc/libc.h"
 
 static int bh_getsockopt(int fd, int level, int name, void *value, socklen_t *len)

@@ -11,7 +11,7 @@
  * stderr: only the one the program started with. A program that closed
  * fd 2 and opened a data file there must not find our lines in its data;
  * fd 2 is compared (device and inode) with what it was at start-up. */
-#include "core/log.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,0 +1,42 @@
+/* The shim's process-wide state: config, rule index, namespace. Defined
+ * in state.c; written once by start-up (shim.c, under pthread_once) and
+ * again only when the effective uid changes; read by the rest of core,
+ * which never starts the shim itself (that is shim.h's bh_shim_active,
+ * for hooks and the gate). */
+#ifndef BH_STATE_H
+#define BH_STATE_H
+
+#include <stdatomic.h>
+
+#include "admission/admission.h"
+#include "config/config.h"
+#include "permits/permits.h"
+#include "rules/rule_index.h"
+
+enum bh_shim_status { BH_SHIM_STARTING, BH_SHIM_ACTIVE, BH_SHIM_OFF };
+
+struct bh_shim {
+    _Atomic int status;
+    struct bh_config config;
+    struct bh_rule_index *rules;
+    struct bh_namespace ns;
+    /* config compartment i -> its index in the namespace, -1 if unregistered,
+     * BH_SHARED_UNREACHABLE when the namespace cannot be reached and
+     * on_failure is closed */
+    int shared_index[BH_MAX_COMPARTMENTS];
+    /* namespace index -> config compartment i, -1 when not in our rules */
+    int local_index[BH_MAX_COMPARTMENTS];
+    /* config compartment i: what this program image is in it, fixed for
+     * the image's life */
+    struct bh_membership membership[BH_MAX_COMPARTMENTS];
+};
+
+extern struct bh_shim bh_shim;
+
+/* The rules of namespace compartment `shared` (registered by us). */
+static inline const struct bh_compartment *bh_rules_of(int shared)
+{
+    return &bh_shim.config.compartments[bh_shim.local_index[shared]];
+}
+
+#endif
