@@ -79,22 +79,7 @@ listening() {
     compartment_rules 3
     local port
     port=$(free_port)
-    cat >"$T/haproxy.cfg" <<EOF2
-global
-    user nobody
-    group nogroup
-defaults
-    mode http
-    retries 0
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend f
-    bind 127.0.0.1:$port
-    default_backend b
-backend b
-    server up 127.0.0.1:$SERVER_PORT
-EOF2
+    haproxy_config "$port" "user nobody" "group nogroup" >"$T/haproxy.cfg"
     daemon haproxy haproxy -db -f "$T/haproxy.cfg"
     wait_for listening "$port" || fail "haproxy did not start: $(cat "$T/haproxy.out")"
     run burst "http://127.0.0.1:$port/" 10

@@ -60,7 +60,9 @@ EOF
 
 @test "suggest: the rate and hold of known traffic give the limit they need" {
     start_server srv 100
-    c_rules "$RULES" 50
+    # 200: well above what the traffic needs even when a loaded machine
+    # stretches the holds tenfold, so the verdict and --apply lower it
+    c_rules "$RULES" 200
     paced_traffic 30 4
     run python3 - "$T/suggest.json" "$T/traffic.json" <<'EOF'
 import json, math, sys
@@ -72,10 +74,10 @@ assert abs(got["arrival_rate"] - known["rate"]) <= 0.15 * known["rate"], (got, k
 assert abs(got["hold_p99_ms"] - known["p99_s"] * 1000) <= 0.2 * known["p99_s"] * 1000, (got, known)
 assert got["samples"] == known["ended"], (got, known)
 assert abs(got["suggested_limit"] - want) <= max(1, 0.25 * want), (got, want)
-assert got["refused_rate"] == 0 and got["limit"] == 50, got
+assert got["refused_rate"] == 0 and got["limit"] == 200, got
 assert 0 < got["in_use_mean"] <= 1.2 * needed, (got, needed)
-assert got["verdict"] == ("limit 50, traffic needs about %d: a slow downstream could take "
-                          "50 workers before the bulkhead acts; suggest %d"
+assert got["verdict"] == ("limit 200, traffic needs about %d: a slow downstream could take "
+                          "200 workers before the bulkhead acts; suggest %d"
                           % (round(got["arrival_rate"] * got["hold_p99_ms"] / 1000),
                              got["suggested_limit"])), got
 print("ok", got["suggested_limit"], want)
@@ -86,20 +88,22 @@ EOF
 
 @test "suggest --apply sets the suggestion live: the server then sees at most that many" {
     start_server srv 100
-    c_rules "$RULES" 50
+    # 200: well above what the traffic needs even when a loaded machine
+    # stretches the holds tenfold, so the verdict and --apply lower it
+    c_rules "$RULES" 200
     paced_traffic 30 4
     local suggested
     suggested=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["compartments"][0]["suggested_limit"])' "$T/suggest.json")
-    [[ $suggested -ge 2 && $suggested -lt 50 ]] || fail "suggested $suggested"
+    [[ $suggested -ge 2 && $suggested -lt 100 ]] || fail "suggested $suggested"
     run "$BULKHEAD" suggest -c "$RULES" --apply
     assert_success
-    assert_line --regexp "^c: limit 50 -> $suggested, 0 in use$"
+    assert_line --regexp "^c: limit 200 -> $suggested, 0 in use$"
     assert_line "[c]"
     assert_line "limit = $suggested"
     assert_equal "$(stat_column c LIMIT -c "$RULES")" "$suggested"
     # held connections: the server sees the new limit, no more
     start_server held -1
-    c_rules "$RULES" 50
+    c_rules "$RULES" 200
     start_client a hold $((suggested + 3))
     assert_equal "$(client_report a)" "ok=$suggested refused=3 ECONNREFUSED ECONNREFUSED ECONNREFUSED"
     assert_equal "$(server_stat held max)" "$suggested"

@@ -94,19 +94,7 @@ server_connections() {
     compartment_rules 1 io_timeout_ms=$IO_MS
     local port
     port=$(free_port)
-    cat >"$T/haproxy.cfg" <<EOF2
-defaults
-    mode http
-    retries 0
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend f
-    bind 127.0.0.1:$port
-    default_backend b
-backend b
-    server up 127.0.0.1:$SERVER_PORT
-EOF2
+    haproxy_config "$port" >"$T/haproxy.cfg"
     bg_shim "$T/haproxy" haproxy -db -f "$T/haproxy.cfg"
     wait_for port_listening "$port" || fail "haproxy did not start: $(cat "$T/haproxy.err")"
     local i ms

@@ -282,6 +282,31 @@ server_open_is() {
     [[ "$(server_stat "$1" open)" == "$2" ]]
 }
 
+# haproxy_config PORT [GLOBAL_LINE...]: an HTTP reverse proxy on PORT to
+# the server, with no retries and 30 s timeouts of its own (the tests'
+# deadlines must be the shim's).
+haproxy_config() {
+    local port=$1
+    shift
+    if (($#)); then
+        echo global
+        printf '    %s\n' "$@"
+    fi
+    cat <<EOF
+defaults
+    mode http
+    retries 0
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend f
+    bind 127.0.0.1:$port
+    default_backend b
+backend b
+    server up 127.0.0.1:$SERVER_PORT
+EOF
+}
+
 # -------------------------------------------------------------- config ----
 
 # storm_rules WAIT_MS [ERRNO]: one compartment [db], limit 4, on the server.
