@@ -176,7 +176,7 @@ static int wait_allowed_ms(const struct asking *asking,
     int shared = ask->index;
     /* A fleet compartment at 0 has no share yet: its waiters are how the
      * agent learns this host wants one. */
-    if (atomic_load(&ns_of(asking)->state->compartments[shared].limit) == 0 &&
+    if (bh_compartment_limit(ns_of(asking), shared) == 0 &&
         compartment->fleet_limit == 0) {
         snprintf(why, whylen, "at once: limit 0");
         return 0;
@@ -276,7 +276,7 @@ static int never_enough(struct bh_namespace *ns, const struct bh_compartment *co
                         const struct bh_permit_ask *ask, char *why, size_t whylen)
 {
     if (ask->weight == 1 || compartment->fleet_limit > 0 ||
-        atomic_load(&ns->state->compartments[ask->index].limit) == 0)
+        bh_compartment_limit(ns, ask->index) == 0)
         return 0;
     int most = bh_permit_most(ns, ask);
     if (ask->weight <= most)
@@ -341,13 +341,7 @@ static void check_fleet_lease(struct bh_namespace *ns,
 {
     if (compartment->fleet_limit == 0)
         return;
-    int64_t until = atomic_load_explicit(
-        &ns->state->compartments[shared].fleet.lease_until_ns, memory_order_relaxed);
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (until == 0 || (int64_t)now.tv_sec * 1000000000 + now.tv_nsec <= until)
-        return;
-    if (bh_fleet_lapse(ns, shared, until))
+    if (bh_fleet_lapse_if_over(ns, shared))
         bh_log(BH_LOG_WARN, "[%s]: this host's fleet share lapsed (bulkhead "
                "agent stopped renewing it): limit 0 until it grants one again",
                compartment->name);

@@ -195,6 +195,9 @@ static int attach_memory(struct bh_namespace *ns, int create)
     if (address == (void *)-1)
         return -1;
     ns->state = address;
+    ns->breakers = ns->state->breakers;
+    ns->adaptives = ns->state->adaptives;
+    ns->windows = ns->state->windows;
     return 0;
 }
 
@@ -371,6 +374,9 @@ void bh_namespace_close(struct bh_namespace *ns)
     if (ns->state)
         shmdt(ns->state);
     ns->state = NULL;
+    ns->breakers = NULL;
+    ns->adaptives = NULL;
+    ns->windows = NULL;
     ns->semid = ns->shmid = -1;
 }
 
@@ -436,9 +442,11 @@ static int add_compartment(struct bh_namespace *ns, const struct bh_compartment 
     }
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
     memset(shared, 0, sizeof *shared);
+    memset(&ns->state->breakers[index], 0, sizeof ns->state->breakers[index]);
+    memset(&ns->state->adaptives[index], 0, sizeof ns->state->adaptives[index]);
     snprintf(shared->name, BH_NAME_MAX, "%s", rules->name);
     atomic_store(&shared->limit, limit);
-    init_adaptive(&shared->adaptive, rules, limit);
+    init_adaptive(&ns->state->adaptives[index], rules, limit);
     /* SETVAL clears every process's undo entry for that semaphore, so it
      * is safe only here: nobody can have taken from a compartment before
      * compartment_count names it. It is idempotent, so a registrant killed
@@ -531,6 +539,13 @@ int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
     return bh_compartment_set_limit(ns, index, 0) == 0;
 }
 
+int bh_fleet_lapse_if_over(struct bh_namespace *ns, int index)
+{
+    int64_t until = atomic_load_explicit(&ns->state->compartments[index].fleet.lease_until_ns,
+                                         memory_order_relaxed);
+    return until != 0 && bh_monotonic_ns() > until && bh_fleet_lapse(ns, index, until);
+}
+
 int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask)
 {
     const struct bh_shared_compartment *shared = &ns->state->compartments[ask->index];
@@ -538,6 +553,74 @@ int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *as
     if (ask->reserve >= 0)
         most += atomic_load(&shared->reserves[ask->reserve].permits);
     return most;
+}
+
+uint32_t bh_compartment_count(const struct bh_namespace *ns)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    return count < BH_MAX_COMPARTMENTS ? count : BH_MAX_COMPARTMENTS;
+}
+
+const char *bh_compartment_name(const struct bh_namespace *ns, int index)
+{
+    return ns->state->compartments[index].name;
+}
+
+int bh_compartment_limit(const struct bh_namespace *ns, int index)
+{
+    return atomic_load(&ns->state->compartments[index].limit);
+}
+
+uint64_t bh_compartment_full_count(const struct bh_namespace *ns, int index)
+{
+    const struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    return atomic_load_explicit(&shared->rejected, memory_order_relaxed) +
+           atomic_load_explicit(&shared->timed_out, memory_order_relaxed) +
+           atomic_load_explicit(&shared->waits, memory_order_relaxed);
+}
+
+int64_t bh_compartment_holders_hint(const struct bh_namespace *ns, int index)
+{
+    return atomic_load_explicit(&ns->state->compartments[index].holders_hint,
+                                memory_order_relaxed);
+}
+
+void bh_fleet_read(const struct bh_namespace *ns, int index, struct bh_fleet_view *fleet)
+{
+    const struct bh_fleet_shared *shared = &ns->state->compartments[index].fleet;
+    *fleet = (struct bh_fleet_view){
+        .limit = atomic_load(&shared->limit),
+        .grant = atomic_load(&shared->grant),
+        .in_use = atomic_load(&shared->in_use),
+        .hosts = atomic_load(&shared->hosts),
+        .state = (enum bh_fleet_state)atomic_load(&shared->state),
+        .updated_ns = atomic_load(&shared->updated_ns),
+        .lease_until_ns = atomic_load(&shared->lease_until_ns),
+    };
+}
+
+void bh_count_connect_time(struct bh_namespace *ns, int index, int64_t elapsed_ns)
+{
+    bh_histogram_record(&ns->state->compartments[index].connect_time, elapsed_ns);
+}
+
+void bh_count_hold_time(struct bh_namespace *ns, int index, int64_t held_ns)
+{
+    bh_histogram_record(&ns->state->compartments[index].hold_time, held_ns);
+}
+
+void bh_count_connect_failure(struct bh_namespace *ns, int index, int timed_out)
+{
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    atomic_fetch_add_explicit(&shared->connect_failures, 1, memory_order_relaxed);
+    if (timed_out)
+        atomic_fetch_add_explicit(&shared->connect_timeouts, 1, memory_order_relaxed);
+}
+
+void bh_count_io_timeout(struct bh_namespace *ns, int index)
+{
+    atomic_fetch_add_explicit(&ns->state->compartments[index].io_timeouts, 1,
+                              memory_order_relaxed);
 }
 
 const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS] = {
@@ -606,15 +689,7 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->connect_failures = atomic_load(&shared->connect_failures);
     view->connect_timeouts = atomic_load(&shared->connect_timeouts);
     view->io_timeouts = atomic_load(&shared->io_timeouts);
-    view->fleet = (struct bh_fleet_view){
-        .limit = atomic_load(&shared->fleet.limit),
-        .grant = atomic_load(&shared->fleet.grant),
-        .in_use = atomic_load(&shared->fleet.in_use),
-        .hosts = atomic_load(&shared->fleet.hosts),
-        .state = (enum bh_fleet_state)atomic_load(&shared->fleet.state),
-        .updated_ns = atomic_load(&shared->fleet.updated_ns),
-        .lease_until_ns = atomic_load(&shared->fleet.lease_until_ns),
-    };
+    bh_fleet_read(ns, index, &view->fleet);
     if (view->fleet.limit > 0 && fleet_lease_over(view->fleet.lease_until_ns))
         view->fleet.state = BH_FLEET_LAPSED;
     read_histogram(&shared->connect_time, &view->connect_time);

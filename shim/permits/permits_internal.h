@@ -8,6 +8,7 @@
 
 #include <sys/ipc.h>
 
+#include "permits/layout.h"
 #include "permits/permits.h"
 
 enum { BH_SEM_VALUE_MAX = 32767 };
@@ -19,6 +20,9 @@ static inline int64_t bh_ms_to_ns(int ms) { return (int64_t)ms * 1000000; }
 /* The namespace lock (sem 0, SEM_UNDO): registration, limits, reserves. */
 int bh_lock_namespace(struct bh_namespace *ns);
 void bh_unlock_namespace(struct bh_namespace *ns);
+
+/* Counts one sample in ns into a histogram. Async-signal-safe. */
+void bh_histogram_record(struct bh_histogram *histogram, int64_t ns);
 
 /* Created by and owned by uid, mode 0600. */
 int bh_owned_by(const struct ipc_perm *perm, uid_t uid);
