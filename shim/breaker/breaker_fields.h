@@ -1,7 +1,8 @@
 /* The fields of a compartment's circuit breaker in the namespace's shared
  * memory. shim/permits keeps them (one per compartment) and hands out
  * where they are (bh_breaker_fields); what they mean, who writes them and
- * when is in breaker.c, the only code that writes them. */
+ * when is in breaker.c, the only code that writes them. With them, what
+ * a probe slot's holding looks like, for whoever reports a take of it. */
 #ifndef BH_BREAKER_FIELDS_H
 #define BH_BREAKER_FIELDS_H
 
@@ -20,5 +21,23 @@ struct bh_breaker_shared {
                                        (breaker.c); 0: free */
     _Atomic uint64_t probes_taken_over; /* probes silent past their deadline */
 };
+
+/* A probe slot just taken: since_ns (CLOCK_MONOTONIC) names this holding
+ * and is what the caller records as its connection's since_ns and hands
+ * back to breaker.h's functions (`probe`, 0 for a connection that is not
+ * the probe). */
+struct bh_probe_taken {
+    int64_t since_ns;
+    int replaced_pid;     /* > 0: taken over from that process's probe */
+    int replaced_gone;    /* ... whose process had exited */
+    int64_t replaced_ms;  /* ... silent that long */
+};
+
+/* Closed: the one load a connect pays for the breaker (breaker.c says
+ * what the other values mean). */
+static inline int bh_breaker_is_closed(const struct bh_breaker_shared *breaker)
+{
+    return atomic_load_explicit(&breaker->open_until_ns, memory_order_relaxed) == 0;
+}
 
 #endif

@@ -250,7 +250,9 @@ static struct bh_holder *my_record(struct bh_namespace *ns, int index)
     struct bh_holder *record = atomic_load(&mine[index].record);
     if (record)
         return record;
+    int saved_errno = errno;  /* a grant keeps the caller's errno */
     struct bh_holder *found = claim_record(ns, index);
+    errno = saved_errno;
     if (found && !atomic_compare_exchange_strong(&mine[index].record, &record, found)) {
         atomic_store(&found->pid, 0);
         return record;
@@ -312,8 +314,8 @@ static void reap_record(struct bh_namespace *ns, struct bh_holder *holder, int32
     uint32_t permits = atomic_exchange(&holder->common, 0) +
                        atomic_exchange(&holder->reserved, 0);
     int index = atomic_load(&holder->compartment);
-    if (permits && index >= 0 && index < BH_MAX_COMPARTMENTS)
-        bh_pools_forget_holders(ns, index, permits);
+    if (permits && index >= 0 && index < BH_MAX_COMPARTMENTS)  /* out of the hint */
+        atomic_fetch_sub(&ns->state->compartments[index].holders_hint, permits);
     atomic_store(&holder->pid, 0);
 }
 

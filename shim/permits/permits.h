@@ -160,6 +160,68 @@ struct bh_permit_ask {
     int weight;    /* permits the connection takes, >= 1 */
 };
 
+/* ---- the take: one admission's permits, decided in one place ---- */
+
+/* What one take asks, and of whom it may ask more when the compartment is
+ * full (the rare path: the callbacks may ask the kernel about the
+ * caller's socket; the common path never calls them). */
+struct bh_take {
+    struct bh_permit_ask ask;
+    /* Its rules: per_process, fleet_limit, max_waiters, the breaker's. */
+    const struct bh_compartment *compartment;
+    /* The applicant's per_process counts, [namespace index], kept by the
+     * caller (taken here, given back by bh_permit_give); NULL: this
+     * process's own. */
+    _Atomic uint32_t *claimed;
+    /* Full: permits of the caller's own sockets the kernel says are gone
+     * given back; how many (NULL: none to look at). The namespace's
+     * shared socket records are always looked at. */
+    int (*reap)(void *ctx);
+    /* Still full: how long the caller may wait, 0: not at all. */
+    int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask);
+    void *ctx;
+};
+
+enum bh_take_result {
+    BH_TAKE_GRANTED,
+    BH_TAKE_PER_PROCESS,      /* refused: the process would hold more than per_process */
+    BH_TAKE_BREAKER_OPEN,     /* refused: the breaker is open */
+    BH_TAKE_BREAKER_PROBING,  /* refused: half-open, and another connection probes */
+    BH_TAKE_NEVER_ENOUGH,     /* refused: the weight is above all it may ever take */
+    BH_TAKE_FULL,             /* refused: full, and wait_ms said not to wait */
+    BH_TAKE_WAITERS,          /* refused: max_waiters already wait */
+    BH_TAKE_TIMED_OUT,        /* full for all of wait_ms */
+    BH_TAKE_INTERRUPTED,      /* a signal ended the wait */
+    BH_TAKE_GONE,             /* the namespace was removed (reset): let it through */
+    BH_TAKE_FAILED,           /* the kernel refused a semop: errno says why */
+};
+
+struct bh_take_outcome {
+    enum bh_take_result result;
+    uint32_t from_reserve;   /* granted: permits from the reserve; the rest
+                                came from the common pool */
+    int64_t probe;           /* granted as the breaker's probe: its holding of
+                                the slot (breaker.h), else 0 */
+    struct bh_probe_taken breaker;  /* the probe slot was taken over
+                                       (replaced_pid > 0), whatever came next */
+    int most;                /* NEVER_ENOUGH: the most it may ever take */
+    int lapsed;              /* this take found the fleet share lapsed and
+                                lowered the limit to 0 */
+};
+
+/* Takes ask.weight permits for an admission: the fleet lease, the
+ * breaker, the per_process cap, the reserve or the common pool (now, or
+ * after a wait) and the holder record, in that order, with one result.
+ * Granted: the permits are held (SEM_UNDO) until bh_permit_give. Anything
+ * else: nothing is held (the claim and any probe slot are given back) and
+ * the refusal is counted. errno is kept, but for BH_TAKE_FAILED. */
+struct bh_take_outcome bh_permit_take(struct bh_namespace *ns, const struct bh_take *take);
+/* Its mirror: gives back what a granted take holds, to the pools it came
+ * from, and its claim (claimed as in bh_take). Async-signal-safe. */
+void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint32_t *claimed);
+
+/* ---- its parts, for the command and the tests ---- */
+
 /* Counts `ask` against this process's per_process cap (0: none) before it
  * takes anything: 0, or -1 when the process would hold more than the cap.
  * bh_permit_unclaim undoes it when no permit was taken. */
@@ -193,8 +255,8 @@ void bh_permit_count_per_process(struct bh_namespace *ns, int index);
 /* A connect let through by bypass. */
 void bh_permit_count_bypassed(struct bh_namespace *ns, int index);
 /* Gives `weight` permits of compartment `index` back, to the pools this
- * process took them from; unclaims them too. Async-signal-safe: atomics
- * and semops. */
+ * process took them from; unclaims them too: bh_permit_give for this
+ * process's own claims. Async-signal-safe: atomics and semops. */
 void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 
 /* The process is exiting: its holder records are freed if it holds

@@ -36,9 +36,6 @@ int bh_waiters(struct bh_namespace *ns, int index);
  * it owes (DEBT and every reserve's ROWED). */
 int bh_common_read(struct bh_namespace *ns, int index, int *free_now, int *owes);
 
-/* pools.c: what holders.c reports back when a dead holder is reaped. */
-void bh_pools_forget_holders(struct bh_namespace *ns, int index, uint32_t permits);
-
 /* holders.c: this process's share of each compartment. */
 struct bh_taken {
     uint32_t common;    /* from the common pool */
@@ -55,6 +52,24 @@ struct bh_taken bh_holding_remove(int index, int weight);
 /* Records of processes found dead are freed, their permits taken out of
  * the holders hint. */
 void bh_holders_reap(struct bh_namespace *ns);
+
+/* pools.c: taking and giving back, for the face (permits.c), which keeps
+ * holders.c's counts. ask->reserve is the reserve to take from: the
+ * caller's own, unless it still holds permits of another. What a take
+ * got, and whether the holders hint ran past what the semaphores count
+ * (a killed holder's record not reaped yet: the caller reaps). */
+struct bh_grant {
+    struct bh_taken taken;
+    int hint_stale;
+};
+enum bh_acquire_result bh_pools_try(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+                                    struct bh_grant *grant);
+enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+                                     int wait_ms, int max_waiters, struct bh_grant *grant);
+/* `weight` permits back to the pools `taken` names; undo: SEM_UNDO when
+ * this process's undo record holds them, 0 for parked ones. */
+void bh_pools_give(struct bh_namespace *ns, int index, int weight, struct bh_taken taken,
+                   short undo);
 
 /* Gives back permits parked in a socket record (socket_records.c): no
  * process's undo record names them, so no SEM_UNDO. Async-signal-safe. */
