@@ -263,15 +263,16 @@ static int wait_for(void *ctx, const struct bh_permit_ask *ask)
 /* Why a take was refused, in words for the refusal line (a full one's
  * are wait_for's). */
 static const char *refusal_words(struct asking *asking, const struct bh_take *take,
+                                 enum bh_take_result result,
                                  const struct bh_take_outcome *outcome)
 {
     const struct bh_compartment *compartment = take->compartment;
     char *why = asking->why;
     size_t whylen = sizeof asking->why;
-    if (outcome->result == BH_TAKE_PER_PROCESS) {
+    if (result == BH_TAKE_PER_PROCESS) {
         snprintf(why, whylen, "at once: this process would hold more than "
                  "per_process = %d", compartment->per_process);
-    } else if (outcome->result == BH_TAKE_BREAKER_OPEN) {
+    } else if (result == BH_TAKE_BREAKER_OPEN) {
         struct bh_breaker_view view;
         bh_breaker_read(ns_of(asking), take->ask.index, &view);
         if (view.forced)
@@ -279,17 +280,17 @@ static const char *refusal_words(struct asking *asking, const struct bh_take *ta
         else
             snprintf(why, whylen, "at once: breaker open (%lld ms left)",
                      (long long)view.open_left_ms);
-    } else if (outcome->result == BH_TAKE_BREAKER_PROBING) {
+    } else if (result == BH_TAKE_BREAKER_PROBING) {
         snprintf(why, whylen, "at once: breaker half-open; another connection "
                  "is the probe");
-    } else if (outcome->result == BH_TAKE_NEVER_ENOUGH) {
+    } else if (result == BH_TAKE_NEVER_ENOUGH) {
         snprintf(why, whylen, "at once: weight %d exceeds the %d permit%s of the "
                  "common pool%s", take->ask.weight, outcome->most,
                  outcome->most == 1 ? "" : "s", take->ask.reserve >= 0 ? " and its reserve" : "");
-    } else if (outcome->result == BH_TAKE_WAITERS) {
+    } else if (result == BH_TAKE_WAITERS) {
         snprintf(why, whylen, "at once: full; max_waiters = %d already waiting",
                  compartment->max_waiters);
-    } else if (outcome->result == BH_TAKE_FAILED) {
+    } else if (result == BH_TAKE_FAILED) {
         snprintf(why, whylen, "at once: the namespace is out of reach "
                  "(on_failure = closed)");
     }
@@ -298,40 +299,41 @@ static const char *refusal_words(struct asking *asking, const struct bh_take *ta
 
 /* Not granted: what the outcome means for the connect. */
 static int not_granted(struct asking *asking, const struct bh_take *take,
-                       const struct bh_take_outcome *outcome)
+                       enum bh_take_result result, const struct bh_take_outcome *outcome)
 {
     const struct bh_config *config = asking->admitter->config;
-    if (outcome->result == BH_TAKE_GONE) {
+    if (result == BH_TAKE_GONE) {
         note_bypass_once(config);
         return BH_GATE_PASS;
     }
-    if (outcome->result == BH_TAKE_FAILED) {
+    if (result == BH_TAKE_FAILED) {
         note_failure_once(asking, errno);
         if (config->on_failure_open)
             return BH_GATE_PASS;
     }
-    if (outcome->result == BH_TAKE_INTERRUPTED) {
+    if (result == BH_TAKE_INTERRUPTED) {
         errno = EINTR;  /* nothing taken; the program decides whether to retry */
         return BH_GATE_REFUSED;
     }
     return refuse(asking, asking->local, take->ask.index,
-                  refusal_words(asking, take, outcome));
+                  refusal_words(asking, take, result, outcome));
 }
 
 /* Anything but a plain grant: what the take has to say, out of line. */
 static __attribute__((noinline, cold)) int
 not_plainly_granted(struct asking *asking, const struct bh_take *take,
-                    const struct bh_take_outcome *outcome, struct bh_admitted *admitted)
+                    enum bh_take_result result, const struct bh_take_outcome *outcome,
+                    struct bh_admitted *admitted)
 {
     const struct bh_compartment *compartment = take->compartment;
-    if (outcome->lapsed)
+    if (outcome->tell && outcome->lapsed)
         bh_log(BH_LOG_WARN, "[%s]: this host's fleet share lapsed (bulkhead "
                "agent stopped renewing it): limit 0 until it grants one again",
                compartment->name);
-    if (outcome->breaker.replaced_pid)
+    if (outcome->tell && outcome->breaker.replaced_pid)
         note_taken_over(compartment, &outcome->breaker);
-    if (outcome->result != BH_TAKE_GRANTED)
-        return not_granted(asking, take, outcome);
+    if (result != BH_TAKE_GRANTED)
+        return not_granted(asking, take, result, outcome);
     admitted->ask = take->ask;
     admitted->probe = outcome->probe;
     return take->ask.index;
@@ -374,10 +376,10 @@ bh_admit_here(const struct bh_admitter *admitter, const struct bh_applicant *app
         &admitter->config->compartments[local], applicant->claimed,
         applicant->reap ? reap_own : NULL, wait_for, &asking,
     };
-    struct bh_take_outcome outcome = bh_permit_take(admitter->ns, &take);
-    if (__builtin_expect(outcome.result != BH_TAKE_GRANTED || outcome.lapsed ||
-                         outcome.breaker.replaced_pid, 0))
-        return not_plainly_granted(&asking, &take, &outcome, admitted);
+    struct bh_take_outcome outcome;
+    enum bh_take_result result = bh_permit_take(admitter->ns, &take, &outcome);
+    if (__builtin_expect(result != BH_TAKE_GRANTED || outcome.tell, 0))
+        return not_plainly_granted(&asking, &take, result, &outcome, admitted);
     admitted->ask = take.ask;
     admitted->probe = outcome.probe;
     return shared;

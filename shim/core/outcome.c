@@ -333,15 +333,14 @@ void bh_outcome_before_exec(void)
     bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
 }
 
-/* An adaptive compartment's hold: counted, and past its connect and not
- * failed, a latency sample, unless the compartment measures turnaround
- * (then each answer was one). Out of line, so that a compartment that is
- * not adaptive pays one load and a branch. */
+/* An adaptive compartment's hold, past its connect and not failed: a
+ * latency sample, unless the compartment measures turnaround (then each
+ * answer was one). Out of line, so that a compartment that is not
+ * adaptive pays one load and a branch. */
 static __attribute__((noinline)) void adaptive_hold(int shared, uint32_t watch,
                                                     int64_t since_ns, int64_t held_ns)
 {
     struct bh_adaptive_change change;
-    bh_count_hold_time(&bh_shim.ns, shared, held_ns);
     if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED | BH_WATCH_TURNAROUND)) &&
         bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, since_ns + held_ns, &change))
         log_limit_change(shared, &change);
@@ -354,13 +353,10 @@ static inline __attribute__((always_inline)) void hold_time(struct bh_fd_ended e
 {
     if (!ended.since_ns)
         return;
-    int64_t now = monotonic_ns(), held_ns = now - ended.since_ns;
-    bh_window_hold(bh_window_of(&bh_shim.ns, ended.compartment), ended.weight,
-                   ended.since_ns, now);
+    int64_t now = monotonic_ns();
+    bh_count_hold(&bh_shim.ns, ended.compartment, ended.weight, ended.since_ns, now);
     if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
-        adaptive_hold(ended.compartment, ended.watch, ended.since_ns, held_ns);
-    else
-        bh_count_hold_time(&bh_shim.ns, ended.compartment, held_ns);
+        adaptive_hold(ended.compartment, ended.watch, ended.since_ns, now - ended.since_ns);
 }
 
 /* One process's copy of a socket whose record holds the permit

@@ -520,7 +520,8 @@ static struct bh_permit_ask own_reserve(const struct bh_permit_ask *ask)
 }
 
 /* A grant's permits are this process's now: its counts and its record. */
-static void keep(struct bh_namespace *ns, int index, const struct bh_grant *grant)
+static inline __attribute__((always_inline)) void
+keep(struct bh_namespace *ns, int index, const struct bh_grant *grant)
 {
     if (__builtin_expect(grant->hint_stale, 0)) {
         int saved_errno = errno;
@@ -566,11 +567,11 @@ void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint
 }
 
 /* Counts the ask against the applicant's per_process cap (0: none). */
-static int claim(const struct bh_take *take)
+static inline __attribute__((always_inline)) int claim(const struct bh_take *take)
 {
     int per_process = take->compartment->per_process;
     if (!take->claimed)
-        return bh_permit_claim(&take->ask, per_process);
+        return bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, per_process);
     _Atomic uint32_t *claimed = &take->claimed[take->ask.index];
     uint32_t weight = (uint32_t)take->ask.weight;
     uint32_t before = atomic_fetch_add(claimed, weight);
@@ -647,61 +648,78 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
 }
 
 /* Not granted at once (full, gone, failed), or the breaker's word was
- * not "closed": the rest of the take, out of line. */
-static __attribute__((noinline, cold)) struct bh_take_outcome
-take_slowly(struct bh_namespace *ns, const struct bh_take *take, struct bh_take_outcome outcome,
-            enum bh_breaker_admission breaker, enum bh_acquire_result tried,
-            struct bh_grant grant)
+ * not "closed", or the fleet's: the rest of the take, out of line. */
+static __attribute__((noinline, cold)) enum bh_take_result
+take_slowly(struct bh_namespace *ns, const struct bh_take *take,
+            struct bh_take_outcome *outcome, enum bh_breaker_admission breaker,
+            enum bh_acquire_result tried, struct bh_grant grant)
 {
     const struct bh_permit_ask *ask = &take->ask;
-    int64_t probe = breaker == BH_BREAKER_PROBE ? outcome.breaker.since_ns : 0;
+    int64_t probe = breaker == BH_BREAKER_PROBE ? outcome->breaker.since_ns : 0;
     struct bh_permit_ask own = own_reserve(ask);
-    if (breaker == BH_BREAKER_REFUSE_OPEN || breaker == BH_BREAKER_REFUSE_PROBING)
-        outcome.result = breaker == BH_BREAKER_REFUSE_OPEN ? BH_TAKE_BREAKER_OPEN
-                                                            : BH_TAKE_BREAKER_PROBING;
+    enum bh_take_result result = take_result(tried);
+    outcome->tell = outcome->lapsed || outcome->breaker.replaced_pid;
+    if (breaker == BH_BREAKER_REFUSE_OPEN)
+        result = BH_TAKE_BREAKER_OPEN;
+    else if (breaker == BH_BREAKER_REFUSE_PROBING)
+        result = BH_TAKE_BREAKER_PROBING;
     else if (tried == BH_REJECTED)
-        outcome.result = when_full(ns, take, &own, &grant, &outcome);
-    else if (tried == BH_ACQUIRED)  /* the probe, taken at once */
-        outcome.result = BH_TAKE_GRANTED;
-    else
-        outcome.result = take_result(tried);
-    if (outcome.result == BH_TAKE_GRANTED) {
+        result = when_full(ns, take, &own, &grant, outcome);
+    if (result == BH_TAKE_GRANTED) {
         keep(ns, ask->index, &grant);
-        outcome.from_reserve = grant.taken.reserved;
-        outcome.probe = probe;
-        return outcome;
+        outcome->from_reserve = grant.taken.reserved;
+        outcome->probe = probe;
+        return result;
     }
     unclaim(take);
     if (probe)
         bh_breaker_abandon(ns, ask->index, probe);
-    return outcome;
+    return result;
 }
 
-struct bh_take_outcome bh_permit_take(struct bh_namespace *ns, const struct bh_take *take)
+static __attribute__((noinline, cold)) enum bh_take_result
+refuse_per_process(struct bh_namespace *ns, const struct bh_take *take,
+                   struct bh_take_outcome *outcome)
+{
+    *outcome = (struct bh_take_outcome){ .tell = 0 };
+    bh_permit_count_per_process(ns, take->ask.index);
+    return BH_TAKE_PER_PROCESS;
+}
+
+enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
+                                   struct bh_take_outcome *outcome)
 {
     const struct bh_permit_ask *ask = &take->ask;
-    struct bh_take_outcome outcome = { .result = BH_TAKE_GRANTED };
-    if (claim(take) < 0) {
-        bh_permit_count_per_process(ns, ask->index);
-        outcome.result = BH_TAKE_PER_PROCESS;
-        return outcome;
-    }
-    if (take->compartment->fleet_limit > 0)
-        outcome.lapsed = bh_fleet_lapse_if_over(ns, ask->index);
+    if (claim(take) < 0)
+        return refuse_per_process(ns, take, outcome);
+    int lapsed = take->compartment->fleet_limit > 0 &&
+                 bh_fleet_lapse_if_over(ns, ask->index);
     enum bh_breaker_admission breaker = BH_BREAKER_PASS;
-    if (__builtin_expect(!bh_breaker_is_closed(bh_breaker_fields(ns, ask->index)), 0))
-        breaker = bh_breaker_admit(ns, ask->index, take->compartment, &outcome.breaker);
+    if (__builtin_expect(!bh_breaker_is_closed(bh_breaker_fields(ns, ask->index)), 0)) {
+        *outcome = (struct bh_take_outcome){ .tell = 0 };
+        breaker = bh_breaker_admit(ns, ask->index, take->compartment, &outcome->breaker);
+    }
     struct bh_grant grant = { { 0, 0, -1 }, 0 };
     enum bh_acquire_result tried = BH_REJECTED;
     if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE) {
-        struct bh_permit_ask own = ask->reserve < 0 ? *ask : own_reserve(ask);
-        tried = bh_pools_try(ns, &own, &grant);
+        if (ask->reserve < 0) {
+            tried = bh_pools_try(ns, ask, &grant);
+        } else {
+            struct bh_permit_ask own = own_reserve(ask);
+            tried = bh_pools_try(ns, &own, &grant);
+        }
     }
-    if (__builtin_expect(tried != BH_ACQUIRED || breaker != BH_BREAKER_PASS, 0))
+    if (__builtin_expect(tried != BH_ACQUIRED || breaker != BH_BREAKER_PASS || lapsed, 0)) {
+        if (breaker == BH_BREAKER_PASS)
+            *outcome = (struct bh_take_outcome){ .tell = 0 };
+        outcome->lapsed = lapsed;
         return take_slowly(ns, take, outcome, breaker, tried, grant);
+    }
     keep(ns, ask->index, &grant);
-    outcome.from_reserve = grant.taken.reserved;
-    return outcome;
+    outcome->from_reserve = grant.taken.reserved;
+    outcome->probe = 0;
+    outcome->tell = 0;
+    return BH_TAKE_GRANTED;
 }
 
 uint32_t bh_compartment_count(const struct bh_namespace *ns)
@@ -753,9 +771,11 @@ void bh_count_connect_time(struct bh_namespace *ns, int index, int64_t elapsed_n
     bh_histogram_record(&ns->state->compartments[index].connect_time, elapsed_ns);
 }
 
-void bh_count_hold_time(struct bh_namespace *ns, int index, int64_t held_ns)
+void bh_count_hold(struct bh_namespace *ns, int index, int weight, int64_t since_ns,
+                   int64_t now_ns)
 {
-    bh_histogram_record(&ns->state->compartments[index].hold_time, held_ns);
+    bh_window_hold(&ns->state->windows[index], weight, since_ns, now_ns);
+    bh_histogram_record(&ns->state->compartments[index].hold_time, now_ns - since_ns);
 }
 
 void bh_count_connect_failure(struct bh_namespace *ns, int index, int timed_out)

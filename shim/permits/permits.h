@@ -196,17 +196,20 @@ enum bh_take_result {
     BH_TAKE_FAILED,           /* the kernel refused a semop: errno says why */
 };
 
+/* What a take has to say besides its result. A plain grant writes only
+ * from_reserve, probe and tell; the rest is meaningful when tell is
+ * nonzero, or the result is not BH_TAKE_GRANTED. */
 struct bh_take_outcome {
-    enum bh_take_result result;
     uint32_t from_reserve;   /* granted: permits from the reserve; the rest
                                 came from the common pool */
     int64_t probe;           /* granted as the breaker's probe: its holding of
                                 the slot (breaker.h), else 0 */
+    int tell;                /* nonzero: lapsed, or the probe slot was taken over */
+    int lapsed;              /* this take found the fleet share lapsed and
+                                lowered the limit to 0 */
     struct bh_probe_taken breaker;  /* the probe slot was taken over
                                        (replaced_pid > 0), whatever came next */
     int most;                /* NEVER_ENOUGH: the most it may ever take */
-    int lapsed;              /* this take found the fleet share lapsed and
-                                lowered the limit to 0 */
 };
 
 /* Takes ask.weight permits for an admission: the fleet lease, the
@@ -215,7 +218,8 @@ struct bh_take_outcome {
  * Granted: the permits are held (SEM_UNDO) until bh_permit_give. Anything
  * else: nothing is held (the claim and any probe slot are given back) and
  * the refusal is counted. errno is kept, but for BH_TAKE_FAILED. */
-struct bh_take_outcome bh_permit_take(struct bh_namespace *ns, const struct bh_take *take);
+enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
+                                   struct bh_take_outcome *outcome);
 /* Its mirror: gives back what a granted take holds, to the pools it came
  * from, and its claim (claimed as in bh_take). Async-signal-safe. */
 void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint32_t *claimed);
@@ -313,7 +317,10 @@ static inline struct bh_adaptive_shared *bh_adaptive_fields(const struct bh_name
 /* What a connection showed, counted in compartment index's figures.
  * Async-signal-safe: atomics. */
 void bh_count_connect_time(struct bh_namespace *ns, int index, int64_t elapsed_ns);
-void bh_count_hold_time(struct bh_namespace *ns, int index, int64_t held_ns);
+/* A hold of `weight` permits from since_ns to now_ns ended: its time in
+ * the histogram and, with its permit time, in the window (window.h). */
+void bh_count_hold(struct bh_namespace *ns, int index, int weight, int64_t since_ns,
+                   int64_t now_ns);
 /* A connect that failed (refused, unreachable, reset...; timed_out: ETIMEDOUT). */
 void bh_count_connect_failure(struct bh_namespace *ns, int index, int timed_out);
 void bh_count_io_timeout(struct bh_namespace *ns, int index);

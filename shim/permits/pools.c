@@ -122,8 +122,9 @@ static int take_ops(struct bh_namespace *ns, int index, int reserve, int common,
 }
 
 /* Without waiting: a member's reserve, then its reserve and the common
- * pool together, then the common pool. 0, or -1 (EAGAIN: full). */
-static int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+ * pool together, then the common pool. 0, or -1 (EAGAIN: full). Here
+ * and below, `cold` keeps the rare paths out of the common one's way. */
+static __attribute__((noinline, cold)) int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
                     struct bh_taken *got)
 {
     int reserve = ask->reserve, weight = ask->weight;
@@ -150,7 +151,7 @@ static int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
  * no member took, or a dead member's given back by the kernel after the
  * reserve was lowered) pay it; only while no member waits for them.
  * Returns how many. */
-static int reclaim_lent(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) int reclaim_lent(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     int reclaimed = 0;
@@ -227,8 +228,8 @@ int bh_common_read(struct bh_namespace *ns, int index, int *free_now, int *owes)
  * reaping (the caller's part: grant->hint_stale). This costs a semctl only
  * when the hint passes the peak, which a correct hint does only when a
  * real new peak is reached. */
-static void raise_peak(struct bh_namespace *ns, int index, int64_t hint,
-                       struct bh_grant *grant)
+void bh_pools_raise_peak(struct bh_namespace *ns, int index, int64_t hint,
+                         struct bh_grant *grant)
 {
     int exact = bh_in_use_now(ns, index);
     if (exact < 0)
@@ -237,21 +238,15 @@ static void raise_peak(struct bh_namespace *ns, int index, int64_t hint,
     grant->hint_stale = exact < hint;
 }
 
-static void count_granted(struct bh_namespace *ns, int index, struct bh_grant *grant,
-                          int64_t waited_ns)
+/* A grant after a wait: its counts, and the wait's. */
+static void count_waited(struct bh_namespace *ns, int index, struct bh_grant *grant,
+                         int64_t waited_ns)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
-    atomic_fetch_add_explicit(&shared->acquired, 1, memory_order_relaxed);
-    int64_t permits = grant->taken.common + grant->taken.reserved;
-    int64_t holders = atomic_fetch_add(&shared->holders_hint, permits) + permits;
-    if (holders > atomic_load_explicit(&shared->peak_in_use, memory_order_relaxed))
-        raise_peak(ns, index, holders, grant);
-    if (waited_ns >= 0) {
-        atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns,
-                                  memory_order_relaxed);
-        raise_to(&shared->wait_ns_max, waited_ns);
-    }
+    bh_pools_count_granted(ns, index, grant);
+    atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns, memory_order_relaxed);
+    raise_to(&shared->wait_ns_max, waited_ns);
 }
 
 void bh_permit_count_rejected(struct bh_namespace *ns, int index)
@@ -274,7 +269,7 @@ void bh_permit_count_bypassed(struct bh_namespace *ns, int index)
 /* Free common permits that appeared while the common pool owes (a holder
  * died after `set` lowered the limit or raised a reserve) pay what it owes
  * before anyone may take them. */
-static void pay_owed_from_free(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) void pay_owed_from_free(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct sembuf retire[2] = {
@@ -302,38 +297,43 @@ static void pay_owed_from_free(struct bh_namespace *ns, int index)
  * EINVAL, the set was removed (reset), which lets connections through as
  * documented; anything else (EACCES: a uid change the shim did not see;
  * ENOMEM: no room for undo records) is a failure on_failure decides. */
-static enum bh_acquire_result unreachable_result(void)
+static __attribute__((noinline, cold)) enum bh_acquire_result unreachable_result(void)
 {
     return errno == EIDRM || errno == EINVAL ? BH_BYPASS : BH_FAILED;
 }
 
-enum bh_acquire_result bh_pools_try(struct bh_namespace *ns, const struct bh_permit_ask *ask,
-                                    struct bh_grant *grant)
+/* The end of a try whose first semop returned rc (errno): a full pool
+ * may have lent permits to take back. */
+static enum bh_acquire_result finish_try(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+                                         struct bh_grant *grant, int rc, int saved_errno)
 {
-    int saved_errno = errno;
     enum bh_acquire_result result = BH_ACQUIRED;
-    *grant = (struct bh_grant){ { (uint32_t)ask->weight, 0, -1 }, 0 };
-    /* Without debts (hints are raised before anything is owed) the
-     * semaphores need no zero-checks: one simple semop. */
-    struct bh_shared_compartment *shared = shared_of(ns, ask->index);
-    int owes = atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
-               atomic_load_explicit(&shared->owed_hint, memory_order_relaxed);
-    if (owes)
-        pay_owed_from_free(ns, ask->index);
-    struct sembuf common = { BH_SEM_FREE(ask->index), (short)-ask->weight,
-                             SEM_UNDO | IPC_NOWAIT };
-    int rc = ask->reserve < 0 && !owes  /* the common case, kept short */
-        ? semop(ns->semid, &common, 1)
-        : take_now(ns, ask, &grant->taken);
     if (rc < 0 && errno == EAGAIN && reclaim_lent(ns, ask->index))
         rc = take_now(ns, ask, &grant->taken);
     if (rc == 0)
-        count_granted(ns, ask->index, grant, -1);
+        bh_pools_count_granted(ns, ask->index, grant);
     else
         result = errno == EAGAIN ? BH_REJECTED : unreachable_result();
     if (result != BH_FAILED)
         errno = saved_errno;
     return result;
+}
+
+enum bh_acquire_result bh_pools_try_full(struct bh_namespace *ns,
+                                         const struct bh_permit_ask *ask,
+                                         struct bh_grant *grant, int saved_errno)
+{
+    return finish_try(ns, ask, grant, -1, saved_errno);
+}
+
+enum bh_acquire_result bh_pools_try_slowly(struct bh_namespace *ns,
+                                           const struct bh_permit_ask *ask,
+                                           struct bh_grant *grant, int saved_errno)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, ask->index);
+    if (atomic_load(&shared->debt_hint) || atomic_load(&shared->owed_hint))
+        pay_owed_from_free(ns, ask->index);
+    return finish_try(ns, ask, grant, take_now(ns, ask, &grant->taken), saved_errno);
 }
 
 /* ---- waiting ---- */
@@ -431,7 +431,7 @@ enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_pe
         : take_common_within(ns, ask->index, ask->weight, deadline);
     if (rc == 0) {
         result = BH_ACQUIRED;
-        count_granted(ns, ask->index, grant, bh_monotonic_ns() - started);
+        count_waited(ns, ask->index, grant, bh_monotonic_ns() - started);
     } else if (errno == EAGAIN) {
         result = BH_TIMED_OUT;
         atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
@@ -491,7 +491,7 @@ static void lend_to_members(struct bh_namespace *ns, int index, int given)
     }
 }
 
-static void give_common(struct bh_namespace *ns, int index, int count, short undo)
+static __attribute__((noinline, cold)) void give_common(struct bh_namespace *ns, int index, int count, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     while (count > 0 && atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
@@ -515,7 +515,7 @@ static void give_common(struct bh_namespace *ns, int index, int count, short und
         lend_to_members(ns, index, count);
 }
 
-static void give_reserved(struct bh_namespace *ns, int index, int reserve, int count,
+static __attribute__((noinline, cold)) void give_reserved(struct bh_namespace *ns, int index, int reserve, int count,
                           short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
@@ -530,8 +530,8 @@ static void give_reserved(struct bh_namespace *ns, int index, int reserve, int c
         bh_sem_op(ns->semid, BH_SEM_RFREE(slot), (short)count, undo);
 }
 
-void bh_pools_give(struct bh_namespace *ns, int index, int weight, struct bh_taken taken,
-                   short undo)
+void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
+                          struct bh_taken taken, short undo)
 {
     int saved_errno = errno;
     struct bh_shared_compartment *shared = shared_of(ns, index);
@@ -545,12 +545,7 @@ void bh_pools_give(struct bh_namespace *ns, int index, int weight, struct bh_tak
         give_reserved(ns, index, taken.reserve, (int)taken.reserved, undo);
     else
         common = weight;
-    if (!atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
-        !atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
-        semop(ns->semid, &(struct sembuf){ BH_SEM_FREE(index), (short)common, undo },
-              1);  /* the common case */
-    else
-        give_common(ns, index, common, undo);
+    give_common(ns, index, common, undo);
     errno = saved_errno;
 }
 

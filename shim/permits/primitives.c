@@ -1,6 +1,6 @@
 /* What every file of shim/permits uses and that uses nothing of theirs:
- * one semop, the clock, the namespace lock, the ownership check and a
- * histogram sample. The bottom of the room: it calls only libc.
+ * one semop, the clock, the namespace lock, the ownership check and the
+ * histograms' bounds. The bottom of the room: it calls only libc.
  *
  * Shared state: the lock is semaphore BH_SEM_LOCK of the namespace's set
  * (see permits.c); a histogram is a few atomics in the segment. Signal
@@ -72,12 +72,3 @@ const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS] = {
     500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
     1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
 };
-
-void bh_histogram_record(struct bh_histogram *histogram, int64_t ns)
-{
-    int bucket = 0;
-    while (bucket < BH_HISTOGRAM_BUCKETS && ns > bh_histogram_bounds_us[bucket] * 1000)
-        bucket++;
-    atomic_fetch_add_explicit(&histogram->buckets[bucket], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&histogram->sum_ns, ns, memory_order_relaxed);
-}
