@@ -652,7 +652,7 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
 static __attribute__((noinline, cold)) enum bh_take_result
 take_slowly(struct bh_namespace *ns, const struct bh_take *take,
             struct bh_take_outcome *outcome, enum bh_breaker_admission breaker,
-            enum bh_acquire_result tried, struct bh_grant grant)
+            enum bh_acquire_result tried, struct bh_grant *grant)
 {
     const struct bh_permit_ask *ask = &take->ask;
     int64_t probe = breaker == BH_BREAKER_PROBE ? outcome->breaker.since_ns : 0;
@@ -664,10 +664,10 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
     else if (breaker == BH_BREAKER_REFUSE_PROBING)
         result = BH_TAKE_BREAKER_PROBING;
     else if (tried == BH_REJECTED)
-        result = when_full(ns, take, &own, &grant, outcome);
+        result = when_full(ns, take, &own, grant, outcome);
     if (result == BH_TAKE_GRANTED) {
-        keep(ns, ask->index, &grant);
-        outcome->from_reserve = grant.taken.reserved;
+        keep(ns, ask->index, grant);
+        outcome->from_reserve = grant->taken.reserved;
         outcome->probe = probe;
         return result;
     }
@@ -699,7 +699,7 @@ enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take
         *outcome = (struct bh_take_outcome){ .tell = 0 };
         breaker = bh_breaker_admit(ns, ask->index, take->compartment, &outcome->breaker);
     }
-    struct bh_grant grant = { { 0, 0, -1 }, 0 };
+    struct bh_grant grant;  /* written by bh_pools_try; read only once granted */
     enum bh_acquire_result tried = BH_REJECTED;
     if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE) {
         if (ask->reserve < 0) {
@@ -713,7 +713,7 @@ enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take
         if (breaker == BH_BREAKER_PASS)
             *outcome = (struct bh_take_outcome){ .tell = 0 };
         outcome->lapsed = lapsed;
-        return take_slowly(ns, take, outcome, breaker, tried, grant);
+        return take_slowly(ns, take, outcome, breaker, tried, &grant);
     }
     keep(ns, ask->index, &grant);
     outcome->from_reserve = grant.taken.reserved;
@@ -769,13 +769,6 @@ void bh_fleet_read(const struct bh_namespace *ns, int index, struct bh_fleet_vie
 void bh_count_connect_time(struct bh_namespace *ns, int index, int64_t elapsed_ns)
 {
     bh_histogram_record(&ns->state->compartments[index].connect_time, elapsed_ns);
-}
-
-void bh_count_hold(struct bh_namespace *ns, int index, int weight, int64_t since_ns,
-                   int64_t now_ns)
-{
-    bh_window_hold(&ns->state->windows[index], weight, since_ns, now_ns);
-    bh_histogram_record(&ns->state->compartments[index].hold_time, now_ns - since_ns);
 }
 
 void bh_count_connect_failure(struct bh_namespace *ns, int index, int timed_out)
