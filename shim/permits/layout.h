@@ -8,6 +8,7 @@
 #define BH_PERMITS_LAYOUT_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "permits/permits.h"
@@ -30,9 +31,10 @@ enum {
 #define BH_SEM_RWAIT(s)   (BH_SEM_RESERVES + 3 + 4 * (s))  /* members waiting (SEM_UNDO) */
 #define BH_SEM_COUNT      (BH_SEM_RESERVES + 4 * BH_MAX_RESERVE_SLOTS)
 
+/* The sum first: with the shortest buckets, on one cache line. */
 struct bh_histogram {
-    _Atomic uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
     _Atomic int64_t sum_ns;
+    _Atomic uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
 };
 
 /* A fleet compartment's figures, as this host's `bulkhead agent` last
@@ -64,22 +66,26 @@ struct bh_reserve_shared {
 };
 
 /* One compartment's live state and counters. Every field is written with
- * atomics by many processes; no lock guards them. */
+ * atomics by many processes; no lock guards them. What a take and its
+ * give-back read or write comes first, on one cache line of its own. */
 struct bh_shared_compartment {
-    char name[BH_NAME_MAX];       /* written once under the registration lock */
-    _Atomic uint32_t registered;  /* 1 once name, limit and semaphore are set */
-    _Atomic int32_t limit;        /* live limit: authoritative over rules.ini */
+    _Alignas(64) _Atomic int32_t limit;  /* live limit: authoritative over rules.ini */
     _Atomic uint32_t debt_hint;   /* nonzero while BH_SEM_DEBT may be > 0 */
+    _Atomic uint32_t owed_hint;   /* some reserve's ROWED may be > 0 */
+    _Atomic int32_t reserve_count;  /* set at registration */
     _Atomic uint64_t acquired;    /* permits granted */
+    _Atomic int64_t holders_hint; /* in use, as counted by acquire/release; a
+                                     SIGKILLed holder leaves it high until its
+                                     process slot is reaped. Feeds peak only. */
+    _Atomic int64_t peak_in_use;
+    _Atomic uint32_t registered;  /* 1 once name, limit and semaphore are set */
+    _Atomic int32_t reserved;     /* sum of the reserves' live sizes */
+    char name[BH_NAME_MAX];       /* written once under the registration lock */
     _Atomic uint64_t rejected;    /* refused at once */
     _Atomic uint64_t timed_out;   /* waited wait_ms, then refused */
     _Atomic uint64_t waits;       /* acquisitions that had to wait */
     _Atomic int64_t wait_ns_total;
     _Atomic int64_t wait_ns_max;
-    _Atomic int64_t holders_hint; /* in use, as counted by acquire/release; a
-                                     SIGKILLed holder leaves it high until its
-                                     process slot is reaped. Feeds peak only. */
-    _Atomic int64_t peak_in_use;
     _Atomic uint64_t connect_failures; /* refused, unreachable, timed out, reset */
     _Atomic uint64_t connect_timeouts; /* ETIMEDOUT on connect */
     _Atomic uint64_t io_timeouts;      /* io_timeout_ms expiries */
@@ -88,11 +94,10 @@ struct bh_shared_compartment {
     struct bh_fleet_shared fleet;
     _Atomic uint64_t per_process_refused; /* refused: the process was at per_process */
     _Atomic uint64_t bypassed;            /* connects let through by bypass */
-    _Atomic int32_t reserve_count;        /* set at registration */
-    _Atomic int32_t reserved;             /* sum of the reserves' live sizes */
-    _Atomic uint32_t owed_hint;           /* some reserve's ROWED may be > 0 */
     struct bh_reserve_shared reserves[BH_MAX_RESERVES];
 };
+_Static_assert(offsetof(struct bh_shared_compartment, reserved) + sizeof(int32_t) <= 64,
+               "what a take touches fits one cache line");
 
 /* What one process holds of one compartment: lets `stat` name holders and
  * a new program image (exec) learn what the old one held. Written by that
