@@ -20,6 +20,9 @@
  * held only dead processes' records and its slot can take a new page. Nothing
  * here caps the number of holders but the kernel's own shm limits.
  *
+ * This file calls nothing of shim/permits but primitives.c: the face
+ * (permits.c) tells it what was taken and given back.
+ *
  * A process that dies mid-operation: its permits come back through
  * SEM_UNDO whatever its record says; the record is freed by the next
  * reaper (pid gone, or reused: the start time differs). A record half
@@ -207,7 +210,8 @@ static struct bh_holder *claim_anywhere(struct bh_namespace *ns, pid_t pid, int 
 }
 
 /* A free record, after reaping the dead, after adding a page. */
-static __attribute__((noinline, cold)) struct bh_holder *claim_record(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) struct bh_holder *
+claim_record(struct bh_namespace *ns, int index)
 {
     pid_t pid = getpid();
     struct bh_holder *holder = claim_anywhere(ns, pid, index);

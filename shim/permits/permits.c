@@ -25,10 +25,17 @@
  *     the records of sockets several processes hold (socket_records.c).
  *     Counters are atomics, written without locks.
  *
- * This file makes, attaches, registers, reads and removes; pools.c takes
- * and gives back permits and moves them between pools; holders.c keeps
- * what each process holds. Who writes what: any process of the user that
- * runs the shim or the command. The lock serialises making the table,
+ * This file is the face of shim/permits: it makes, attaches, registers,
+ * reads and removes, and decides an admission's take (bh_permit_take:
+ * the fleet lease, the breaker, per_process, the pools, the holder
+ * record) and its give-back. Below it, never calling back up: pools.c
+ * moves permits between the semaphores, holders.c keeps what each
+ * process holds, socket_records.c parks the permits of shared sockets,
+ * window.c counts the last minute, primitives.c has the semop, the clock
+ * and the lock. The layout is layout.h.
+ *
+ * Who writes what: any process of the user that runs the shim or the
+ * command. The lock serialises making the table,
  * adding a compartment and changing a limit or a reserve; acquire and
  * release never take it. Nothing here takes a process-local lock, so
  * bh_permit_release() is async-signal-safe: atomics and semops.

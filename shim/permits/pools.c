@@ -6,7 +6,9 @@
  * (BH_SEM_FREE: limit minus the reserves). A member takes from its reserve
  * first, then from the common pool; everyone else from the common pool
  * alone. Each permit goes back to the pool it came from (holders.c knows
- * which, per process: the common pool's first).
+ * which, per process: the common pool's first; the face, permits.c, asks
+ * it and tells this file: this file calls neither). The common take and
+ * give-back are inline in pools.h; the rest is here.
  *
  * Debts keep the limit exact while pools change under held permits. Every
  * move between pools is one atomic semop, so a process killed mid-way
@@ -124,8 +126,8 @@ static int take_ops(struct bh_namespace *ns, int index, int reserve, int common,
 /* Without waiting: a member's reserve, then its reserve and the common
  * pool together, then the common pool. 0, or -1 (EAGAIN: full). Here
  * and below, `cold` keeps the rare paths out of the common one's way. */
-static __attribute__((noinline, cold)) int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
-                    struct bh_taken *got)
+static __attribute__((noinline, cold)) int
+take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask, struct bh_taken *got)
 {
     int reserve = ask->reserve, weight = ask->weight;
     *got = (struct bh_taken){ .common = (uint32_t)weight, .reserve = reserve };
@@ -151,7 +153,8 @@ static __attribute__((noinline, cold)) int take_now(struct bh_namespace *ns, con
  * no member took, or a dead member's given back by the kernel after the
  * reserve was lowered) pay it; only while no member waits for them.
  * Returns how many. */
-static __attribute__((noinline, cold)) int reclaim_lent(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) int
+reclaim_lent(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     int reclaimed = 0;
@@ -269,7 +272,8 @@ void bh_permit_count_bypassed(struct bh_namespace *ns, int index)
 /* Free common permits that appeared while the common pool owes (a holder
  * died after `set` lowered the limit or raised a reserve) pay what it owes
  * before anyone may take them. */
-static __attribute__((noinline, cold)) void pay_owed_from_free(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) void
+pay_owed_from_free(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct sembuf retire[2] = {
@@ -297,14 +301,16 @@ static __attribute__((noinline, cold)) void pay_owed_from_free(struct bh_namespa
  * EINVAL, the set was removed (reset), which lets connections through as
  * documented; anything else (EACCES: a uid change the shim did not see;
  * ENOMEM: no room for undo records) is a failure on_failure decides. */
-static __attribute__((noinline, cold)) enum bh_acquire_result unreachable_result(void)
+static __attribute__((noinline, cold)) enum bh_acquire_result
+unreachable_result(void)
 {
     return errno == EIDRM || errno == EINVAL ? BH_BYPASS : BH_FAILED;
 }
 
 /* The end of a try whose first semop returned rc (errno): a full pool
  * may have lent permits to take back. */
-static enum bh_acquire_result finish_try(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+static enum bh_acquire_result finish_try(struct bh_namespace *ns,
+                                         const struct bh_permit_ask *ask,
                                          struct bh_grant *grant, int rc, int saved_errno)
 {
     enum bh_acquire_result result = BH_ACQUIRED;
@@ -491,7 +497,8 @@ static void lend_to_members(struct bh_namespace *ns, int index, int given)
     }
 }
 
-static __attribute__((noinline, cold)) void give_common(struct bh_namespace *ns, int index, int count, short undo)
+static __attribute__((noinline, cold)) void
+give_common(struct bh_namespace *ns, int index, int count, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     while (count > 0 && atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
@@ -515,8 +522,8 @@ static __attribute__((noinline, cold)) void give_common(struct bh_namespace *ns,
         lend_to_members(ns, index, count);
 }
 
-static __attribute__((noinline, cold)) void give_reserved(struct bh_namespace *ns, int index, int reserve, int count,
-                          short undo)
+static __attribute__((noinline, cold)) void
+give_reserved(struct bh_namespace *ns, int index, int reserve, int count, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct bh_reserve_shared *pool = &shared->reserves[reserve];
