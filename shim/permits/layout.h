@@ -37,6 +37,33 @@ struct bh_histogram {
     _Atomic uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
 };
 
+/* Sockets several processes hold (socket_records.c says what the fields
+ * mean and who writes them). */
+enum { BH_SOCKET_RECORDS = 4096 };
+
+struct bh_socket_record {
+    _Atomic uint64_t state;     /* references, generation, LIVE and BUSY */
+    _Atomic uint64_t inode;     /* the socket's st_ino */
+    uint64_t netns;             /* st_ino of the net namespace it lives in */
+    int32_t compartment;
+    int32_t weight;
+    uint32_t common;            /* parked permits of the common pool */
+    uint32_t reserved;          /* ... and of reserve `reserve` */
+    int32_t reserve;
+    uint16_t family;            /* AF_INET, AF_INET6; 0: address unknown */
+    uint16_t local_port;        /* network order, as sock_diag wants them */
+    uint16_t remote_port;
+    uint16_t unused;
+    uint32_t local[4];
+    uint32_t remote[4];
+};
+
+struct bh_socket_records {
+    _Atomic uint32_t live;      /* records LIVE or being made: 0 spares scans */
+    uint32_t unused;
+    struct bh_socket_record records[BH_SOCKET_RECORDS];
+};
+
 /* A fleet compartment's figures, as this host's `bulkhead agent` last
  * learned them from Redis; written only by the agent, read by `stat`. */
 struct bh_fleet_shared {
