@@ -42,9 +42,6 @@
  *                                    healthy=H dead_refused=R dead_timed_out=T
  *   getpid N                         N getpid() calls (the close path's
  *                                    owner check), timed: ns_per_op=F
- *   nsstat KEY                       a namespace's counters, from its shm;
- *                                    KEY as `bulkhead key -n NAME` prints it:
- *                                    one line per compartment, NAME k=v ...
  *
  * The single-connection modes run WARMUP iterations untimed, then N timed
  * with CLOCK_MONOTONIC around the loop alone, and print one line:
@@ -68,10 +65,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -79,7 +74,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "permits/permits.h"  /* read-only view of the shared state */
 
 enum { WARMUP = 200, PAYLOAD = 64 };
 
@@ -720,57 +714,6 @@ static int mode_getpid(long n)
     return 0;
 }
 
-/* ---- namespace ------------------------------------------------------------ */
-
-/* The key comes from `bulkhead key`: shim/permits owns the hash, and this
- * program is not linked with it. */
-static key_t parse_key(const char *text)
-{
-    char *end;
-    errno = 0;
-    unsigned long key = strtoul(text, &end, 0);
-    if (errno || end == text || *end || key == 0 || key > 0xffffffffUL) {
-        fprintf(stderr, "bench_client: nsstat: \"%s\" is not a SysV key "
-                "(0x%%08x, as bulkhead key prints it)\n", text);
-        exit(2);
-    }
-    return (key_t)(uint32_t)key;
-}
-
-static int mode_nsstat(const char *key)
-{
-    int shmid = shmget(parse_key(key), 0, 0);
-    if (shmid < 0)
-        fail("shmget");
-    const struct bh_shared_state *s = shmat(shmid, NULL, SHM_RDONLY);
-    if (s == (void *)-1)
-        fail("shmat");
-    if (s->magic != BH_STATE_MAGIC) {
-        fprintf(stderr, "bench_client: %s: not a bulkhead namespace\n", key);
-        return 1;
-    }
-    uint32_t count = atomic_load(&s->compartment_count);
-    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
-        const struct bh_shared_compartment *c = &s->compartments[i];
-        printf("%s acquired=%llu rejected=%llu timed_out=%llu waits=%llu "
-               "peak=%lld wait_max_us=%.1f connect_failures=%llu "
-               "connect_timeouts=%llu breaker_opened=%llu breaker_refused=%llu\n",
-               c->name,
-               (unsigned long long)atomic_load(&c->acquired),
-               (unsigned long long)atomic_load(&c->rejected),
-               (unsigned long long)atomic_load(&c->timed_out),
-               (unsigned long long)atomic_load(&c->waits),
-               (long long)atomic_load(&c->peak_in_use),
-               atomic_load(&c->wait_ns_max) / 1e3,
-               (unsigned long long)atomic_load(&c->connect_failures),
-               (unsigned long long)atomic_load(&c->connect_timeouts),
-               (unsigned long long)atomic_load(&c->breaker.opened),
-               (unsigned long long)atomic_load(&c->breaker.refused));
-    }
-    shmdt(s);
-    return 0;
-}
-
 static void usage(void)
 {
     fprintf(stderr,
@@ -782,8 +725,7 @@ static void usage(void)
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
             "       bench_client capacity HOST PORT W DURATION_MS PACE_MS\n"
             "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
-            "       bench_client getpid N\n"
-            "       bench_client nsstat KEY\n");
+            "       bench_client getpid N\n");
     exit(2);
 }
 
@@ -794,8 +736,6 @@ int main(int argc, char **argv)
     if (argc < 3)
         usage();
     const char *mode = argv[1];
-    if (strcmp(mode, "nsstat") == 0)
-        return mode_nsstat(argv[2]);
     if (strcmp(mode, "getpid") == 0)
         return mode_getpid(atol(argv[2]));
     if (strcmp(mode, "socketpair") == 0)

@@ -355,11 +355,19 @@ def check_rules(path):
 
 
 def nsstat(namespace):
-    out = run([CLIENT, "nsstat", namespace_key(namespace)], BASE_ENV)
+    """A namespace's counters per compartment, from `bulkhead stat --json`:
+    shim/permits owns the shared layout, nobody else reads it."""
+    r = subprocess.run([os.path.join(BUILD, "bulkhead"), "stat", "--json", "-n", namespace],
+                       capture_output=True, text=True, env=BASE_ENV)
+    if r.returncode != 0:
+        raise BenchError(f"bulkhead stat -n {namespace}: {r.stderr.strip()}")
     stats = {}
-    for line in out.splitlines():
-        name, *rest = line.split()
-        stats[name] = {k: float(v) for k, v in (t.split("=", 1) for t in rest)}
+    for c in json.loads(r.stdout)["compartments"]:
+        stats[c["name"]] = {k: float(c[k]) for k in ("acquired", "rejected", "timed_out",
+                                                      "waits", "peak", "connect_failures",
+                                                      "connect_timeouts")}
+        stats[c["name"]].update(breaker_opened=float(c["breaker"]["opened"]),
+                                breaker_refused=float(c["breaker"]["refused"]))
     return stats
 
 

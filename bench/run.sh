@@ -72,9 +72,9 @@ done
 
 mkdir -p "$OUT"
 rm -rf "$RUN"
-$CC $CFLAGS_BENCH -Ishim -o "$OUT/bench_client" bench/bench_client.c -lpthread
+$CC $CFLAGS_BENCH -o "$OUT/bench_client" bench/bench_client.c -lpthread
 # The same client with no dynamic loader: what the seccomp supervisor traps.
-$CC $CFLAGS_BENCH -Ishim -static -o "$OUT/bench_client_static" bench/bench_client.c -lpthread
+$CC $CFLAGS_BENCH -static -o "$OUT/bench_client_static" bench/bench_client.c -lpthread
 $CC $CFLAGS_BENCH -o "$OUT/bench_server" bench/bench_server.c -lpthread
 
 # In the background and waited for, so that a signal to this script runs the

@@ -63,12 +63,12 @@ static int open_existing(const struct cli_target *target, struct bh_namespace *n
 
 static void list_registered(const struct bh_namespace *ns, char *text, size_t textlen)
 {
-    uint32_t count = atomic_load(&ns->state->compartment_count);
+    uint32_t count = bh_compartment_count(ns);
     size_t used = 0;
     snprintf(text, textlen, "none");
-    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS && used < textlen; i++)
+    for (uint32_t i = 0; i < count && used < textlen; i++)
         used += (size_t)snprintf(text + used, textlen - used, "%s%s",
-                                 i ? ", " : "", ns->state->compartments[i].name);
+                                 i ? ", " : "", bh_compartment_name(ns, (int)i));
 }
 
 /* The index of compartment `name`, or -1 once reported. */
@@ -236,7 +236,7 @@ static int change_adaptive(struct bh_namespace *ns, const char *namespace_name,
     struct bh_adaptive_view before;
     bh_adaptive_read(ns, index, &before);
     bh_adaptive_set_mode(ns, index, mode);
-    int limit = atomic_load(&ns->state->compartments[index].limit);
+    int limit = bh_compartment_limit(ns, index);
     if (mode == BH_ADAPTIVE_OFF)
         printf("%s: adaptive %s -> off: the limit stays at %d\n", name,
                bh_adaptive_mode_name(before.mode), limit);
@@ -475,12 +475,12 @@ static int in_config(const struct bh_config *config, const char *name)
 static void report_unlisted(const struct bh_namespace *ns,
                             const struct bh_config *config)
 {
-    uint32_t count = atomic_load(&ns->state->compartment_count);
-    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
-        const struct bh_shared_compartment *shared = &ns->state->compartments[i];
-        if (!in_config(config, shared->name))
-            printf("%s: not in %s, left at limit %d\n", shared->name,
-                   config->path, (int)atomic_load(&shared->limit));
+    uint32_t count = bh_compartment_count(ns);
+    for (uint32_t i = 0; i < count; i++) {
+        const char *name = bh_compartment_name(ns, (int)i);
+        if (!in_config(config, name))
+            printf("%s: not in %s, left at limit %d\n", name, config->path,
+                   bh_compartment_limit(ns, (int)i));
     }
 }
 
@@ -574,9 +574,9 @@ static void describe_use(struct bh_namespace *ns, int index,
 /* Describes who holds or waits for permits; empty when nobody does. */
 static int describe_users(struct bh_namespace *ns, char *text, size_t textlen)
 {
-    uint32_t count = atomic_load(&ns->state->compartment_count);
+    uint32_t count = bh_compartment_count(ns);
     text[0] = '\0';
-    for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
+    for (uint32_t i = 0; i < count; i++) {
         struct bh_compartment_view view;
         if (bh_compartment_read(ns, (int)i, &view) < 0) {
             cli_error("reset: %s", strerror(errno));

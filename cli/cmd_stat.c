@@ -128,8 +128,8 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
     int opened = cli_target_open(target, &ns, snapshot->namespace_name);
     if (opened != 0)
         return opened < 0 ? -1 : 0;
-    uint32_t registered = atomic_load(&ns.state->compartment_count);
-    for (uint32_t i = 0; i < registered && i < BH_MAX_COMPARTMENTS; i++) {
+    uint32_t registered = bh_compartment_count(&ns);
+    for (uint32_t i = 0; i < registered; i++) {
         struct compartment_row *row = &snapshot->rows[snapshot->count];
         if (bh_stat_read_row(&ns, (int)i, &row->stat) < 0) {
             int gone = errno == EIDRM || errno == EINVAL;

@@ -292,8 +292,7 @@ static int suggest_command(int argc, char **argv)
                       "has run in it", name, cli_target_owner(&o.target));
         return CLI_FAILED;
     }
-    uint32_t count = atomic_load(&ns.state->compartment_count);
-    count = count < BH_MAX_COMPARTMENTS ? count : BH_MAX_COMPARTMENTS;
+    uint32_t count = bh_compartment_count(&ns);
     struct suggestion *list = calloc(count ? count : 1, sizeof *list);
     int status = list ? CLI_OK : CLI_FAILED;
     for (uint32_t i = 0; list && i < count; i++) {

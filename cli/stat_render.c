@@ -398,9 +398,7 @@ int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row
 int bh_stat_write_prometheus(FILE *out, struct bh_namespace *ns,
                              const char *namespace_name)
 {
-    uint32_t count = atomic_load(&ns->state->compartment_count);
-    if (count > BH_MAX_COMPARTMENTS)
-        count = BH_MAX_COMPARTMENTS;
+    uint32_t count = bh_compartment_count(ns);
     struct bh_stat_row *rows = calloc(count ? count : 1, sizeof *rows);
     if (!rows)
         return -1;

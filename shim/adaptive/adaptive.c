@@ -2,7 +2,9 @@
  * each, and the limit it applies. No daemon: the processes that make the
  * connections do it, with the state in the namespace's memory.
  *
- * What is shared: struct bh_adaptive_shared (the layout is permits.h's).
+ * What is shared: struct bh_adaptive_shared (adaptive_fields.h), one per
+ * compartment, where shim/permits keeps it (bh_adaptive_fields); what it
+ * reads of the rest of a compartment goes through permits' functions.
  * Registration (permits.c) writes the settings and the starting estimate
  * once, when it creates the compartment; after that only this file
  * writes it.
@@ -81,11 +83,6 @@ enum {
  * of them cannot carry into the count. */
 #define SAMPLE_MAX_US ((int64_t)60 * 1000000)
 
-static struct bh_shared_compartment *shared_of(const struct bh_namespace *ns, int index)
-{
-    return &ns->state->compartments[index];
-}
-
 static int64_t ms_ns(int64_t ms)
 {
     return ms * 1000000;
@@ -96,14 +93,6 @@ static int64_t realtime_ns(void)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-/* Connects that found the compartment full: refused, timed out, waited. */
-static uint64_t full_count(struct bh_shared_compartment *shared)
-{
-    return atomic_load_explicit(&shared->rejected, memory_order_relaxed) +
-           atomic_load_explicit(&shared->timed_out, memory_order_relaxed) +
-           atomic_load_explicit(&shared->waits, memory_order_relaxed);
 }
 
 static void raise_peak(struct bh_adaptive_shared *adaptive, int32_t in_use)
@@ -156,12 +145,13 @@ static void read_settings(struct bh_adaptive_shared *adaptive, enum bh_adaptive_
 static int decide(struct bh_namespace *ns, int index, struct bh_adaptive_window *window,
                   int64_t now_ns, struct bh_adaptive_change *change)
 {
-    struct bh_shared_compartment *shared = shared_of(ns, index);
-    struct bh_adaptive_shared *adaptive = &shared->adaptive;
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     enum bh_adaptive_mode mode = (enum bh_adaptive_mode)atomic_load(&adaptive->mode);
-    int live = atomic_load(&shared->limit);
+    int live = bh_compartment_limit(ns, index);
     /* The agent publishes the fleet limit before it first sets a live one. */
-    int fleet = atomic_load(&shared->fleet.limit) != 0;
+    struct bh_fleet_view fleet_now;
+    bh_fleet_read(ns, index, &fleet_now);
+    int fleet = fleet_now.limit != 0;
     if (mode == BH_ADAPTIVE_OFF)
         return 0;  /* turned off while this window was open: frozen */
     if (!fleet && live != atomic_load(&adaptive->applied)) {
@@ -192,7 +182,7 @@ static int decide(struct bh_namespace *ns, int index, struct bh_adaptive_window 
                                         state.estimate_milli))
         return 0;  /* moved by an operator meanwhile */
     int target = bh_adaptive_limit_of(&state);
-    int grant = atomic_load(&shared->fleet.grant);
+    int grant = fleet_now.grant;
     if (fleet && grant < target)
         target = grant;
     if (target == live || bh_compartment_set_limit_if(ns, index, live, target) < 0)
@@ -209,19 +199,18 @@ static int decide(struct bh_namespace *ns, int index, struct bh_adaptive_window 
 static int close_window(struct bh_namespace *ns, int index, uint64_t seq, int64_t now_ns,
                         struct bh_adaptive_change *change)
 {
-    struct bh_shared_compartment *shared = shared_of(ns, index);
-    struct bh_adaptive_shared *adaptive = &shared->adaptive;
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     if (!atomic_compare_exchange_strong(&adaptive->window, &seq, seq + 1))
         return 0;  /* another process closes it */
     atomic_store(&adaptive->window_start_ns, now_ns);
     uint64_t sum = atomic_exchange(&adaptive->window_sum, 0);
     uint32_t drops = atomic_exchange(&adaptive->window_drops, 0);
     int32_t peak = atomic_exchange(&adaptive->window_peak, 0);
-    uint64_t full_now = full_count(shared);
+    uint64_t full_now = bh_compartment_full_count(ns, index);
     uint64_t full_then = atomic_exchange(&adaptive->window_full, full_now);
     atomic_fetch_add(&adaptive->windows, 1);
     uint32_t samples = (uint32_t)(sum >> COUNT_SHIFT);
-    int limit = atomic_load(&shared->limit);
+    int limit = bh_compartment_limit(ns, index);
     struct bh_adaptive_window window = {
         samples, samples ? (int64_t)(sum & LATENCY_MASK) / samples * 1000 : 0, drops,
         peak >= limit || full_now != full_then, peak, limit, now_ns,
@@ -254,8 +243,7 @@ static int due(struct bh_adaptive_shared *adaptive, uint64_t seq, int64_t now_ns
 int bh_adaptive_sample(struct bh_namespace *ns, int index, int64_t latency_ns,
                        int turnaround, int64_t now_ns, struct bh_adaptive_change *change)
 {
-    struct bh_shared_compartment *shared = shared_of(ns, index);
-    struct bh_adaptive_shared *adaptive = &shared->adaptive;
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     if (!turnaround && latency_ns > ms_ns(BH_ADAPTIVE_LONG_HOLD_MS))
         return 0;
     int64_t us = latency_ns / 1000;
@@ -264,8 +252,7 @@ int bh_adaptive_sample(struct bh_namespace *ns, int index, int64_t latency_ns,
     uint64_t seq = atomic_load(&adaptive->window);
     atomic_fetch_add_explicit(&adaptive->window_sum, ONE_SAMPLE | (uint64_t)(us > 0 ? us : 0),
                               memory_order_relaxed);
-    raise_peak(adaptive, (int32_t)atomic_load_explicit(&shared->holders_hint,
-                                                       memory_order_relaxed));
+    raise_peak(adaptive, (int32_t)bh_compartment_holders_hint(ns, index));
     return due(adaptive, seq, now_ns) &&
            close_window(ns, index, seq, now_ns, change);
 }
@@ -273,7 +260,7 @@ int bh_adaptive_sample(struct bh_namespace *ns, int index, int64_t latency_ns,
 int bh_adaptive_drop(struct bh_namespace *ns, int index, int64_t now_ns,
                      struct bh_adaptive_change *change)
 {
-    struct bh_adaptive_shared *adaptive = &shared_of(ns, index)->adaptive;
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     uint64_t seq = atomic_load(&adaptive->window);
     atomic_fetch_add_explicit(&adaptive->window_drops, 1, memory_order_relaxed);
     return due(adaptive, seq, now_ns) &&
@@ -284,7 +271,7 @@ int bh_adaptive_drop(struct bh_namespace *ns, int index, int64_t now_ns,
 
 void bh_adaptive_moved(struct bh_namespace *ns, int index, int limit)
 {
-    struct bh_adaptive_shared *adaptive = &shared_of(ns, index)->adaptive;
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     int from = atomic_exchange(&adaptive->applied, limit);
     atomic_store(&adaptive->estimate_milli, (int64_t)limit * MILLI);
     atomic_store(&adaptive->probe, BH_PROBE_NONE);
@@ -295,32 +282,31 @@ void bh_adaptive_moved(struct bh_namespace *ns, int index, int limit)
 /* A controller starting (again): from the live limit, with a baseline to
  * learn (gradient: re-measured at the first window) and a fresh window
  * (the next sample finds it due: low traffic). */
-static void start(struct bh_shared_compartment *shared)
+static void start(struct bh_namespace *ns, int index)
 {
-    struct bh_adaptive_shared *adaptive = &shared->adaptive;
-    int live = atomic_load(&shared->limit);
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
+    int live = bh_compartment_limit(ns, index);
     atomic_store(&adaptive->estimate_milli, (int64_t)live * MILLI);
     atomic_store(&adaptive->applied, live);
     atomic_store(&adaptive->baseline_ns, 0);
     atomic_store(&adaptive->probe, BH_PROBE_NONE);
     atomic_store(&adaptive->probe_at_ns, 0);
-    atomic_store(&adaptive->window_full, full_count(shared));
+    atomic_store(&adaptive->window_full, bh_compartment_full_count(ns, index));
     atomic_store(&adaptive->window_start_ns, 0);
 }
 
 void bh_adaptive_set_mode(struct bh_namespace *ns, int index, enum bh_adaptive_mode mode)
 {
-    struct bh_shared_compartment *shared = shared_of(ns, index);
-    if (mode != BH_ADAPTIVE_OFF &&
-        atomic_load(&shared->adaptive.mode) != (int32_t)mode)
-        start(shared);
-    atomic_store(&shared->adaptive.mode, (int32_t)mode);
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
+    if (mode != BH_ADAPTIVE_OFF && atomic_load(&adaptive->mode) != (int32_t)mode)
+        start(ns, index);
+    atomic_store(&adaptive->mode, (int32_t)mode);
 }
 
 void bh_adaptive_configure(struct bh_namespace *ns, int index,
                            const struct bh_compartment *compartment)
 {
-    struct bh_adaptive_shared *adaptive = &shared_of(ns, index)->adaptive;
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     atomic_store(&adaptive->min_limit, compartment->min_limit);
     atomic_store(&adaptive->max_limit, compartment->max_limit);
     atomic_store(&adaptive->latency_ms, compartment->adaptive_latency_ms);
@@ -329,7 +315,7 @@ void bh_adaptive_configure(struct bh_namespace *ns, int index,
 
 int bh_adaptive_ceiling(const struct bh_namespace *ns, int index, int otherwise)
 {
-    const struct bh_adaptive_shared *adaptive = &shared_of(ns, index)->adaptive;
+    const struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     if (!bh_adaptive_on(ns, index))
         return otherwise;
     return (int)(atomic_load(&adaptive->estimate_milli) / MILLI);
@@ -338,7 +324,7 @@ int bh_adaptive_ceiling(const struct bh_namespace *ns, int index, int otherwise)
 void bh_adaptive_read(const struct bh_namespace *ns, int index,
                       struct bh_adaptive_view *view)
 {
-    struct bh_adaptive_shared *adaptive = &shared_of(ns, index)->adaptive;
+    struct bh_adaptive_shared *adaptive = bh_adaptive_fields(ns, index);
     *view = (struct bh_adaptive_view){
         .mode = (enum bh_adaptive_mode)atomic_load(&adaptive->mode),
         .min_limit = atomic_load(&adaptive->min_limit),

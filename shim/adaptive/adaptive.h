@@ -90,7 +90,7 @@ const char *bh_adaptive_reason_name(enum bh_adaptive_reason reason);
  * hooks' paths. */
 static inline int bh_adaptive_on(const struct bh_namespace *ns, int index)
 {
-    return atomic_load_explicit(&ns->state->compartments[index].adaptive.mode,
+    return atomic_load_explicit(&bh_adaptive_fields(ns, index)->mode,
                                 memory_order_relaxed) != BH_ADAPTIVE_OFF;
 }
 

@@ -13,10 +13,7 @@ int bh_admit(const struct bh_admitter *admitter, const struct bh_applicant *appl
 void bh_admission_release(const struct bh_admitter *admitter,
                           const struct bh_applicant *applicant, int shared, int weight)
 {
-    struct bh_permit_ask ask = { shared, -1, weight };
-    bh_permit_release(admitter->ns, shared, weight);
-    if (applicant->claimed)
-        unclaim(applicant, &ask);
+    bh_permit_give(admitter->ns, shared, weight, applicant->claimed);
 }
 
 struct bh_membership bh_membership_of(const struct bh_config *config,

@@ -1,22 +1,21 @@
 /* The admission decision itself (see admission.h), as static functions
  * that each caller compiles into itself: the shim's gate.c inlines it with
- * its own constant admitter and applicant, so that its connect path costs
- * what it did when the decision lived there; admission.c wraps it as
+ * its own constant admitter and applicant; admission.c wraps it as
  * bh_admit() for the command. One source; include it from one .c file of
  * each program.
  *
- * The matched path costs one semop, one load for the breaker (shim/
- * breaker: a clock read only when it is not closed). Only the rare paths
- * ask the kernel anything more: a full compartment (fcntl to see whether
- * the socket may block, then GETNCNT and semtimedop). A fleet compartment
- * also reads the clock to see whether the agent still renews this host's
- * share.
+ * The permits themselves are one take (bh_permit_take, shim/permits):
+ * the fleet lease, the breaker, per_process, the reserve or the common
+ * pool, the holder record, with one result. What stays here is what
+ * needs the caller: who the applicant is in the compartment (a bypass,
+ * a reserve's member: worked out by the caller, so a bypass costs a load
+ * and a counter), how long it may wait when full (its socket's
+ * O_NONBLOCK and SO_SNDTIMEO, read only then: an fcntl, a getsockopt),
+ * and the refusal's words and log line.
  *
- * Policy: what the applicant is in a compartment (a bypass, a reserve's
- * member) is worked out by the caller (the shim at start-up), so a bypass
- * costs a load and a counter; per_process is the applicant's own count,
- * an atomic add before anything shared is touched; a rule's weight is the
- * number of permits the one semop takes.
+ * The matched path costs one semop and, for the breaker, one load (a
+ * clock read only when it is not closed); a fleet compartment also reads
+ * the clock to see whether the agent still renews this host's share.
  *
  * Nothing here is process state of its own but the "said once" flags;
  * what is shared lives in shim/permits and shim/breaker. */
@@ -82,12 +81,16 @@ static void describe(const struct sockaddr *to, char *out, size_t outlen)
     }
 }
 
-/* One admission's context, so that the helpers below take one pointer. */
+/* One admission's context, so that the helpers below take one pointer;
+ * why: the wait's bound in words, written only when the compartment is
+ * full (wait_allowed_ms), for the refusal line. */
 struct asking {
     const struct bh_admitter *admitter;
     const struct bh_applicant *applicant;
     int fd;
     const struct sockaddr *to;
+    int local;  /* the config compartment */
+    char why[192];
 };
 
 static struct bh_namespace *ns_of(const struct asking *asking)
@@ -180,7 +183,7 @@ static int wait_allowed_ms(const struct asking *asking,
     int shared = ask->index;
     /* A fleet compartment at 0 has no share yet: its waiters are how the
      * agent learns this host wants one. */
-    if (atomic_load(&ns_of(asking)->state->compartments[shared].limit) == 0 &&
+    if (bh_compartment_limit(ns_of(asking), shared) == 0 &&
         compartment->fleet_limit == 0) {
         snprintf(why, whylen, "at once: limit 0");
         return 0;
@@ -246,239 +249,144 @@ static void note_taken_over(const struct bh_compartment *compartment,
                compartment->name, taken->replaced_pid, (long long)taken->replaced_ms);
 }
 
-/* The breaker's word on this connect: BH_BREAKER_PASS or PROBE (then the
- * slot's holding in taken), or a refusal, with why in words. */
-static enum bh_breaker_admission ask_breaker(struct bh_namespace *ns,
-                                             const struct bh_compartment *compartment,
-                                             int shared, struct bh_probe_taken *taken,
-                                             char *why, size_t whylen)
+/* The take's questions, asked only when the compartment is full. */
+static int reap_own(void *ctx)
 {
-    enum bh_breaker_admission admission = bh_breaker_admit(ns, shared, compartment, taken);
-    if (admission == BH_BREAKER_PROBE && taken->replaced_pid) {
-        note_taken_over(compartment, taken);
-    } else if (admission == BH_BREAKER_REFUSE_PROBING) {
-        snprintf(why, whylen, "at once: breaker half-open; another connection "
-                 "is the probe");
-    } else if (admission == BH_BREAKER_REFUSE_OPEN) {
+    const struct bh_applicant *applicant = ((const struct asking *)ctx)->applicant;
+    return applicant->reap(applicant->reap_ctx);
+}
+
+static int wait_for(void *ctx, const struct bh_permit_ask *ask)
+{
+    struct asking *asking = ctx;
+    const struct bh_compartment *compartment =
+        &asking->admitter->config->compartments[asking->local];
+    return wait_allowed_ms(asking, compartment, ask, asking->why, sizeof asking->why);
+}
+
+/* Why a take was refused, in words for the refusal line (a full one's
+ * are wait_for's). */
+static const char *refusal_words(struct asking *asking, const struct bh_take *take,
+                                 enum bh_take_result result,
+                                 const struct bh_take_outcome *outcome)
+{
+    const struct bh_compartment *compartment = take->compartment;
+    char *why = asking->why;
+    size_t whylen = sizeof asking->why;
+    if (result == BH_TAKE_PER_PROCESS) {
+        snprintf(why, whylen, "at once: this process would hold more than "
+                 "per_process = %d", compartment->per_process);
+    } else if (result == BH_TAKE_BREAKER_OPEN) {
         struct bh_breaker_view view;
-        bh_breaker_read(ns, shared, &view);
+        bh_breaker_read(ns_of(asking), take->ask.index, &view);
         if (view.forced)
             snprintf(why, whylen, "at once: breaker open (forced by bulkhead set)");
         else
             snprintf(why, whylen, "at once: breaker open (%lld ms left)",
                      (long long)view.open_left_ms);
-    }
-    return admission;
-}
-
-/* Full, or never enough: a weight above all the permits this caller may
- * ever take (the common pool, and its own reserve) can wait for nothing.
- * Not asked for a weight of 1, nor at limit 0 (both have their own
- * lines), nor for a fleet compartment, whose share grows when callers
- * wait for it. */
-static int never_enough(struct bh_namespace *ns, const struct bh_compartment *compartment,
-                        const struct bh_permit_ask *ask, char *why, size_t whylen)
-{
-    if (ask->weight == 1 || compartment->fleet_limit > 0 ||
-        atomic_load(&ns->state->compartments[ask->index].limit) == 0)
-        return 0;
-    int most = bh_permit_most(ns, ask);
-    if (ask->weight <= most)
-        return 0;
-    snprintf(why, whylen, "at once: weight %d exceeds the %d permit%s of the "
-             "common pool%s", ask->weight, most, most == 1 ? "" : "s",
-             ask->reserve >= 0 ? " and its reserve" : "");
-    return 1;
-}
-
-static int reap(const struct asking *asking, int index)
-{
-    const struct bh_applicant *applicant = asking->applicant;
-    int reaped = bh_socket_reap(ns_of(asking), index);
-    if (applicant->reap)
-        reaped += applicant->reap(applicant->reap_ctx);
-    return reaped;
-}
-
-/* Permits, now or after a wait; BH_ACQUIRED or why not. */
-/* Full when first asked: the rare path, out of line, so that the
- * common one builds none of what it needs. Permits after a reap or a
- * wait; BH_ACQUIRED or why not. */
-static __attribute__((noinline, cold)) enum bh_acquire_result
-when_full(const struct asking *asking, const struct bh_compartment *compartment,
-          const struct bh_permit_ask *ask, char *why, size_t whylen)
-{
-    struct bh_namespace *ns = ns_of(asking);
-    /* A shared socket every holder of which died holds permits until
-     * someone asks the kernel (socket_records.c), and so may the caller's
-     * own counted sockets. */
-    enum bh_acquire_result result = BH_REJECTED;
-    if (reap(asking, ask->index) > 0)
-        result = bh_permit_try(ns, ask);
-    if (result != BH_REJECTED)
-        return result;
-    int wait_ms = 0;
-    if (!never_enough(ns, compartment, ask, why, whylen))
-        wait_ms = wait_allowed_ms(asking, compartment, ask, why, whylen);
-    if (wait_ms == 0) {
-        bh_permit_count_rejected(ns, ask->index);
-        return BH_REJECTED;
-    }
-    int holding = bh_permit_held(ask->index) > 0;
-    if (holding)  /* hold and wait: stat names it */
-        bh_permit_note_waiting(ask->index, +1);
-    result = bh_permit_wait(ns, ask, wait_ms, compartment->max_waiters);
-    if (holding)
-        bh_permit_note_waiting(ask->index, -1);
-    if (result == BH_REJECTED)
+    } else if (result == BH_TAKE_BREAKER_PROBING) {
+        snprintf(why, whylen, "at once: breaker half-open; another connection "
+                 "is the probe");
+    } else if (result == BH_TAKE_NEVER_ENOUGH) {
+        snprintf(why, whylen, "at once: weight %d exceeds the %d permit%s of the "
+                 "common pool%s", take->ask.weight, outcome->most,
+                 outcome->most == 1 ? "" : "s", take->ask.reserve >= 0 ? " and its reserve" : "");
+    } else if (result == BH_TAKE_WAITERS) {
         snprintf(why, whylen, "at once: full; max_waiters = %d already waiting",
                  compartment->max_waiters);
-    return result;
-}
-
-/* A fleet compartment's share lapses when the agent stops renewing it
- * (dead, or stuck): Redis gives it to the other hosts after the lease, so
- * this host must stop using it then too. One clock read per connect, for
- * fleet compartments only. */
-static void check_fleet_lease(struct bh_namespace *ns,
-                              const struct bh_compartment *compartment, int shared)
-{
-    if (compartment->fleet_limit == 0)
-        return;
-    int64_t until = atomic_load_explicit(
-        &ns->state->compartments[shared].fleet.lease_until_ns, memory_order_relaxed);
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (until == 0 || (int64_t)now.tv_sec * 1000000000 + now.tv_nsec <= until)
-        return;
-    if (bh_fleet_lapse(ns, shared, until))
-        bh_log(BH_LOG_WARN, "[%s]: this host's fleet share lapsed (bulkhead "
-               "agent stopped renewing it): limit 0 until it grants one again",
-               compartment->name);
-}
-
-/* Counts the ask against the applicant's per_process cap (0: none). */
-static int claim(const struct bh_applicant *applicant, const struct bh_permit_ask *ask,
-                 int per_process)
-{
-    if (!applicant->claimed)
-        return bh_permit_claim(ask, per_process);
-    _Atomic uint32_t *claimed = &applicant->claimed[ask->index];
-    uint32_t before = atomic_fetch_add(claimed, (uint32_t)ask->weight);
-    if (per_process > 0 && before + (uint32_t)ask->weight > (uint32_t)per_process) {
-        atomic_fetch_sub(claimed, (uint32_t)ask->weight);
-        return -1;
-    }
-    return 0;
-}
-
-static void unclaim(const struct bh_applicant *applicant, const struct bh_permit_ask *ask)
-{
-    if (applicant->claimed)
-        atomic_fetch_sub(&applicant->claimed[ask->index], (uint32_t)ask->weight);
-    else
-        bh_permit_unclaim(ask);
-}
-
-/* The per_process cap: refused at once, since waiting for its own
- * connections could deadlock a single-threaded program. */
-static int refuse_per_process(const struct asking *asking, int local,
-                              const struct bh_permit_ask *ask)
-{
-    char why[96];
-    snprintf(why, sizeof why, "at once: this process would hold more than "
-             "per_process = %d", asking->admitter->config->compartments[local].per_process);
-    bh_permit_count_per_process(ns_of(asking), ask->index);
-    return refuse(asking, local, ask->index, why);
-}
-
-/* Not acquired: what the result means for the connect. */
-static int not_acquired(const struct asking *asking, int local, int shared,
-                        enum bh_acquire_result result, char *why, size_t whylen)
-{
-    const struct bh_config *config = asking->admitter->config;
-    if (result == BH_BYPASS) {
-        note_bypass_once(config);
-        return BH_GATE_PASS;
-    }
-    if (result == BH_FAILED) {
-        note_failure_once(asking, errno);
-        if (config->on_failure_open)
-            return BH_GATE_PASS;
+    } else if (result == BH_TAKE_FAILED) {
         snprintf(why, whylen, "at once: the namespace is out of reach "
                  "(on_failure = closed)");
     }
-    if (result == BH_INTERRUPTED) {
+    return why;
+}
+
+/* Not granted: what the outcome means for the connect. */
+static int not_granted(struct asking *asking, const struct bh_take *take,
+                       enum bh_take_result result, const struct bh_take_outcome *outcome)
+{
+    const struct bh_config *config = asking->admitter->config;
+    if (result == BH_TAKE_GONE) {
+        note_bypass_once(config);
+        return BH_GATE_PASS;
+    }
+    if (result == BH_TAKE_FAILED) {
+        note_failure_once(asking, errno);
+        if (config->on_failure_open)
+            return BH_GATE_PASS;
+    }
+    if (result == BH_TAKE_INTERRUPTED) {
         errno = EINTR;  /* nothing taken; the program decides whether to retry */
         return BH_GATE_REFUSED;
     }
-    return refuse(asking, local, shared, why);
+    return refuse(asking, asking->local, take->ask.index,
+                  refusal_words(asking, take, result, outcome));
 }
 
-/* Refused, or not ours after all: the rest of the decision, out of line. */
+/* Anything but a plain grant: what the take has to say, out of line. */
 static __attribute__((noinline, cold)) int
-not_admitted(const struct bh_admitter *admitter, const struct bh_applicant *applicant,
-             int fd, const struct sockaddr *to, int local, const struct bh_permit_ask *ask,
-             int64_t probe, enum bh_acquire_result result, char *why, size_t whylen)
+not_plainly_granted(struct asking *asking, const struct bh_take *take,
+                    enum bh_take_result result, const struct bh_take_outcome *outcome,
+                    struct bh_admitted *admitted)
 {
-    const struct asking asking = { admitter, applicant, fd, to };
-    unclaim(applicant, ask);
-    if (probe)
-        bh_breaker_abandon(admitter->ns, ask->index, probe);
-    return not_acquired(&asking, local, ask->index, result, why, whylen);
+    const struct bh_compartment *compartment = take->compartment;
+    if (outcome->tell && outcome->lapsed)
+        bh_log(BH_LOG_WARN, "[%s]: this host's fleet share lapsed (bulkhead "
+               "agent stopped renewing it): limit 0 until it grants one again",
+               compartment->name);
+    if (outcome->tell && outcome->breaker.replaced_pid)
+        note_taken_over(compartment, &outcome->breaker);
+    if (result != BH_TAKE_GRANTED)
+        return not_granted(asking, take, result, outcome);
+    admitted->ask = take->ask;
+    admitted->probe = outcome->probe;
+    return take->ask.index;
 }
 
 static __attribute__((noinline, cold)) int
 refused_early(const struct bh_admitter *admitter, const struct bh_applicant *applicant,
-              int fd, const struct sockaddr *to, int local, const struct bh_permit_ask *ask)
+              int fd, const struct sockaddr *to, int local)
 {
-    const struct asking asking = { admitter, applicant, fd, to };
-    if (!ask)
-        return refuse(&asking, local, local, "at once: the namespace is out of reach "
-                      "(on_failure = closed; see the start-up line)");
-    return refuse_per_process(&asking, local, ask);
+    const struct asking asking = { admitter, applicant, fd, to, local, "" };
+    return refuse(&asking, local, local, "at once: the namespace is out of reach "
+                  "(on_failure = closed; see the start-up line)");
 }
 
+/* The decision: who the applicant is in the compartment, then one take
+ * (shim/permits), then words for whatever was not a plain grant. */
 static inline __attribute__((always_inline)) int
 bh_admit_here(const struct bh_admitter *admitter, const struct bh_applicant *applicant,
               int fd, const struct bh_rule *rule, const struct sockaddr *to,
               struct bh_admitted *admitted)
 {
     int local = rule->compartment;
-    const struct bh_compartment *compartment = &admitter->config->compartments[local];
     int shared = admitter->shared_index[local];
     if (shared == BH_SHARED_UNREACHABLE)
-        return refused_early(admitter, applicant, fd, to, local, NULL);
+        return refused_early(admitter, applicant, fd, to, local);
     if (shared < 0)
         return BH_GATE_PASS;
     if (applicant->membership[local].bypass) {
         bh_permit_count_bypassed(admitter->ns, shared);
         return BH_GATE_PASS;
     }
-    struct bh_permit_ask *ask = &admitted->ask;
-    *ask = (struct bh_permit_ask) { shared, applicant->membership[local].reserve,
-                                    rule->weight };
-    if (claim(applicant, ask, compartment->per_process) < 0)
-        return refused_early(admitter, applicant, fd, to, local, ask);
-    check_fleet_lease(admitter->ns, compartment, shared);
-    char why[192];
-    struct bh_probe_taken taken;  /* filled in for PROBE only */
-    enum bh_breaker_admission breaker = ask_breaker(admitter->ns, compartment, shared,
-                                                    &taken, why, sizeof why);
-    enum bh_acquire_result result = BH_REJECTED;
-    if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE)
-        result = bh_permit_try(admitter->ns, ask);
-    if (result == BH_REJECTED && (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE)) {
-        const struct asking asking = { admitter, applicant, fd, to };
-        result = when_full(&asking, compartment, ask, why, sizeof why);
-    }
-    int64_t probe = breaker == BH_BREAKER_PROBE ? taken.since_ns : 0;
-    if (__builtin_expect(result == BH_ACQUIRED, 1)) {
-        admitted->probe = probe;
-        return shared;
-    }
-    return not_admitted(admitter, applicant, fd, to, local, ask, probe, result,
-                        why, sizeof why);
+    struct asking asking;  /* its why is written only when full */
+    asking.admitter = admitter;
+    asking.applicant = applicant;
+    asking.fd = fd;
+    asking.to = to;
+    asking.local = local;
+    const struct bh_take take = {
+        { shared, applicant->membership[local].reserve, rule->weight },
+        &admitter->config->compartments[local], applicant->claimed,
+        applicant->reap ? reap_own : NULL, wait_for, &asking,
+    };
+    struct bh_take_outcome outcome;
+    enum bh_take_result result = bh_permit_take(admitter->ns, &take, &outcome);
+    if (__builtin_expect(result != BH_TAKE_GRANTED || outcome.tell, 0))
+        return not_plainly_granted(&asking, &take, result, &outcome, admitted);
+    admitted->ask = take.ask;
+    admitted->probe = outcome.probe;
+    return shared;
 }
 
 #endif

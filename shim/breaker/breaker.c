@@ -1,7 +1,8 @@
 /* The circuit breaker of a compartment, shared across processes.
  *
- * What is shared: struct bh_breaker_shared in the namespace's memory (the
- * layout is permits.h's). Only this file writes the fields.
+ * What is shared: struct bh_breaker_shared (breaker_fields.h) in the
+ * namespace's memory, one per compartment, where shim/permits keeps it
+ * (bh_breaker_fields). Only this file writes the fields.
  *
  * States, all read from one word, open_until_ns (CLOCK_MONOTONIC, which
  * every process of the machine shares):
@@ -76,7 +77,7 @@ static int64_t clock_ns(clockid_t clock)
 
 static struct bh_breaker_shared *breaker_of(const struct bh_namespace *ns, int index)
 {
-    return &ns->state->compartments[index].breaker;
+    return bh_breaker_fields(ns, index);
 }
 
 static void changed(struct bh_breaker_shared *breaker)

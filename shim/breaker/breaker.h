@@ -29,16 +29,6 @@ enum bh_breaker_change {
     BH_BREAKER_CLOSED,    /* the probe succeeded */
 };
 
-/* A probe slot just taken: since_ns (CLOCK_MONOTONIC) names this holding
- * and is what the caller records as its connection's since_ns and hands
- * back below (`probe`, 0 for a connection that is not the probe). */
-struct bh_probe_taken {
-    int64_t since_ns;
-    int replaced_pid;     /* > 0: taken over from that process's probe */
-    int replaced_gone;    /* ... whose process had exited */
-    int64_t replaced_ms;  /* ... silent that long */
-};
-
 /* Before a connect is admitted. PROBE holds the probe slot (taken says
  * how): the caller gives it back through bh_breaker_failure/success/
  * abandon. A probe silent past the compartment's probe deadline

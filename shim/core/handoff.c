@@ -225,7 +225,7 @@ static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
 static int valid_compartment(int compartment)
 {
     return compartment >= 0 &&
-           compartment < (int)atomic_load(&bh_shim.ns.state->compartment_count);
+           compartment < (int)bh_compartment_count(&bh_shim.ns);
 }
 
 static void adopt_items(char *items, struct adoption *adoption)

@@ -83,11 +83,6 @@ static int64_t monotonic_ns(void)
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
-static struct bh_shared_compartment *shared_of(int shared)
-{
-    return &bh_shim.ns.state->compartments[shared];
-}
-
 /* Errors that say something about the downstream, not about us. */
 static int downstream_failure(int err)
 {
@@ -123,7 +118,9 @@ static int64_t take_probe(int fd)
 static void log_change(int shared, enum bh_breaker_change change, int err)
 {
     const struct bh_compartment *compartment = bh_rules_of(shared);
-    int open_ms = atomic_load(&shared_of(shared)->breaker.open_ms);
+    struct bh_breaker_view breaker;
+    bh_breaker_read(&bh_shim.ns, shared, &breaker);
+    int open_ms = breaker.open_ms;
     if (change == BH_BREAKER_OPENED)
         bh_log(BH_LOG_WARN, "[%s]: breaker open for %d ms after %d failed "
                "connections in a row (the last: %s)", compartment->name, open_ms,
@@ -143,7 +140,7 @@ static void log_limit_change(int shared, const struct bh_adaptive_change *change
         snprintf(more, sizeof more, " (%u more changes since the last line)",
                  change->left_out);
     bh_log(BH_LOG_INFO, "[%s]: adaptive limit %d -> %d (%s; latency %.1f ms, "
-           "baseline %.1f ms)%s", shared_of(shared)->name, change->from, change->to,
+           "baseline %.1f ms)%s", bh_compartment_name(&bh_shim.ns, shared), change->from, change->to,
            bh_adaptive_reason_name(change->reason), (double)change->recent_ns / 1e6,
            (double)change->baseline_ns / 1e6, more);
 }
@@ -190,8 +187,7 @@ void bh_outcome_connected(int fd)
     struct bh_fd_state state = bh_fd_lookup(fd);
     if (state.compartment < 0)
         return;
-    bh_histogram_record(&shared_of(state.compartment)->connect_time,
-                        monotonic_ns() - state.since_ns);
+    bh_count_connect_time(&bh_shim.ns, state.compartment, monotonic_ns() - state.since_ns);
     bh_deadline_established(fd, bh_rules_of(state.compartment));
     if (bh_fd_watched(fd) & BH_WATCH_MAY_FAIL)
         tell_success(fd, state.compartment, 0);
@@ -204,11 +200,7 @@ void bh_outcome_connect_failed(int fd, int err)
     int shared = bh_fd_lookup(fd).compartment;
     if (shared < 0 || !downstream_failure(err))
         return;
-    atomic_fetch_add_explicit(&shared_of(shared)->connect_failures, 1,
-                              memory_order_relaxed);
-    if (err == ETIMEDOUT)
-        atomic_fetch_add_explicit(&shared_of(shared)->connect_timeouts, 1,
-                                  memory_order_relaxed);
+    bh_count_connect_failure(&bh_shim.ns, shared, err == ETIMEDOUT);
     adaptive_drop(fd, shared);
     tell_failure(fd, shared, err, 0);
 }
@@ -218,7 +210,7 @@ static void io_timed_out(int fd)
     int shared = bh_fd_lookup(fd).compartment;
     if (shared < 0)
         return;
-    atomic_fetch_add_explicit(&shared_of(shared)->io_timeouts, 1, memory_order_relaxed);
+    bh_count_io_timeout(&bh_shim.ns, shared);
     adaptive_drop(fd, shared);
     tell_failure(fd, shared, ETIMEDOUT, 1);
 }
@@ -373,15 +365,14 @@ void bh_outcome_before_exec(void)
     bh_fd_for_each(give_up_probe, NULL);  /* visits nothing in a vfork child */
 }
 
-/* An adaptive compartment's hold: counted, and past its connect and not
- * failed, a latency sample, unless the compartment measures turnaround
- * (then each answer was one). Out of line, so that a compartment that is
- * not adaptive pays one load and a branch. */
+/* An adaptive compartment's hold, past its connect and not failed: a
+ * latency sample, unless the compartment measures turnaround (then each
+ * answer was one). Out of line, so that a compartment that is not
+ * adaptive pays one load and a branch. */
 static __attribute__((noinline)) void adaptive_hold(int shared, uint32_t watch,
                                                     int64_t since_ns, int64_t held_ns)
 {
     struct bh_adaptive_change change;
-    bh_histogram_record(&shared_of(shared)->hold_time, held_ns);
     if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED | BH_WATCH_TURNAROUND)) &&
         bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, since_ns + held_ns, &change))
         log_limit_change(shared, &change);
@@ -394,13 +385,10 @@ static inline __attribute__((always_inline)) void hold_time(struct bh_fd_ended e
 {
     if (!ended.since_ns)
         return;
-    int64_t now = monotonic_ns(), held_ns = now - ended.since_ns;
-    bh_window_hold(bh_window_of(&bh_shim.ns, ended.compartment), ended.weight,
-                   ended.since_ns, now);
+    int64_t now = monotonic_ns();
+    bh_count_hold(&bh_shim.ns, ended.compartment, ended.weight, ended.since_ns, now);
     if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
-        adaptive_hold(ended.compartment, ended.watch, ended.since_ns, held_ns);
-    else
-        bh_histogram_record(&shared_of(ended.compartment)->hold_time, held_ns);
+        adaptive_hold(ended.compartment, ended.watch, ended.since_ns, now - ended.since_ns);
 }
 
 /* One process's copy of a socket whose record holds the permit

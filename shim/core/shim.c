@@ -113,7 +113,7 @@ static int load_rules(void)
 static void note_live_adaptive(const struct bh_compartment *compartment, int shared)
 {
     enum bh_adaptive_mode live = (enum bh_adaptive_mode)atomic_load(
-        &bh_shim.ns.state->compartments[shared].adaptive.mode);
+        &bh_adaptive_fields(&bh_shim.ns, shared)->mode);
     if (live != compartment->adaptive)
         bh_log(BH_LOG_WARN, "[%s]: using the live adaptive = %s (set by bulkhead "
                "set or apply), not %s from %s", compartment->name,

@@ -1,7 +1,8 @@
 /* What each process holds, per compartment and pool.
  *
  * Two copies, each with one writer:
- *   - this process's own counts (`mine`, process-local atomics): what
+ *   - this process's own counts (bh_mine, process-local atomics; the
+ *     common paths on them are inline, in holders.h): what
  *     bh_permit_release gives back and to which pool, and what the
  *     per_process cap is checked against. Threads of the process update
  *     them with atomics; a signal handler's close may too.
@@ -19,6 +20,9 @@
  * held only dead processes' records and its slot can take a new page. Nothing
  * here caps the number of holders but the kernel's own shm limits.
  *
+ * This file calls nothing of shim/permits but primitives.c: the face
+ * (permits.c) tells it what was taken and given back.
+ *
  * A process that dies mid-operation: its permits come back through
  * SEM_UNDO whatever its record says; the record is freed by the next
  * reaper (pid gone, or reused: the start time differs). A record half
@@ -35,55 +39,35 @@
 #include "libc/libc.h"
 #include "libc/proc_stat.h"
 
-struct my_holding {
-    _Atomic uint32_t claimed;   /* held + being taken: the per_process count */
-    _Atomic uint32_t common;
-    _Atomic uint32_t reserved;
-    _Atomic int32_t reserve;    /* meaningful while reserved > 0 */
-    _Atomic(struct bh_holder *) record;
-};
-static struct my_holding mine[BH_MAX_COMPARTMENTS];
-static _Atomic int mine_used;  /* compartments below it may be nonzero */
 
-static void note_used(int index)
-{
-    int used = atomic_load_explicit(&mine_used, memory_order_relaxed);
-    while (index >= used && !atomic_compare_exchange_weak(&mine_used, &used, index + 1))
-        ;
-}
+struct bh_holding bh_mine[BH_MAX_COMPARTMENTS];
+_Atomic int bh_mine_used;
 
 int bh_permit_claim(const struct bh_permit_ask *ask, int per_process)
 {
-    _Atomic uint32_t *claimed = &mine[ask->index].claimed;
-    note_used(ask->index);
-    uint32_t before = atomic_fetch_add(claimed, (uint32_t)ask->weight);
-    if (per_process > 0 && before + (uint32_t)ask->weight > (uint32_t)per_process) {
-        atomic_fetch_sub(claimed, (uint32_t)ask->weight);
-        return -1;
-    }
-    return 0;
+    return bh_holding_claim(ask->index, (uint32_t)ask->weight, per_process);
 }
 
 void bh_permit_unclaim(const struct bh_permit_ask *ask)
 {
-    atomic_fetch_sub(&mine[ask->index].claimed, (uint32_t)ask->weight);
+    atomic_fetch_sub(&bh_mine[ask->index].claimed, (uint32_t)ask->weight);
 }
 
 int bh_permit_held(int index)
 {
-    return (int)(atomic_load(&mine[index].common) + atomic_load(&mine[index].reserved));
+    return (int)(atomic_load(&bh_mine[index].common) + atomic_load(&bh_mine[index].reserved));
 }
 
 void bh_permit_note_waiting(int index, int delta)
 {
-    struct bh_holder *record = atomic_load(&mine[index].record);
+    struct bh_holder *record = atomic_load(&bh_mine[index].record);
     if (record)
         atomic_fetch_add(&record->waiting, (uint32_t)delta);
 }
 
 int bh_holding_reserve(int index)
 {
-    return atomic_load(&mine[index].reserved) ? atomic_load(&mine[index].reserve) : -1;
+    return atomic_load(&bh_mine[index].reserved) ? atomic_load(&bh_mine[index].reserve) : -1;
 }
 
 /* /proc/<pid>/stat field 22: tells a live pid from a reused one. */
@@ -226,7 +210,8 @@ static struct bh_holder *claim_anywhere(struct bh_namespace *ns, pid_t pid, int 
 }
 
 /* A free record, after reaping the dead, after adding a page. */
-static struct bh_holder *claim_record(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) struct bh_holder *
+claim_record(struct bh_namespace *ns, int index)
 {
     pid_t pid = getpid();
     struct bh_holder *holder = claim_anywhere(ns, pid, index);
@@ -247,20 +232,22 @@ static struct bh_holder *claim_record(struct bh_namespace *ns, int index)
  * once: one record wins, the other is freed. */
 static struct bh_holder *my_record(struct bh_namespace *ns, int index)
 {
-    struct bh_holder *record = atomic_load(&mine[index].record);
+    struct bh_holder *record = atomic_load(&bh_mine[index].record);
     if (record)
         return record;
+    int saved_errno = errno;  /* a grant keeps the caller's errno */
     struct bh_holder *found = claim_record(ns, index);
-    if (found && !atomic_compare_exchange_strong(&mine[index].record, &record, found)) {
+    errno = saved_errno;
+    if (found && !atomic_compare_exchange_strong(&bh_mine[index].record, &record, found)) {
         atomic_store(&found->pid, 0);
         return record;
     }
     return found;  /* NULL: stat will not name us; permits still work */
 }
 
-void bh_holding_add(struct bh_namespace *ns, int index, struct bh_taken taken)
+void bh_holding_add_slowly(struct bh_namespace *ns, int index, struct bh_taken taken)
 {
-    struct my_holding *holding = &mine[index];
+    struct bh_holding *holding = &bh_mine[index];
     struct bh_holder *record = my_record(ns, index);
     atomic_fetch_add(&holding->common, taken.common);
     if (record)
@@ -275,34 +262,6 @@ void bh_holding_add(struct bh_namespace *ns, int index, struct bh_taken taken)
     }
 }
 
-/* Up to `wanted` out of a count, never below 0; how many. */
-static uint32_t take_from(_Atomic uint32_t *count, uint32_t wanted)
-{
-    uint32_t have = atomic_load(count);
-    for (;;) {
-        uint32_t taken = have < wanted ? have : wanted;
-        if (taken == 0 || atomic_compare_exchange_weak(count, &have, have - taken))
-            return taken;
-    }
-}
-
-struct bh_taken bh_holding_remove(int index, int weight)
-{
-    struct my_holding *holding = &mine[index];
-    struct bh_taken taken = { .reserve = atomic_load(&holding->reserve) };
-    taken.common = take_from(&holding->common, (uint32_t)weight);
-    if (taken.common < (uint32_t)weight)
-        taken.reserved = take_from(&holding->reserved, (uint32_t)weight - taken.common);
-    take_from(&holding->claimed, (uint32_t)weight);
-    struct bh_holder *record = atomic_load_explicit(&holding->record, memory_order_relaxed);
-    if (record) {
-        take_from(&record->common, taken.common);
-        if (taken.reserved)
-            take_from(&record->reserved, taken.reserved);
-    }
-    return taken;
-}
-
 /* ---- reaping, reading, exit, fork and exec ---- */
 
 static void reap_record(struct bh_namespace *ns, struct bh_holder *holder, int32_t pid)
@@ -312,8 +271,8 @@ static void reap_record(struct bh_namespace *ns, struct bh_holder *holder, int32
     uint32_t permits = atomic_exchange(&holder->common, 0) +
                        atomic_exchange(&holder->reserved, 0);
     int index = atomic_load(&holder->compartment);
-    if (permits && index >= 0 && index < BH_MAX_COMPARTMENTS)
-        bh_pools_forget_holders(ns, index, permits);
+    if (permits && index >= 0 && index < BH_MAX_COMPARTMENTS)  /* out of the hint */
+        atomic_fetch_sub(&ns->state->compartments[index].holders_hint, permits);
     atomic_store(&holder->pid, 0);
 }
 
@@ -354,7 +313,7 @@ void bh_permits_leave(struct bh_namespace *ns)
 {
     uint32_t count = ns->state ? atomic_load(&ns->state->compartment_count) : 0;
     for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
-        struct bh_holder *record = atomic_exchange(&mine[i].record, NULL);
+        struct bh_holder *record = atomic_exchange(&bh_mine[i].record, NULL);
         if (record && atomic_load(&record->common) + atomic_load(&record->reserved) == 0)
             atomic_store(&record->pid, 0);  /* still holding: stat must keep naming us */
     }
@@ -363,8 +322,8 @@ void bh_permits_leave(struct bh_namespace *ns)
 uint32_t bh_permits_held_total(void)
 {
     uint32_t total = 0;
-    for (int i = 0; i < atomic_load(&mine_used); i++)
-        total += atomic_load(&mine[i].common) + atomic_load(&mine[i].reserved);
+    for (int i = 0; i < atomic_load(&bh_mine_used); i++)
+        total += atomic_load(&bh_mine[i].common) + atomic_load(&bh_mine[i].reserved);
     return total;
 }
 
@@ -372,7 +331,7 @@ void bh_permits_forget_after_fork(void)
 {
     /* The child holds nothing of its own; only the entries ever used are
      * cleared, so a fork touches few pages. */
-    memset(mine, 0, atomic_load(&mine_used) * sizeof *mine);
+    memset(bh_mine, 0, atomic_load(&bh_mine_used) * sizeof *bh_mine);
     atomic_store(&my_start_time, 0);
 }
 
@@ -388,10 +347,10 @@ int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
         for (int i = 0; i < count; i++) {
             int index = atomic_load(&holders[i].compartment);
             if (atomic_load(&holders[i].pid) != pid || index < 0 ||
-                index >= BH_MAX_COMPARTMENTS || mine[index].record)
+                index >= BH_MAX_COMPARTMENTS || bh_mine[index].record)
                 continue;
-            struct my_holding *holding = &mine[index];
-            note_used(index);
+            struct bh_holding *holding = &bh_mine[index];
+            bh_holding_note_used(index);
             atomic_store(&holding->record, &holders[i]);
             atomic_store(&holding->common, atomic_load(&holders[i].common));
             atomic_store(&holding->reserved, atomic_load(&holders[i].reserved));

@@ -25,10 +25,17 @@
  *     the records of sockets several processes hold (socket_records.c).
  *     Counters are atomics, written without locks.
  *
- * This file makes, attaches, registers, reads and removes; pools.c takes
- * and gives back permits and moves them between pools; holders.c keeps
- * what each process holds. Who writes what: any process of the user that
- * runs the shim or the command. The lock serialises making the table,
+ * This file is the face of shim/permits: it makes, attaches, registers,
+ * reads and removes, and decides an admission's take (bh_permit_take:
+ * the fleet lease, the breaker, per_process, the pools, the holder
+ * record) and its give-back. Below it, never calling back up: pools.c
+ * moves permits between the semaphores, holders.c keeps what each
+ * process holds, socket_records.c parks the permits of shared sockets,
+ * window.c counts the last minute, primitives.c has the semop, the clock
+ * and the lock. The layout is layout.h.
+ *
+ * Who writes what: any process of the user that runs the shim or the
+ * command. The lock serialises making the table,
  * adding a compartment and changing a limit or a reserve; acquire and
  * release never take it. Nothing here takes a process-local lock, so
  * bh_permit_release() is async-signal-safe: atomics and semops.
@@ -73,9 +80,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "breaker/breaker.h"
 #include "libc/libc.h"
-
-enum { LOCK_TIMEOUT_MS = 2000 };
 
 key_t bh_namespace_key(uid_t uid, const char *namespace_name)
 {
@@ -86,58 +92,6 @@ key_t bh_namespace_key(uid_t uid, const char *namespace_name)
     for (const unsigned char *p = (const unsigned char *)versioned; *p; p++)
         hash = (hash ^ *p) * 16777619u;
     return (key_t)(hash ? hash : 1);              /* 0 is IPC_PRIVATE */
-}
-
-int bh_sem_op(int semid, unsigned short num, short delta, short flags)
-{
-    struct sembuf op = { .sem_num = num, .sem_op = delta, .sem_flg = flags };
-    return semop(semid, &op, 1);
-}
-
-int64_t bh_monotonic_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-/* The lock is free at 0: taking it waits for zero and adds one, with
- * SEM_UNDO, in one atomic semop. A fresh set is therefore born unlocked,
- * and a holder that dies gives the lock back through the kernel: no
- * creator can wedge the namespace by dying between semget and its first
- * semop. */
-int bh_lock_namespace(struct bh_namespace *ns)
-{
-    struct sembuf take[2] = {
-        { .sem_num = BH_SEM_LOCK, .sem_op = 0, .sem_flg = 0 },
-        { .sem_num = BH_SEM_LOCK, .sem_op = +1, .sem_flg = SEM_UNDO },
-    };
-    int64_t deadline = bh_monotonic_ns() + bh_ms_to_ns(LOCK_TIMEOUT_MS);
-    for (;;) {
-        int64_t left = deadline - bh_monotonic_ns();
-        if (left <= 0) {
-            errno = EAGAIN;
-            return -1;
-        }
-        struct timespec wait = { left / 1000000000, left % 1000000000 };
-        if (semtimedop(ns->semid, take, 2, &wait) == 0)
-            return 0;
-        if (errno != EINTR)
-            return -1;
-    }
-}
-
-void bh_unlock_namespace(struct bh_namespace *ns)
-{
-    bh_sem_op(ns->semid, BH_SEM_LOCK, -1, SEM_UNDO);
-}
-
-/* Ours: created by and owned by this effective uid, mode 0600. Another
- * user can create an object under our key before we do (the key is no
- * secret), but cannot make its creator uid ours. */
-int bh_owned_by(const struct ipc_perm *perm, uid_t uid)
-{
-    return perm->uid == uid && perm->cuid == uid && (perm->mode & 0777) == 0600;
 }
 
 /* Something under our key that we must not use. errno EEXIST when it is
@@ -195,6 +149,9 @@ static int attach_memory(struct bh_namespace *ns, int create)
     if (address == (void *)-1)
         return -1;
     ns->state = address;
+    ns->breakers = ns->state->breakers;
+    ns->adaptives = ns->state->adaptives;
+    ns->windows = ns->state->windows;
     return 0;
 }
 
@@ -371,6 +328,9 @@ void bh_namespace_close(struct bh_namespace *ns)
     if (ns->state)
         shmdt(ns->state);
     ns->state = NULL;
+    ns->breakers = NULL;
+    ns->adaptives = NULL;
+    ns->windows = NULL;
     ns->semid = ns->shmid = -1;
 }
 
@@ -436,9 +396,11 @@ static int add_compartment(struct bh_namespace *ns, const struct bh_compartment 
     }
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
     memset(shared, 0, sizeof *shared);
+    memset(&ns->state->breakers[index], 0, sizeof ns->state->breakers[index]);
+    memset(&ns->state->adaptives[index], 0, sizeof ns->state->adaptives[index]);
     snprintf(shared->name, BH_NAME_MAX, "%s", rules->name);
     atomic_store(&shared->limit, limit);
-    init_adaptive(&shared->adaptive, rules, limit);
+    init_adaptive(&ns->state->adaptives[index], rules, limit);
     /* SETVAL clears every process's undo entry for that semaphore, so it
      * is safe only here: nobody can have taken from a compartment before
      * compartment_count names it. It is idempotent, so a registrant killed
@@ -531,6 +493,13 @@ int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
     return bh_compartment_set_limit(ns, index, 0) == 0;
 }
 
+int bh_fleet_lapse_if_over(struct bh_namespace *ns, int index)
+{
+    int64_t until = atomic_load_explicit(&ns->state->compartments[index].fleet.lease_until_ns,
+                                         memory_order_relaxed);
+    return until != 0 && bh_monotonic_ns() > until && bh_fleet_lapse(ns, index, until);
+}
+
 int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask)
 {
     const struct bh_shared_compartment *shared = &ns->state->compartments[ask->index];
@@ -540,18 +509,287 @@ int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *as
     return most;
 }
 
-const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS] = {
-    500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
-    1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
-};
+/* ---- the face: taking and giving back ----
+ *
+ * pools.c moves permits between the semaphores and counts them; holders.c
+ * keeps what this process holds. Neither calls the other, nor up here:
+ * what one admission does, in which order, is decided below, once. */
 
-void bh_histogram_record(struct bh_histogram *histogram, int64_t ns)
+/* The reserve to take from: the caller's own, unless this process still
+ * holds permits of another (a program exec'd by a member of another). */
+static struct bh_permit_ask own_reserve(const struct bh_permit_ask *ask)
 {
-    int bucket = 0;
-    while (bucket < BH_HISTOGRAM_BUCKETS && ns > bh_histogram_bounds_us[bucket] * 1000)
-        bucket++;
-    atomic_fetch_add_explicit(&histogram->buckets[bucket], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&histogram->sum_ns, ns, memory_order_relaxed);
+    struct bh_permit_ask own = *ask;
+    int holding = ask->reserve >= 0 ? bh_holding_reserve(ask->index) : -1;
+    if (holding >= 0 && holding != ask->reserve)
+        own.reserve = -1;
+    return own;
+}
+
+/* A grant's permits are this process's now: its counts and its record. */
+static inline __attribute__((always_inline)) void
+keep(struct bh_namespace *ns, int index, const struct bh_grant *grant)
+{
+    if (__builtin_expect(grant->hint_stale, 0)) {
+        int saved_errno = errno;
+        bh_holders_reap(ns);
+        errno = saved_errno;
+    }
+    bh_holding_add(ns, index, grant->taken);
+}
+
+enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
+                                     const struct bh_permit_ask *ask)
+{
+    struct bh_permit_ask own = own_reserve(ask);
+    struct bh_grant grant;
+    enum bh_acquire_result result = bh_pools_try(ns, &own, &grant);
+    if (result == BH_ACQUIRED)
+        keep(ns, ask->index, &grant);
+    return result;
+}
+
+enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
+                                      const struct bh_permit_ask *ask,
+                                      int wait_ms, int max_waiters)
+{
+    struct bh_permit_ask own = own_reserve(ask);
+    struct bh_grant grant;
+    enum bh_acquire_result result = bh_pools_wait(ns, &own, wait_ms, max_waiters, &grant);
+    if (result == BH_ACQUIRED)
+        keep(ns, ask->index, &grant);
+    return result;
+}
+
+void bh_permit_release(struct bh_namespace *ns, int index, int weight)
+{
+    bh_pools_give(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
+}
+
+void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint32_t *claimed)
+{
+    bh_permit_release(ns, index, weight);
+    if (claimed)
+        atomic_fetch_sub(&claimed[index], (uint32_t)weight);
+}
+
+/* Counts the ask against the applicant's per_process cap (0: none). */
+static inline __attribute__((always_inline)) int claim(const struct bh_take *take)
+{
+    int per_process = take->compartment->per_process;
+    if (!take->claimed)
+        return bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, per_process);
+    _Atomic uint32_t *claimed = &take->claimed[take->ask.index];
+    uint32_t weight = (uint32_t)take->ask.weight;
+    uint32_t before = atomic_fetch_add(claimed, weight);
+    if (per_process > 0 && before + weight > (uint32_t)per_process) {
+        atomic_fetch_sub(claimed, weight);
+        return -1;
+    }
+    return 0;
+}
+
+static void unclaim(const struct bh_take *take)
+{
+    if (take->claimed)
+        atomic_fetch_sub(&take->claimed[take->ask.index], (uint32_t)take->ask.weight);
+    else
+        bh_permit_unclaim(&take->ask);
+}
+
+/* A weight above all the permits this caller may ever take (the common
+ * pool, and its own reserve) can wait for nothing. Not asked for a weight
+ * of 1, nor at limit 0, nor for a fleet compartment, whose share grows
+ * when callers wait for it. */
+static int never_enough(const struct bh_namespace *ns, const struct bh_take *take, int *most)
+{
+    const struct bh_permit_ask *ask = &take->ask;
+    if (ask->weight == 1 || take->compartment->fleet_limit > 0 ||
+        bh_compartment_limit(ns, ask->index) == 0)
+        return 0;
+    *most = bh_permit_most(ns, ask);
+    return ask->weight > *most;
+}
+
+static enum bh_take_result take_result(enum bh_acquire_result result)
+{
+    switch (result) {
+    case BH_ACQUIRED: return BH_TAKE_GRANTED;
+    case BH_REJECTED: return BH_TAKE_FULL;
+    case BH_TIMED_OUT: return BH_TAKE_TIMED_OUT;
+    case BH_BYPASS: return BH_TAKE_GONE;
+    case BH_INTERRUPTED: return BH_TAKE_INTERRUPTED;
+    case BH_FAILED: break;
+    }
+    return BH_TAKE_FAILED;
+}
+
+/* Full at once: permits of sockets whose holders are gone come back
+ * first (a shared socket every holder of which died holds its permits
+ * until someone asks the kernel: socket_records.c), then the caller says
+ * how long it may wait. */
+static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_take *take,
+                                     const struct bh_permit_ask *own, struct bh_grant *grant,
+                                     struct bh_take_outcome *outcome)
+{
+    int index = own->index;
+    enum bh_acquire_result result = BH_REJECTED;
+    int reaped = bh_socket_reap(ns, index) + (take->reap ? take->reap(take->ctx) : 0);
+    if (reaped > 0)
+        result = bh_pools_try(ns, own, grant);
+    if (result != BH_REJECTED)
+        return take_result(result);
+    int never = never_enough(ns, take, &outcome->most);
+    int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask);
+    if (wait_ms == 0) {
+        bh_permit_count_rejected(ns, index);
+        return never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL;
+    }
+    int holding = bh_permit_held(index) > 0;
+    if (holding)  /* hold and wait: stat names it */
+        bh_permit_note_waiting(index, +1);
+    result = bh_pools_wait(ns, own, wait_ms, take->compartment->max_waiters, grant);
+    if (holding)
+        bh_permit_note_waiting(index, -1);
+    return result == BH_REJECTED ? BH_TAKE_WAITERS : take_result(result);
+}
+
+/* Not granted at once (full, gone, failed), or the breaker's word was
+ * not "closed", or the fleet's: the rest of the take, out of line. */
+static __attribute__((noinline, cold)) enum bh_take_result
+take_slowly(struct bh_namespace *ns, const struct bh_take *take,
+            struct bh_take_outcome *outcome, enum bh_breaker_admission breaker,
+            enum bh_acquire_result tried, struct bh_grant *grant)
+{
+    const struct bh_permit_ask *ask = &take->ask;
+    int64_t probe = breaker == BH_BREAKER_PROBE ? outcome->breaker.since_ns : 0;
+    struct bh_permit_ask own = own_reserve(ask);
+    enum bh_take_result result = take_result(tried);
+    outcome->tell = outcome->lapsed || outcome->breaker.replaced_pid;
+    if (breaker == BH_BREAKER_REFUSE_OPEN)
+        result = BH_TAKE_BREAKER_OPEN;
+    else if (breaker == BH_BREAKER_REFUSE_PROBING)
+        result = BH_TAKE_BREAKER_PROBING;
+    else if (tried == BH_REJECTED)
+        result = when_full(ns, take, &own, grant, outcome);
+    if (result == BH_TAKE_GRANTED) {
+        keep(ns, ask->index, grant);
+        outcome->from_reserve = grant->taken.reserved;
+        outcome->probe = probe;
+        return result;
+    }
+    unclaim(take);
+    if (probe)
+        bh_breaker_abandon(ns, ask->index, probe);
+    return result;
+}
+
+static __attribute__((noinline, cold)) enum bh_take_result
+refuse_per_process(struct bh_namespace *ns, const struct bh_take *take,
+                   struct bh_take_outcome *outcome)
+{
+    *outcome = (struct bh_take_outcome){ .tell = 0 };
+    bh_permit_count_per_process(ns, take->ask.index);
+    return BH_TAKE_PER_PROCESS;
+}
+
+enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
+                                   struct bh_take_outcome *outcome)
+{
+    const struct bh_permit_ask *ask = &take->ask;
+    if (claim(take) < 0)
+        return refuse_per_process(ns, take, outcome);
+    int lapsed = take->compartment->fleet_limit > 0 &&
+                 bh_fleet_lapse_if_over(ns, ask->index);
+    enum bh_breaker_admission breaker = BH_BREAKER_PASS;
+    if (__builtin_expect(!bh_breaker_is_closed(bh_breaker_fields(ns, ask->index)), 0)) {
+        *outcome = (struct bh_take_outcome){ .tell = 0 };
+        breaker = bh_breaker_admit(ns, ask->index, take->compartment, &outcome->breaker);
+    }
+    struct bh_grant grant;  /* written by bh_pools_try; read only once granted */
+    enum bh_acquire_result tried = BH_REJECTED;
+    if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE) {
+        if (ask->reserve < 0) {
+            tried = bh_pools_try(ns, ask, &grant);
+        } else {
+            struct bh_permit_ask own = own_reserve(ask);
+            tried = bh_pools_try(ns, &own, &grant);
+        }
+    }
+    if (__builtin_expect(tried != BH_ACQUIRED || breaker != BH_BREAKER_PASS || lapsed, 0)) {
+        if (breaker == BH_BREAKER_PASS)
+            *outcome = (struct bh_take_outcome){ .tell = 0 };
+        outcome->lapsed = lapsed;
+        return take_slowly(ns, take, outcome, breaker, tried, &grant);
+    }
+    keep(ns, ask->index, &grant);
+    outcome->from_reserve = grant.taken.reserved;
+    outcome->probe = 0;
+    outcome->tell = 0;
+    return BH_TAKE_GRANTED;
+}
+
+uint32_t bh_compartment_count(const struct bh_namespace *ns)
+{
+    uint32_t count = atomic_load(&ns->state->compartment_count);
+    return count < BH_MAX_COMPARTMENTS ? count : BH_MAX_COMPARTMENTS;
+}
+
+const char *bh_compartment_name(const struct bh_namespace *ns, int index)
+{
+    return ns->state->compartments[index].name;
+}
+
+int bh_compartment_limit(const struct bh_namespace *ns, int index)
+{
+    return atomic_load(&ns->state->compartments[index].limit);
+}
+
+uint64_t bh_compartment_full_count(const struct bh_namespace *ns, int index)
+{
+    const struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    return atomic_load_explicit(&shared->rejected, memory_order_relaxed) +
+           atomic_load_explicit(&shared->timed_out, memory_order_relaxed) +
+           atomic_load_explicit(&shared->waits, memory_order_relaxed);
+}
+
+int64_t bh_compartment_holders_hint(const struct bh_namespace *ns, int index)
+{
+    return atomic_load_explicit(&ns->state->compartments[index].holders_hint,
+                                memory_order_relaxed);
+}
+
+void bh_fleet_read(const struct bh_namespace *ns, int index, struct bh_fleet_view *fleet)
+{
+    const struct bh_fleet_shared *shared = &ns->state->compartments[index].fleet;
+    *fleet = (struct bh_fleet_view){
+        .limit = atomic_load(&shared->limit),
+        .grant = atomic_load(&shared->grant),
+        .in_use = atomic_load(&shared->in_use),
+        .hosts = atomic_load(&shared->hosts),
+        .state = (enum bh_fleet_state)atomic_load(&shared->state),
+        .updated_ns = atomic_load(&shared->updated_ns),
+        .lease_until_ns = atomic_load(&shared->lease_until_ns),
+    };
+}
+
+void bh_count_connect_time(struct bh_namespace *ns, int index, int64_t elapsed_ns)
+{
+    bh_histogram_record(&ns->state->compartments[index].connect_time, elapsed_ns);
+}
+
+void bh_count_connect_failure(struct bh_namespace *ns, int index, int timed_out)
+{
+    struct bh_shared_compartment *shared = &ns->state->compartments[index];
+    atomic_fetch_add_explicit(&shared->connect_failures, 1, memory_order_relaxed);
+    if (timed_out)
+        atomic_fetch_add_explicit(&shared->connect_timeouts, 1, memory_order_relaxed);
+}
+
+void bh_count_io_timeout(struct bh_namespace *ns, int index)
+{
+    atomic_fetch_add_explicit(&ns->state->compartments[index].io_timeouts, 1,
+                              memory_order_relaxed);
 }
 
 /* Not a snapshot: a sample counted meanwhile may be in the count and not
@@ -606,15 +844,7 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->connect_failures = atomic_load(&shared->connect_failures);
     view->connect_timeouts = atomic_load(&shared->connect_timeouts);
     view->io_timeouts = atomic_load(&shared->io_timeouts);
-    view->fleet = (struct bh_fleet_view){
-        .limit = atomic_load(&shared->fleet.limit),
-        .grant = atomic_load(&shared->fleet.grant),
-        .in_use = atomic_load(&shared->fleet.in_use),
-        .hosts = atomic_load(&shared->fleet.hosts),
-        .state = (enum bh_fleet_state)atomic_load(&shared->fleet.state),
-        .updated_ns = atomic_load(&shared->fleet.updated_ns),
-        .lease_until_ns = atomic_load(&shared->fleet.lease_until_ns),
-    };
+    bh_fleet_read(ns, index, &view->fleet);
     if (view->fleet.limit > 0 && fleet_lease_over(view->fleet.lease_until_ns))
         view->fleet.state = BH_FLEET_LAPSED;
     read_histogram(&shared->connect_time, &view->connect_time);

@@ -4,7 +4,11 @@
  * segment, both under the same key (a hash of "bulkhead/<layout>/<euid>/
  * <namespace>"). The semaphores are the permits; the shared memory holds the
  * compartment table (name, live limit) and the counters operators read.
- * See permits.c for the design and why SysV semaphores were chosen. */
+ * See permits.c for the design and why SysV semaphores were chosen.
+ *
+ * This header is what other rooms see: views, and operations. The layout
+ * itself (semaphore numbers, the segment's structs) is layout.h, which
+ * only shim/permits includes. */
 #ifndef BH_PERMITS_H
 #define BH_PERMITS_H
 
@@ -13,53 +17,24 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "adaptive/adaptive_fields.h"
+#include "breaker/breaker_fields.h"
 #include "config/config.h"
 #include "permits/socket_records.h"
 #include "permits/window.h"
 
 enum {
-    BH_LAYOUT_VERSION = 8,
-    BH_SEM_LOCK = 0,            /* registration lock, taken with SEM_UNDO */
-    BH_MAX_RESERVE_SLOTS = 256, /* reserves per namespace, all compartments */
-    BH_HOLDERS_FIRST = 4096,    /* holder records in the main segment */
-    BH_HOLDERS_PER_PAGE = 4096, /* in each page added when those run out */
+    BH_LAYOUT_VERSION = 9,      /* of layout.h: part of the key */
     BH_MAX_HOLDER_PAGES = 1024,
 };
-
-/* Semaphore numbers of compartment i in the set: its common pool. */
-#define BH_SEM_FREE(i)  (1 + 2 * (i))  /* permits free now */
-#define BH_SEM_DEBT(i)  (2 + 2 * (i))  /* permits to retire when given back */
-/* ... and of reserve slot s (bh_reserve_shared.slot), after them. */
-#define BH_SEM_RESERVES   (1 + 2 * BH_MAX_COMPARTMENTS)
-#define BH_SEM_RFREE(s)   (BH_SEM_RESERVES + 4 * (s))      /* reserved permits free now */
-#define BH_SEM_RDEBT(s)   (BH_SEM_RESERVES + 1 + 4 * (s))  /* owed to the common pool */
-#define BH_SEM_ROWED(s)   (BH_SEM_RESERVES + 2 + 4 * (s))  /* owed by the common pool */
-#define BH_SEM_RWAIT(s)   (BH_SEM_RESERVES + 3 + 4 * (s))  /* members waiting (SEM_UNDO) */
-#define BH_SEM_COUNT      (BH_SEM_RESERVES + 4 * BH_MAX_RESERVE_SLOTS)
 
 /* Latency histograms: fixed upper bounds, 0.5 ms to 60 s, and one bucket
  * past the last. */
 enum { BH_HISTOGRAM_BUCKETS = 16 };
 extern const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS];
-struct bh_histogram {
-    _Atomic uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
-    _Atomic int64_t sum_ns;
-};
 
-/* A fleet compartment's figures, as this host's `bulkhead agent` last
- * learned them from Redis; written only by the agent, read by `stat`. */
-struct bh_fleet_shared {
-    _Atomic int32_t limit;        /* the fleet limit; 0: not a fleet compartment */
-    _Atomic int32_t grant;        /* this host's share */
-    _Atomic int32_t in_use;       /* in use across the fleet */
-    _Atomic int32_t hosts;        /* live hosts */
-    _Atomic int32_t state;        /* enum bh_fleet_state */
-    _Atomic int64_t updated_ns;   /* CLOCK_REALTIME of the last answer */
-    /* CLOCK_MONOTONIC: when this host's share lapses unless the agent
-     * renews it. Past it, the first connect lowers the limit to 0 (a dead
-     * agent's host must not keep a share Redis gave to others); 0: none. */
-    _Atomic int64_t lease_until_ns;
-};
+
+
 enum bh_fleet_state {
     BH_FLEET_LEASED,     /* granted by Redis, lease running */
     BH_FLEET_LEARNING,   /* Redis restarted: granted no more than held */
@@ -71,151 +46,23 @@ enum bh_fleet_state {
     BH_FLEET_LAPSED,
 };
 
-/* A compartment's circuit breaker. The layout is here with the rest; what
- * the fields mean, who writes them and when is in shim/breaker/breaker.c,
- * the only code that writes them. */
-struct bh_breaker_shared {
-    _Atomic int64_t open_until_ns;  /* CLOCK_MONOTONIC; 0: closed */
-    _Atomic int64_t changed_at_ns;  /* CLOCK_REALTIME of the last change */
-    _Atomic int32_t open_ms;        /* the period it last opened for */
-    _Atomic uint32_t failures;      /* consecutive, across processes */
-    _Atomic uint32_t needs_bytes;   /* the last failure was an io failure */
-    _Atomic uint64_t opened;        /* times it opened (reopens included) */
-    _Atomic uint64_t refused;       /* connects it refused */
-    _Atomic int64_t probe;          /* the probe slot: who holds it since when
-                                       (breaker.c); 0: free */
-    _Atomic uint64_t probes_taken_over; /* probes silent past their deadline */
-};
 
-/* A compartment's adaptive limit. The layout is here with the rest; what
- * the fields mean, who writes them and when is in shim/adaptive/adaptive.c.
- * Registration writes the settings and the starting estimate once, from
- * the creating process's rules, as it writes the limit. */
-struct bh_adaptive_shared {
-    _Atomic int32_t mode;             /* enum bh_adaptive_mode; 0: off */
-    _Atomic int32_t min_limit;
-    _Atomic int32_t max_limit;
-    _Atomic int32_t latency_ms;       /* aimd's adaptive_latency_ms */
-    _Atomic uint64_t window;          /* sequence: even open, odd being closed */
-    _Atomic int64_t window_start_ns;  /* CLOCK_MONOTONIC */
-    _Atomic uint64_t window_sum;      /* samples << 44 | their latency in us */
-    _Atomic uint32_t window_drops;
-    _Atomic int32_t window_peak;      /* the most in use a sample saw */
-    _Atomic uint64_t window_full;     /* rejected + timed_out + waits as it opened */
-    _Atomic int64_t estimate_milli;   /* the controller's limit x 1000 */
-    _Atomic int32_t applied;          /* the live limit as the controller left it */
-    _Atomic int32_t last_reason;      /* enum bh_adaptive_reason */
-    _Atomic int32_t last_from;
-    _Atomic int32_t last_to;
-    _Atomic int64_t baseline_ns;
-    _Atomic int32_t probe;            /* enum bh_adaptive_probe: the re-measure's phase */
-    _Atomic int64_t resume_milli;     /* the estimate to go back to after it */
-    _Atomic int64_t probe_at_ns;      /* CLOCK_MONOTONIC: the next re-measure; 0: at once */
-    _Atomic int64_t recent_ns;        /* the last window's mean latency */
-    _Atomic int64_t last_change_ns;   /* CLOCK_REALTIME */
-    _Atomic int64_t logged_second;    /* CLOCK_MONOTONIC second of the last line */
-    _Atomic uint32_t left_out;        /* changes not logged since */
-    _Atomic uint64_t windows;         /* windows closed */
-    _Atomic uint64_t changes;         /* limits applied */
-};
 
-/* A reserve: permits of the compartment only its members may take. The
- * live size is authoritative over rules.ini, like the limit. What the
- * semaphores and hints mean is in reserve.c, the only code that moves
- * permits between pools. */
-struct bh_reserve_shared {
-    char who[BH_WHO_MAX];          /* as written in rules.ini: its name */
-    _Atomic int32_t permits;       /* live size */
-    _Atomic int32_t slot;          /* its semaphores: BH_SEM_RFREE(slot)... */
-    _Atomic int32_t waiting_hint;  /* nonzero while BH_SEM_RWAIT may be > 0 */
-    _Atomic uint32_t debt_hint;    /* nonzero while BH_SEM_RDEBT may be > 0 */
-    _Atomic uint32_t owed_hint;    /* nonzero while BH_SEM_ROWED may be > 0 */
-};
 
-/* One compartment's live state and counters. Every field is written with
- * atomics by many processes; no lock guards them. */
-struct bh_shared_compartment {
-    char name[BH_NAME_MAX];       /* written once under the registration lock */
-    _Atomic uint32_t registered;  /* 1 once name, limit and semaphore are set */
-    _Atomic int32_t limit;        /* live limit: authoritative over rules.ini */
-    _Atomic uint32_t debt_hint;   /* nonzero while BH_SEM_DEBT may be > 0 */
-    _Atomic uint64_t acquired;    /* permits granted */
-    _Atomic uint64_t rejected;    /* refused at once */
-    _Atomic uint64_t timed_out;   /* waited wait_ms, then refused */
-    _Atomic uint64_t waits;       /* acquisitions that had to wait */
-    _Atomic int64_t wait_ns_total;
-    _Atomic int64_t wait_ns_max;
-    _Atomic int64_t holders_hint; /* in use, as counted by acquire/release; a
-                                     SIGKILLed holder leaves it high until its
-                                     process slot is reaped. Feeds peak only. */
-    _Atomic int64_t peak_in_use;
-    _Atomic uint64_t connect_failures; /* refused, unreachable, timed out, reset */
-    _Atomic uint64_t connect_timeouts; /* ETIMEDOUT on connect */
-    _Atomic uint64_t io_timeouts;      /* io_timeout_ms expiries */
-    struct bh_histogram connect_time;  /* connect() to established */
-    struct bh_histogram hold_time;     /* permit taken to permit given back */
-    struct bh_breaker_shared breaker;
-    struct bh_fleet_shared fleet;
-    _Atomic uint64_t per_process_refused; /* refused: the process was at per_process */
-    _Atomic uint64_t bypassed;            /* connects let through by bypass */
-    _Atomic int32_t reserve_count;        /* set at registration */
-    _Atomic int32_t reserved;             /* sum of the reserves' live sizes */
-    _Atomic uint32_t owed_hint;           /* some reserve's ROWED may be > 0 */
-    struct bh_reserve_shared reserves[BH_MAX_RESERVES];
-    struct bh_adaptive_shared adaptive;
-};
-
-/* What one process holds of one compartment: lets `stat` name holders and
- * a new program image (exec) learn what the old one held. Written by that
- * process; freed by it, or by whoever finds it dead (holders.c). */
-struct bh_holder {
-    _Atomic int32_t pid;          /* 0 = free, -1 = being claimed or freed */
-    _Atomic int32_t compartment;
-    _Atomic uint32_t common;      /* permits from the common pool */
-    _Atomic uint32_t reserved;    /* from the reserve `slot` */
-    _Atomic int32_t slot;         /* index in the compartment's reserves */
-    _Atomic uint32_t waiting;     /* its threads waiting for more permits */
-    uint64_t start_time;          /* /proc/<pid>/stat field 22, against pid reuse */
-};
-
-/* More holder records, when the main segment's are taken: a private
- * segment, marked for removal as soon as it is made, so it lives exactly
- * as long as some process has it attached (see holders.c). */
-struct bh_holder_page {
-    uint32_t magic;               /* BH_PAGE_MAGIC */
-    int32_t semid;                /* the namespace it belongs to */
-    int32_t shmid;                /* its own id, against a reused slot */
-    uint32_t unused;
-    struct bh_holder holders[BH_HOLDERS_PER_PAGE];
-};
-
-struct bh_shared_state {
-    uint32_t magic;               /* BH_STATE_MAGIC once initialised */
-    uint32_t layout_version;
-    uint32_t owner_uid;
-    int32_t semid;                /* the set this table belongs to */
-    char namespace_name[BH_NAME_MAX];
-    _Atomic uint32_t compartment_count;
-    _Atomic uint32_t reserve_slots_used;
-    struct bh_shared_compartment compartments[BH_MAX_COMPARTMENTS];
-    struct bh_holder holders[BH_HOLDERS_FIRST];
-    _Atomic int32_t page_shmids[BH_MAX_HOLDER_PAGES];  /* shmid + 1; 0: none */
-    struct bh_socket_records sockets;  /* socket_records.c */
-    /* Each compartment's figures over the last minute (window.c); apart
-     * from the table, so that registering a compartment does not touch
-     * their pages. */
-    struct bh_window_shared windows[BH_MAX_COMPARTMENTS];
-};
-
-#define BH_STATE_MAGIC 0x42484b31u /* "BHK1" */
-#define BH_PAGE_MAGIC 0x42484b50u  /* "BHKP" */
+struct bh_shared_state;   /* layout.h */
+struct bh_holder_page;    /* layout.h */
 
 struct bh_namespace {
     uid_t uid;                    /* whose namespace: the key and the owner */
     key_t key;
     int semid;
     int shmid;
-    struct bh_shared_state *state;
+    struct bh_shared_state *state;  /* NULL: not attached */
+    /* Where the fields other rooms own are, per compartment index, once
+     * attached: the breaker's, the adaptive controller's, the window's. */
+    struct bh_breaker_shared *breakers;
+    struct bh_adaptive_shared *adaptives;
+    struct bh_window_shared *windows;
     /* Holder pages this process has attached, by their index in
      * page_shmids; NULL: not yet (holders.c). */
     _Atomic(struct bh_holder_page *) pages[BH_MAX_HOLDER_PAGES];
@@ -313,6 +160,72 @@ struct bh_permit_ask {
     int weight;    /* permits the connection takes, >= 1 */
 };
 
+/* ---- the take: one admission's permits, decided in one place ---- */
+
+/* What one take asks, and of whom it may ask more when the compartment is
+ * full (the rare path: the callbacks may ask the kernel about the
+ * caller's socket; the common path never calls them). */
+struct bh_take {
+    struct bh_permit_ask ask;
+    /* Its rules: per_process, fleet_limit, max_waiters, the breaker's. */
+    const struct bh_compartment *compartment;
+    /* The applicant's per_process counts, [namespace index], kept by the
+     * caller (taken here, given back by bh_permit_give); NULL: this
+     * process's own. */
+    _Atomic uint32_t *claimed;
+    /* Full: permits of the caller's own sockets the kernel says are gone
+     * given back; how many (NULL: none to look at). The namespace's
+     * shared socket records are always looked at. */
+    int (*reap)(void *ctx);
+    /* Still full: how long the caller may wait, 0: not at all. */
+    int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask);
+    void *ctx;
+};
+
+enum bh_take_result {
+    BH_TAKE_GRANTED,
+    BH_TAKE_PER_PROCESS,      /* refused: the process would hold more than per_process */
+    BH_TAKE_BREAKER_OPEN,     /* refused: the breaker is open */
+    BH_TAKE_BREAKER_PROBING,  /* refused: half-open, and another connection probes */
+    BH_TAKE_NEVER_ENOUGH,     /* refused: the weight is above all it may ever take */
+    BH_TAKE_FULL,             /* refused: full, and wait_ms said not to wait */
+    BH_TAKE_WAITERS,          /* refused: max_waiters already wait */
+    BH_TAKE_TIMED_OUT,        /* full for all of wait_ms */
+    BH_TAKE_INTERRUPTED,      /* a signal ended the wait */
+    BH_TAKE_GONE,             /* the namespace was removed (reset): let it through */
+    BH_TAKE_FAILED,           /* the kernel refused a semop: errno says why */
+};
+
+/* What a take has to say besides its result. A plain grant writes only
+ * from_reserve, probe and tell; the rest is meaningful when tell is
+ * nonzero, or the result is not BH_TAKE_GRANTED. */
+struct bh_take_outcome {
+    uint32_t from_reserve;   /* granted: permits from the reserve; the rest
+                                came from the common pool */
+    int64_t probe;           /* granted as the breaker's probe: its holding of
+                                the slot (breaker.h), else 0 */
+    int tell;                /* nonzero: lapsed, or the probe slot was taken over */
+    int lapsed;              /* this take found the fleet share lapsed and
+                                lowered the limit to 0 */
+    struct bh_probe_taken breaker;  /* the probe slot was taken over
+                                       (replaced_pid > 0), whatever came next */
+    int most;                /* NEVER_ENOUGH: the most it may ever take */
+};
+
+/* Takes ask.weight permits for an admission: the fleet lease, the
+ * breaker, the per_process cap, the reserve or the common pool (now, or
+ * after a wait) and the holder record, in that order, with one result.
+ * Granted: the permits are held (SEM_UNDO) until bh_permit_give. Anything
+ * else: nothing is held (the claim and any probe slot are given back) and
+ * the refusal is counted. errno is kept, but for BH_TAKE_FAILED. */
+enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
+                                   struct bh_take_outcome *outcome);
+/* Its mirror: gives back what a granted take holds, to the pools it came
+ * from, and its claim (claimed as in bh_take). Async-signal-safe. */
+void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint32_t *claimed);
+
+/* ---- its parts, for the command and the tests ---- */
+
 /* Counts `ask` against this process's per_process cap (0: none) before it
  * takes anything: 0, or -1 when the process would hold more than the cap.
  * bh_permit_unclaim undoes it when no permit was taken. */
@@ -346,8 +259,8 @@ void bh_permit_count_per_process(struct bh_namespace *ns, int index);
 /* A connect let through by bypass. */
 void bh_permit_count_bypassed(struct bh_namespace *ns, int index);
 /* Gives `weight` permits of compartment `index` back, to the pools this
- * process took them from; unclaims them too. Async-signal-safe: atomics
- * and semops. */
+ * process took them from; unclaims them too: bh_permit_give for this
+ * process's own claims. Async-signal-safe: atomics and semops. */
 void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 
 /* The process is exiting: its holder records are freed if it holds
@@ -381,15 +294,50 @@ void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
 /* The host's share lapsed (the agent did not renew it): the first caller
  * to see it lowers the live limit to 0 and returns 1; 0 for the others. */
 int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns);
+/* The same, once the lease (if any) is seen over: one clock read. */
+int bh_fleet_lapse_if_over(struct bh_namespace *ns, int index);
 
-/* Compartment index's windowed figures (window.h). */
-static inline struct bh_window_shared *bh_window_of(struct bh_namespace *ns, int index)
+/* Compartment index's windowed figures (window.h), breaker (breaker.c)
+ * and adaptive controller (adaptive.c): fields their rooms own. */
+static inline struct bh_window_shared *bh_window_of(const struct bh_namespace *ns, int index)
 {
-    return &ns->state->windows[index];
+    return &ns->windows[index];
+}
+static inline struct bh_breaker_shared *bh_breaker_fields(const struct bh_namespace *ns,
+                                                          int index)
+{
+    return &ns->breakers[index];
+}
+static inline struct bh_adaptive_shared *bh_adaptive_fields(const struct bh_namespace *ns,
+                                                            int index)
+{
+    return &ns->adaptives[index];
 }
 
-/* Counts one sample in ns into a histogram. Async-signal-safe. */
-void bh_histogram_record(struct bh_histogram *histogram, int64_t ns);
+/* What a connection showed, counted in compartment index's figures.
+ * Async-signal-safe: atomics. */
+void bh_count_connect_time(struct bh_namespace *ns, int index, int64_t elapsed_ns);
+/* A hold of `weight` permits from since_ns to now_ns ended: its time in
+ * the histogram and, with its permit time, in the window (window.h). */
+void bh_count_hold(struct bh_namespace *ns, int index, int weight, int64_t since_ns,
+                   int64_t now_ns);
+/* A connect that failed (refused, unreachable, reset...; timed_out: ETIMEDOUT). */
+void bh_count_connect_failure(struct bh_namespace *ns, int index, int timed_out);
+void bh_count_io_timeout(struct bh_namespace *ns, int index);
+
+/* Small reads of the table, for who needs one figure, not a view. */
+uint32_t bh_compartment_count(const struct bh_namespace *ns);  /* registered */
+const char *bh_compartment_name(const struct bh_namespace *ns, int index);
+int bh_compartment_limit(const struct bh_namespace *ns, int index);  /* live */
+/* Connects that found it full: refused, timed out, waited (the adaptive
+ * controller's measure of demand). */
+uint64_t bh_compartment_full_count(const struct bh_namespace *ns, int index);
+/* In use as counted by take and give-back: cheap, and high while a killed
+ * holder's record is not reaped yet. */
+int64_t bh_compartment_holders_hint(const struct bh_namespace *ns, int index);
+/* The agent's figures for a fleet compartment, as stored (the state is
+ * never BH_FLEET_LAPSED here; bh_compartment_read says that). */
+void bh_fleet_read(const struct bh_namespace *ns, int index, struct bh_fleet_view *fleet);
 
 /* Changes the live limit. Raising frees permits at once; lowering retires
  * free permits now and the rest as they are given back. Never blocks.

@@ -6,7 +6,9 @@
  * (BH_SEM_FREE: limit minus the reserves). A member takes from its reserve
  * first, then from the common pool; everyone else from the common pool
  * alone. Each permit goes back to the pool it came from (holders.c knows
- * which, per process: the common pool's first).
+ * which, per process: the common pool's first; the face, permits.c, asks
+ * it and tells this file: this file calls neither). The common take and
+ * give-back are inline in pools.h; the rest is here.
  *
  * Debts keep the limit exact while pools change under held permits. Every
  * move between pools is one atomic semop, so a process killed mid-way
@@ -121,20 +123,13 @@ static int take_ops(struct bh_namespace *ns, int index, int reserve, int common,
     return timeout ? semtimedop(ns->semid, ops, n, timeout) : semop(ns->semid, ops, n);
 }
 
-/* The reserve this caller takes from: its own, unless it still holds
- * permits of another (a program exec'd by a member of another reserve). */
-static int reserve_of(const struct bh_permit_ask *ask)
-{
-    int holding = bh_holding_reserve(ask->index);
-    return holding < 0 || holding == ask->reserve ? ask->reserve : -1;
-}
-
 /* Without waiting: a member's reserve, then its reserve and the common
- * pool together, then the common pool. 0, or -1 (EAGAIN: full). */
-static int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
-                    struct bh_taken *got)
+ * pool together, then the common pool. 0, or -1 (EAGAIN: full). Here
+ * and below, `cold` keeps the rare paths out of the common one's way. */
+static __attribute__((noinline, cold)) int
+take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask, struct bh_taken *got)
 {
-    int reserve = reserve_of(ask), weight = ask->weight;
+    int reserve = ask->reserve, weight = ask->weight;
     *got = (struct bh_taken){ .common = (uint32_t)weight, .reserve = reserve };
     if (reserve >= 0) {
         if (take_ops(ns, ask->index, reserve, 0, weight, NULL) == 0) {
@@ -158,7 +153,8 @@ static int take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask,
  * no member took, or a dead member's given back by the kernel after the
  * reserve was lowered) pay it; only while no member waits for them.
  * Returns how many. */
-static int reclaim_lent(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) int
+reclaim_lent(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     int reclaimed = 0;
@@ -232,39 +228,28 @@ int bh_common_read(struct bh_namespace *ns, int index, int *free_now, int *owes)
 /* The hint says this grant may be a new peak. The hint runs high while a
  * killed holder's record is not reaped yet, so a peak is only ever
  * recorded as the semaphores count it; a hint found high is mended by
- * reaping. This costs a semctl only when the hint passes the peak, which a
- * correct hint does only when a real new peak is reached. */
-static void raise_peak(struct bh_namespace *ns, int index, int64_t hint)
+ * reaping (the caller's part: grant->hint_stale). This costs a semctl only
+ * when the hint passes the peak, which a correct hint does only when a
+ * real new peak is reached. */
+void bh_pools_raise_peak(struct bh_namespace *ns, int index, int64_t hint,
+                         struct bh_grant *grant)
 {
     int exact = bh_in_use_now(ns, index);
     if (exact < 0)
         return;
     raise_to(&shared_of(ns, index)->peak_in_use, exact);
-    if (exact < hint)
-        bh_holders_reap(ns);
+    grant->hint_stale = exact < hint;
 }
 
-static void count_granted(struct bh_namespace *ns, int index, struct bh_taken got,
-                          int64_t waited_ns)
+/* A grant after a wait: its counts, and the wait's. */
+static void count_waited(struct bh_namespace *ns, int index, struct bh_grant *grant,
+                         int64_t waited_ns)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
-    atomic_fetch_add_explicit(&shared->acquired, 1, memory_order_relaxed);
-    int64_t permits = got.common + got.reserved;
-    int64_t holders = atomic_fetch_add(&shared->holders_hint, permits) + permits;
-    if (holders > atomic_load_explicit(&shared->peak_in_use, memory_order_relaxed))
-        raise_peak(ns, index, holders);
-    if (waited_ns >= 0) {
-        atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns,
-                                  memory_order_relaxed);
-        raise_to(&shared->wait_ns_max, waited_ns);
-    }
-    bh_holding_add(ns, index, got);
-}
-
-void bh_pools_forget_holders(struct bh_namespace *ns, int index, uint32_t permits)
-{
-    atomic_fetch_sub(&shared_of(ns, index)->holders_hint, permits);
+    bh_pools_count_granted(ns, index, grant);
+    atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns, memory_order_relaxed);
+    raise_to(&shared->wait_ns_max, waited_ns);
 }
 
 void bh_permit_count_rejected(struct bh_namespace *ns, int index)
@@ -287,7 +272,8 @@ void bh_permit_count_bypassed(struct bh_namespace *ns, int index)
 /* Free common permits that appeared while the common pool owes (a holder
  * died after `set` lowered the limit or raised a reserve) pay what it owes
  * before anyone may take them. */
-static void pay_owed_from_free(struct bh_namespace *ns, int index)
+static __attribute__((noinline, cold)) void
+pay_owed_from_free(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct sembuf retire[2] = {
@@ -315,37 +301,45 @@ static void pay_owed_from_free(struct bh_namespace *ns, int index)
  * EINVAL, the set was removed (reset), which lets connections through as
  * documented; anything else (EACCES: a uid change the shim did not see;
  * ENOMEM: no room for undo records) is a failure on_failure decides. */
-static enum bh_acquire_result unreachable_result(void)
+static __attribute__((noinline, cold)) enum bh_acquire_result
+unreachable_result(void)
 {
     return errno == EIDRM || errno == EINVAL ? BH_BYPASS : BH_FAILED;
 }
 
-enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
-                                     const struct bh_permit_ask *ask)
+/* The end of a try whose first semop returned rc (errno): a full pool
+ * may have lent permits to take back. */
+static enum bh_acquire_result finish_try(struct bh_namespace *ns,
+                                         const struct bh_permit_ask *ask,
+                                         struct bh_grant *grant, int rc, int saved_errno)
 {
-    int saved_errno = errno;
     enum bh_acquire_result result = BH_ACQUIRED;
-    struct bh_taken got = { (uint32_t)ask->weight, 0, -1 };
-    /* Without debts (hints are raised before anything is owed) the
-     * semaphores need no zero-checks: one simple semop. */
-    struct bh_shared_compartment *shared = shared_of(ns, ask->index);
-    int owes = atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
-               atomic_load_explicit(&shared->owed_hint, memory_order_relaxed);
-    if (owes)
-        pay_owed_from_free(ns, ask->index);
-    int rc = ask->reserve < 0 && !owes  /* the common case, kept short */
-        ? bh_sem_op(ns->semid, BH_SEM_FREE(ask->index), (short)-ask->weight,
-                    SEM_UNDO | IPC_NOWAIT)
-        : take_now(ns, ask, &got);
     if (rc < 0 && errno == EAGAIN && reclaim_lent(ns, ask->index))
-        rc = take_now(ns, ask, &got);
+        rc = take_now(ns, ask, &grant->taken);
     if (rc == 0)
-        count_granted(ns, ask->index, got, -1);
+        bh_pools_count_granted(ns, ask->index, grant);
     else
         result = errno == EAGAIN ? BH_REJECTED : unreachable_result();
     if (result != BH_FAILED)
         errno = saved_errno;
     return result;
+}
+
+enum bh_acquire_result bh_pools_try_full(struct bh_namespace *ns,
+                                         const struct bh_permit_ask *ask,
+                                         struct bh_grant *grant, int saved_errno)
+{
+    return finish_try(ns, ask, grant, -1, saved_errno);
+}
+
+enum bh_acquire_result bh_pools_try_slowly(struct bh_namespace *ns,
+                                           const struct bh_permit_ask *ask,
+                                           struct bh_grant *grant, int saved_errno)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, ask->index);
+    if (atomic_load(&shared->debt_hint) || atomic_load(&shared->owed_hint))
+        pay_owed_from_free(ns, ask->index);
+    return finish_try(ns, ask, grant, take_now(ns, ask, &grant->taken), saved_errno);
 }
 
 /* ---- waiting ---- */
@@ -424,28 +418,26 @@ int bh_waiters(struct bh_namespace *ns, int index)
     return count;
 }
 
-enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
-                                      const struct bh_permit_ask *ask,
-                                      int wait_ms, int max_waiters)
+enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+                                     int wait_ms, int max_waiters, struct bh_grant *grant)
 {
     int saved_errno = errno;
     enum bh_acquire_result result = BH_REJECTED;
     struct bh_shared_compartment *shared = shared_of(ns, ask->index);
     int64_t started = bh_monotonic_ns(), deadline = started + bh_ms_to_ns(wait_ms);
-    int reserve = reserve_of(ask);
-    struct bh_taken got = { (uint32_t)ask->weight, 0, -1 };
+    *grant = (struct bh_grant){ { (uint32_t)ask->weight, 0, -1 }, 0 };
     /* Two callers checking at once may both get in. */
     if (bh_waiters(ns, ask->index) >= max_waiters) {
         bh_permit_count_rejected(ns, ask->index);
         errno = saved_errno;
         return result;
     }
-    int rc = reserve >= 0
-        ? take_reserved_within(ns, ask, reserve, deadline, &got)
+    int rc = ask->reserve >= 0
+        ? take_reserved_within(ns, ask, ask->reserve, deadline, &grant->taken)
         : take_common_within(ns, ask->index, ask->weight, deadline);
     if (rc == 0) {
         result = BH_ACQUIRED;
-        count_granted(ns, ask->index, got, bh_monotonic_ns() - started);
+        count_waited(ns, ask->index, grant, bh_monotonic_ns() - started);
     } else if (errno == EAGAIN) {
         result = BH_TIMED_OUT;
         atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
@@ -505,7 +497,8 @@ static void lend_to_members(struct bh_namespace *ns, int index, int given)
     }
 }
 
-static void give_common(struct bh_namespace *ns, int index, int count, short undo)
+static __attribute__((noinline, cold)) void
+give_common(struct bh_namespace *ns, int index, int count, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     while (count > 0 && atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
@@ -529,8 +522,8 @@ static void give_common(struct bh_namespace *ns, int index, int count, short und
         lend_to_members(ns, index, count);
 }
 
-static void give_reserved(struct bh_namespace *ns, int index, int reserve, int count,
-                          short undo)
+static __attribute__((noinline, cold)) void
+give_reserved(struct bh_namespace *ns, int index, int reserve, int count, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct bh_reserve_shared *pool = &shared->reserves[reserve];
@@ -544,11 +537,8 @@ static void give_reserved(struct bh_namespace *ns, int index, int reserve, int c
         bh_sem_op(ns->semid, BH_SEM_RFREE(slot), (short)count, undo);
 }
 
-/* `weight` permits back to the pools `taken` names; undo: SEM_UNDO when
- * this process's undo record holds them, 0 for parked ones. Inlined, so
- * that an ordinary release pays nothing for the choice. */
-static inline __attribute__((always_inline)) void give_back(struct bh_namespace *ns, int index, int weight,
-                      struct bh_taken taken, short undo)
+void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
+                          struct bh_taken taken, short undo)
 {
     int saved_errno = errno;
     struct bh_shared_compartment *shared = shared_of(ns, index);
@@ -562,22 +552,13 @@ static inline __attribute__((always_inline)) void give_back(struct bh_namespace 
         give_reserved(ns, index, taken.reserve, (int)taken.reserved, undo);
     else
         common = weight;
-    if (!atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
-        !atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
-        bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)common, undo);  /* the common case */
-    else
-        give_common(ns, index, common, undo);
+    give_common(ns, index, common, undo);
     errno = saved_errno;
-}
-
-void bh_permit_release(struct bh_namespace *ns, int index, int weight)
-{
-    give_back(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
 }
 
 void bh_permit_release_parked(struct bh_namespace *ns, int index, struct bh_taken taken)
 {
-    give_back(ns, index, (int)(taken.common + taken.reserved), taken, 0);
+    bh_pools_give(ns, index, (int)(taken.common + taken.reserved), taken, 0);
 }
 
 /* ---- changing the limit and the reserves (under the namespace lock) ---- */

@@ -1,37 +1,12 @@
-/* Counted sockets whose fds more than one process holds: their layout in
- * the namespace's memory and what may be done with them. What the fields
- * mean, who writes them and what a death costs is at the top of
+/* Counted sockets whose fds more than one process holds: what may be done
+ * with them. Their records' layout is layout.h's; what the fields mean,
+ * who writes them and what a death costs is at the top of
  * socket_records.c, the only code that writes them. */
 #ifndef BH_SOCKET_RECORDS_H
 #define BH_SOCKET_RECORDS_H
 
 #include <stdatomic.h>
 #include <stdint.h>
-
-enum { BH_SOCKET_RECORDS = 4096 };
-
-struct bh_socket_record {
-    _Atomic uint64_t state;     /* references, generation, LIVE and BUSY */
-    _Atomic uint64_t inode;     /* the socket's st_ino */
-    uint64_t netns;             /* st_ino of the net namespace it lives in */
-    int32_t compartment;
-    int32_t weight;
-    uint32_t common;            /* parked permits of the common pool */
-    uint32_t reserved;          /* ... and of reserve `reserve` */
-    int32_t reserve;
-    uint16_t family;            /* AF_INET, AF_INET6; 0: address unknown */
-    uint16_t local_port;        /* network order, as sock_diag wants them */
-    uint16_t remote_port;
-    uint16_t unused;
-    uint32_t local[4];
-    uint32_t remote[4];
-};
-
-struct bh_socket_records {
-    _Atomic uint32_t live;      /* records LIVE or being made: 0 spares scans */
-    uint32_t unused;
-    struct bh_socket_record records[BH_SOCKET_RECORDS];
-};
 
 struct bh_namespace;
 

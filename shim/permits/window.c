@@ -228,8 +228,8 @@ static __attribute__((noinline)) void spread_permit_time(struct bh_window_shared
     }
 }
 
-void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_ns,
-                    int64_t now_ns)
+static inline __attribute__((always_inline)) void
+hold(struct bh_window_shared *window, int weight, int64_t since_ns, int64_t now_ns)
 {
     if (now_ns < since_ns)
         return;
@@ -250,6 +250,21 @@ void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_n
     atomic_fetch_add_explicit(&slot->permit_us, (uint64_t)weight * held_us,
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&slot->events[BH_WINDOW_ADMITTED], 1, memory_order_relaxed);
+}
+
+void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_ns,
+                    int64_t now_ns)
+{
+    hold(window, weight, since_ns, now_ns);
+}
+
+/* permits.h's: the window's hold and the cumulative histogram's, in one
+ * call from the close path. */
+void bh_count_hold(struct bh_namespace *ns, int index, int weight, int64_t since_ns,
+                   int64_t now_ns)
+{
+    hold(&ns->state->windows[index], weight, since_ns, now_ns);
+    bh_histogram_record(&ns->state->compartments[index].hold_time, now_ns - since_ns);
 }
 
 void bh_window_turnaround(struct bh_window_shared *window, int64_t elapsed_ns,

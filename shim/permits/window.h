@@ -52,8 +52,8 @@ struct bh_window_period {
 /* Turnaround, cumulative since the namespace was made (or reset), in the
  * 16 fixed buckets of permits.h's histograms, for Prometheus. */
 struct bh_window_fixed {
-    _Atomic uint64_t buckets[17];
     _Atomic int64_t sum_ns;
+    _Atomic uint64_t buckets[17];
 };
 
 struct bh_window_shared {

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "permits/layout.h"  /* a test of permits: it may look inside */
 #include "permits/permits.h"
 #include "namespace_fixture.h"
 
