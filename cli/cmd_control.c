@@ -217,9 +217,9 @@ static int change_breaker(struct bh_namespace *ns, const char *namespace_name,
     if (index < 0)
         return CLI_FAILED;
     struct bh_breaker_view before, after;
-    bh_breaker_read(ns, index, &before);
-    bh_breaker_force(ns, index, open);
-    bh_breaker_read(ns, index, &after);
+    bh_breaker_read(bh_breaker_fields(ns, index), &before);
+    bh_breaker_force(bh_breaker_fields(ns, index), open);
+    bh_breaker_read(bh_breaker_fields(ns, index), &after);
     printf("%s: breaker %s -> %s%s\n", name, breaker_words(&before),
            breaker_words(&after),
            open ? ": every matched connect is refused until breaker=closed"

@@ -386,7 +386,7 @@ int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row
     bh_socket_reap(ns, index);  /* shared sockets every holder of which died */
     if (bh_compartment_read(ns, index, &row->view) < 0)
         return -1;
-    bh_breaker_read(ns, index, &row->breaker);
+    bh_breaker_read(bh_breaker_fields(ns, index), &row->breaker);
     bh_adaptive_read(ns, index, &row->adaptive);
     bh_stat_window(ns, index, BH_WINDOW_SECONDS, row->view.limit, &row->window);
     for (int r = 0; r < row->view.reserve_count; r++)

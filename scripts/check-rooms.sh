@@ -15,11 +15,12 @@ declare -A rank=(
     [libc]=0
     [policy]=1
     [config]=2
-    [log]=3 [rules]=3 [fdtable]=3 [permits]=3
-    [breaker]=4 [adaptive]=4
-    [admission]=5
-    [core]=6
-    [hooks]=7
+    [log]=3 [rules]=3 [fdtable]=3 [breaker]=3
+    [permits]=4
+    [adaptive]=5
+    [admission]=6
+    [core]=7
+    [hooks]=8
 )
 
 failures=0

@@ -176,12 +176,12 @@ static void tell_breaker(struct sv_state *state, int shared, int local, int64_t 
     struct bh_breaker_config config = { compartment->breaker_failures,
                                         compartment->breaker_open_ms,
                                         compartment->breaker_open_max_ms };
-    if (rc == 0 && (probe || bh_breaker_wants(&state->ns, shared, 0)))
-        bh_breaker_success(&state->ns, shared, probe);
+    if (rc == 0 && (probe || bh_breaker_wants(bh_breaker_fields(&state->ns, shared), 0)))
+        bh_breaker_success(bh_breaker_fields(&state->ns, shared), probe);
     else if (rc < 0 && downstream_failure(err))
-        bh_breaker_failure(&state->ns, shared, &config, probe, 0);
+        bh_breaker_failure(bh_breaker_fields(&state->ns, shared), &config, probe, 0);
     else if (probe)
-        bh_breaker_abandon(&state->ns, shared, probe);
+        bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), probe);
 }
 
 /* Admitted: count the socket, connect, and give the permits back at once
@@ -199,7 +199,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
         struct bh_applicant applicant = { .pid = process->pid, .claimed = process->claimed };
         bh_admission_release(&state->admitter, &applicant, shared, admitted->ask.weight);
         if (admitted->probe)
-            bh_breaker_abandon(&state->ns, shared, admitted->probe);
+            bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), admitted->probe);
         int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
         *err = rc < 0 ? errno : 0;
         return rc;

@@ -278,7 +278,7 @@ static const char *refusal_words(struct asking *asking, const struct bh_take *ta
                  "per_process = %d", compartment->per_process);
     } else if (result == BH_TAKE_BREAKER_OPEN) {
         struct bh_breaker_view view;
-        bh_breaker_read(ns_of(asking), take->ask.index, &view);
+        bh_breaker_read(bh_breaker_fields(ns_of(asking), take->ask.index), &view);
         if (view.forced)
             snprintf(why, whylen, "at once: breaker open (forced by bulkhead set)");
         else

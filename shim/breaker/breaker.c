@@ -75,11 +75,6 @@ static int64_t clock_ns(clockid_t clock)
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
-static struct bh_breaker_shared *breaker_of(const struct bh_namespace *ns, int index)
-{
-    return bh_breaker_fields(ns, index);
-}
-
 static void changed(struct bh_breaker_shared *breaker)
 {
     atomic_store(&breaker->changed_at_ns, clock_ns(CLOCK_REALTIME));
@@ -159,11 +154,10 @@ static int take_probe(struct bh_breaker_shared *breaker, int64_t now_ns,
     return 1;
 }
 
-enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index,
+enum bh_breaker_admission bh_breaker_admit(struct bh_breaker_shared *breaker,
                                            const struct bh_compartment *compartment,
                                            struct bh_probe_taken *taken)
 {
-    struct bh_breaker_shared *breaker = breaker_of(ns, index);
     int64_t until = atomic_load_explicit(&breaker->open_until_ns, memory_order_relaxed);
     if (until == 0)
         return BH_BREAKER_PASS;
@@ -178,11 +172,10 @@ enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index,
     return refusal;
 }
 
-enum bh_breaker_change bh_breaker_failure(struct bh_namespace *ns, int index,
+enum bh_breaker_change bh_breaker_failure(struct bh_breaker_shared *breaker,
                                           const struct bh_breaker_config *config,
                                           int64_t probe, int io)
 {
-    struct bh_breaker_shared *breaker = breaker_of(ns, index);
     atomic_store(&breaker->needs_bytes, (uint32_t)io);
     if (holds_probe(breaker, probe)) {
         int64_t until = atomic_load(&breaker->open_until_ns);
@@ -214,16 +207,15 @@ enum bh_breaker_change bh_breaker_failure(struct bh_namespace *ns, int index,
     return BH_BREAKER_OPENED;
 }
 
-int bh_breaker_wants(const struct bh_namespace *ns, int index, int bytes)
+int bh_breaker_wants(const struct bh_breaker_shared *breaker, int bytes)
 {
-    return bytes || !atomic_load_explicit(&breaker_of(ns, index)->needs_bytes,
+    return bytes || !atomic_load_explicit(&breaker->needs_bytes,
                                           memory_order_relaxed);
 }
 
-enum bh_breaker_change bh_breaker_success(struct bh_namespace *ns, int index,
+enum bh_breaker_change bh_breaker_success(struct bh_breaker_shared *breaker,
                                           int64_t probe)
 {
-    struct bh_breaker_shared *breaker = breaker_of(ns, index);
     atomic_store(&breaker->failures, 0);
     atomic_store(&breaker->needs_bytes, 0);
     if (!holds_probe(breaker, probe))  /* not the probe, or taken over */
@@ -239,14 +231,13 @@ enum bh_breaker_change bh_breaker_success(struct bh_namespace *ns, int index,
     return change;
 }
 
-void bh_breaker_abandon(struct bh_namespace *ns, int index, int64_t probe)
+void bh_breaker_abandon(struct bh_breaker_shared *breaker, int64_t probe)
 {
-    give_probe(breaker_of(ns, index), probe);
+    give_probe(breaker, probe);
 }
 
-void bh_breaker_force(struct bh_namespace *ns, int index, int open)
+void bh_breaker_force(struct bh_breaker_shared *breaker, int open)
 {
-    struct bh_breaker_shared *breaker = breaker_of(ns, index);
     if (open) {
         if (atomic_exchange(&breaker->open_until_ns, FORCED_OPEN) != FORCED_OPEN) {
             atomic_fetch_add(&breaker->opened, 1);
@@ -260,10 +251,9 @@ void bh_breaker_force(struct bh_namespace *ns, int index, int open)
         changed(breaker);
 }
 
-void bh_breaker_read(const struct bh_namespace *ns, int index,
+void bh_breaker_read(const struct bh_breaker_shared *breaker,
                      struct bh_breaker_view *view)
 {
-    struct bh_breaker_shared *breaker = breaker_of(ns, index);
     int64_t until = atomic_load(&breaker->open_until_ns);
     int64_t now = clock_ns(CLOCK_MONOTONIC);
     *view = (struct bh_breaker_view){

@@ -5,7 +5,8 @@
 
 #include <stdint.h>
 
-#include "permits/permits.h"
+#include "breaker/breaker_fields.h"
+#include "config/config.h"
 
 /* What one process's rules say about a compartment's breaker. */
 struct bh_breaker_config {
@@ -34,29 +35,29 @@ enum bh_breaker_change {
  * abandon. A probe silent past the compartment's probe deadline
  * (breaker.c), or whose process is gone, is taken over by this connect
  * and counted as a failure; its own report later changes nothing. */
-enum bh_breaker_admission bh_breaker_admit(struct bh_namespace *ns, int index,
+enum bh_breaker_admission bh_breaker_admit(struct bh_breaker_shared *breaker,
                                            const struct bh_compartment *compartment,
                                            struct bh_probe_taken *taken);
 
 /* A connection failed: refused, unreachable, timed out or reset before its
  * first byte (io = 0 for connect failures, 1 for io failures). */
-enum bh_breaker_change bh_breaker_failure(struct bh_namespace *ns, int index,
+enum bh_breaker_change bh_breaker_failure(struct bh_breaker_shared *breaker,
                                           const struct bh_breaker_config *config,
                                           int64_t probe, int io);
 /* Whether a success counts now: connected (bytes = 0) or first bytes back
  * (bytes = 1). After an io failure only bytes do: a server that accepts
  * and never answers must not close the breaker by accepting. */
-int bh_breaker_wants(const struct bh_namespace *ns, int index, int bytes);
+int bh_breaker_wants(const struct bh_breaker_shared *breaker, int bytes);
 /* A success that counts: resets the failures; the probe, if this was it,
  * closes the breaker and gives its slot back. */
-enum bh_breaker_change bh_breaker_success(struct bh_namespace *ns, int index,
+enum bh_breaker_change bh_breaker_success(struct bh_breaker_shared *breaker,
                                           int64_t probe);
 /* The probe ended without an outcome (refused by the gate, closed before
  * it showed anything): the slot goes back and the breaker stays half-open. */
-void bh_breaker_abandon(struct bh_namespace *ns, int index, int64_t probe);
+void bh_breaker_abandon(struct bh_breaker_shared *breaker, int64_t probe);
 
 /* `bulkhead set NAME breaker=open|closed`: open stays open until closed. */
-void bh_breaker_force(struct bh_namespace *ns, int index, int open);
+void bh_breaker_force(struct bh_breaker_shared *breaker, int open);
 
 enum bh_breaker_state { BH_BREAKER_IS_CLOSED, BH_BREAKER_IS_OPEN, BH_BREAKER_IS_HALF_OPEN };
 struct bh_breaker_view {
@@ -69,7 +70,7 @@ struct bh_breaker_view {
     uint64_t opened, refused;
     uint64_t probes_taken_over;  /* silent probes replaced by the next connect */
 };
-void bh_breaker_read(const struct bh_namespace *ns, int index,
+void bh_breaker_read(const struct bh_breaker_shared *breaker,
                      struct bh_breaker_view *view);
 const char *bh_breaker_state_name(enum bh_breaker_state state);
 

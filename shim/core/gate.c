@@ -49,7 +49,7 @@ static int attach(int fd, const struct bh_compartment *compartment,
     if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe != 0),
                      since_ns) < 0) {
         if (probe)
-            bh_breaker_abandon(&bh_shim.ns, ask->index, probe);
+            bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ask->index), probe);
         /* another thread counted it */
         bh_permit_release(&bh_shim.ns, ask->index, ask->weight);
         return BH_GATE_PASS;

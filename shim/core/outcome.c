@@ -119,7 +119,7 @@ static void log_change(int shared, enum bh_breaker_change change, int err)
 {
     const struct bh_compartment *compartment = bh_rules_of(shared);
     struct bh_breaker_view breaker;
-    bh_breaker_read(&bh_shim.ns, shared, &breaker);
+    bh_breaker_read(bh_breaker_fields(&bh_shim.ns, shared), &breaker);
     int open_ms = breaker.open_ms;
     if (change == BH_BREAKER_OPENED)
         bh_log(BH_LOG_WARN, "[%s]: breaker open for %d ms after %d failed "
@@ -168,16 +168,17 @@ static void tell_failure(int fd, int shared, int err, int io)
         compartment->breaker_failures, compartment->breaker_open_ms,
         compartment->breaker_open_max_ms,
     };
-    log_change(shared, bh_breaker_failure(&bh_shim.ns, shared, &config, probe, io),
+    log_change(shared, bh_breaker_failure(bh_breaker_fields(&bh_shim.ns, shared), &config,
+                                          probe, io),
                err);
 }
 
 static void tell_success(int fd, int shared, int bytes)
 {
-    if (!bh_breaker_wants(&bh_shim.ns, shared, bytes))
+    if (!bh_breaker_wants(bh_breaker_fields(&bh_shim.ns, shared), bytes))
         return;
     int64_t probe = take_probe(fd);
-    log_change(shared, bh_breaker_success(&bh_shim.ns, shared, probe), 0);
+    log_change(shared, bh_breaker_success(bh_breaker_fields(&bh_shim.ns, shared), probe), 0);
 }
 
 void bh_outcome_connected(int fd)
@@ -357,7 +358,8 @@ static void give_up_probe(int fd, uint32_t connection, int compartment, void *ct
     (void)connection;
     (void)ctx;
     if (bh_fd_unwatch(fd, BH_WATCH_PROBE))
-        bh_breaker_abandon(&bh_shim.ns, compartment, bh_fd_lookup(fd).since_ns);
+        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, compartment),
+                           bh_fd_lookup(fd).since_ns);
 }
 
 void bh_outcome_before_exec(void)
@@ -396,7 +398,7 @@ static inline __attribute__((always_inline)) void hold_time(struct bh_fd_ended e
 static __attribute__((noinline)) void copy_ended(struct bh_fd_ended ended)
 {
     if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(&bh_shim.ns, ended.compartment, ended.since_ns);
+        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended.compartment), ended.since_ns);
     if (bh_socket_unref(&bh_shim.ns, ended.share))
         hold_time(ended);
 }
@@ -422,6 +424,6 @@ void bh_connection_ended(struct bh_fd_ended ended)
     }
     hold_time(ended);
     if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(&bh_shim.ns, ended.compartment, ended.since_ns);
+        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended.compartment), ended.since_ns);
     bh_permit_release(&bh_shim.ns, ended.compartment, ended.weight);
 }

@@ -680,7 +680,7 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
     }
     unclaim(take);
     if (probe)
-        bh_breaker_abandon(ns, ask->index, probe);
+        bh_breaker_abandon(bh_breaker_fields(ns, ask->index), probe);
     return result;
 }
 
@@ -704,7 +704,8 @@ enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take
     enum bh_breaker_admission breaker = BH_BREAKER_PASS;
     if (__builtin_expect(!bh_breaker_is_closed(bh_breaker_fields(ns, ask->index)), 0)) {
         *outcome = (struct bh_take_outcome){ .tell = 0 };
-        breaker = bh_breaker_admit(ns, ask->index, take->compartment, &outcome->breaker);
+        breaker = bh_breaker_admit(bh_breaker_fields(ns, ask->index), take->compartment,
+                                   &outcome->breaker);
     }
     struct bh_grant grant;  /* written by bh_pools_try; read only once granted */
     enum bh_acquire_result tried = BH_REJECTED;

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "adaptive/adaptive_fields.h"
+#include "permits/adaptive_fields.h"
 #include "breaker/breaker_fields.h"
 #include "config/config.h"
 #include "permits/socket_records.h"

@@ -51,7 +51,7 @@ static void sleep_ms(int ms)
 
 static enum bh_breaker_change failed(int64_t probe, int io)
 {
-    return bh_breaker_failure(&ns, index_, &config, probe, io);
+    return bh_breaker_failure(bh_breaker_fields(&ns, index_), &config, probe, io);
 }
 
 /* The last probe admitted: its holding of the slot. */
@@ -61,18 +61,18 @@ static enum bh_breaker_admission admit_within(int deadline_ms)
 {
     struct bh_compartment quick = db;
     quick.breaker_open_max_ms = deadline_ms;
-    return bh_breaker_admit(&ns, index_, &quick, &probe);
+    return bh_breaker_admit(bh_breaker_fields(&ns, index_), &quick, &probe);
 }
 
 static enum bh_breaker_admission admit(void)
 {
-    return bh_breaker_admit(&ns, index_, &db, &probe);
+    return bh_breaker_admit(bh_breaker_fields(&ns, index_), &db, &probe);
 }
 
 static struct bh_breaker_view seen(void)
 {
     struct bh_breaker_view view;
-    bh_breaker_read(&ns, index_, &view);
+    bh_breaker_read(bh_breaker_fields(&ns, index_), &view);
     return view;
 }
 
@@ -87,7 +87,7 @@ static void wait_half_open(void)
 static void test_opens_at_the_threshold(void **state)
 {
     (void)state;
-    bh_breaker_force(&ns, index_, 0);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 0);
     assert_int_equal(failed(0, 0), BH_BREAKER_UNCHANGED);
     assert_int_equal(failed(0, 0), BH_BREAKER_UNCHANGED);
     assert_int_equal(admit(), BH_BREAKER_PASS);
@@ -100,10 +100,10 @@ static void test_opens_at_the_threshold(void **state)
 static void test_a_success_resets_the_count(void **state)
 {
     (void)state;
-    bh_breaker_force(&ns, index_, 0);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 0);
     failed(0, 0);
     failed(0, 0);
-    assert_int_equal(bh_breaker_success(&ns, index_, 0), BH_BREAKER_UNCHANGED);
+    assert_int_equal(bh_breaker_success(bh_breaker_fields(&ns, index_), 0), BH_BREAKER_UNCHANGED);
     assert_int_equal(failed(0, 0), BH_BREAKER_UNCHANGED);
     assert_int_equal(seen().state, BH_BREAKER_IS_CLOSED);
 }
@@ -111,7 +111,7 @@ static void test_a_success_resets_the_count(void **state)
 static void test_one_probe_then_doubling_then_closing(void **state)
 {
     (void)state;
-    bh_breaker_force(&ns, index_, 0);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 0);
     for (int i = 0; i < 3; i++)
         failed(0, 0);
     wait_half_open();
@@ -125,39 +125,40 @@ static void test_one_probe_then_doubling_then_closing(void **state)
     assert_int_equal(seen().open_ms, 12);  /* breaker_open_max_ms */
     wait_half_open();
     assert_int_equal(admit(), BH_BREAKER_PROBE);
-    assert_int_equal(bh_breaker_success(&ns, index_, probe.since_ns), BH_BREAKER_CLOSED);
+    assert_int_equal(bh_breaker_success(bh_breaker_fields(&ns, index_), probe.since_ns),
+                     BH_BREAKER_CLOSED);
     assert_int_equal(admit(), BH_BREAKER_PASS);
     /* the slot went back with the close: a later half-open probes again */
     for (int i = 0; i < 3; i++)
         failed(0, 0);
     wait_half_open();
     assert_int_equal(admit(), BH_BREAKER_PROBE);
-    bh_breaker_abandon(&ns, index_, probe.since_ns);
+    bh_breaker_abandon(bh_breaker_fields(&ns, index_), probe.since_ns);
     assert_int_equal(admit(), BH_BREAKER_PROBE);
-    bh_breaker_abandon(&ns, index_, probe.since_ns);
+    bh_breaker_abandon(bh_breaker_fields(&ns, index_), probe.since_ns);
 }
 
 static void test_after_io_failures_only_bytes_count(void **state)
 {
     (void)state;
-    bh_breaker_force(&ns, index_, 0);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 0);
     failed(0, 1);
-    assert_false(bh_breaker_wants(&ns, index_, 0));
-    assert_true(bh_breaker_wants(&ns, index_, 1));
-    bh_breaker_success(&ns, index_, 0);
-    assert_true(bh_breaker_wants(&ns, index_, 0));
+    assert_false(bh_breaker_wants(bh_breaker_fields(&ns, index_), 0));
+    assert_true(bh_breaker_wants(bh_breaker_fields(&ns, index_), 1));
+    bh_breaker_success(bh_breaker_fields(&ns, index_), 0);
+    assert_true(bh_breaker_wants(bh_breaker_fields(&ns, index_), 0));
 }
 
 static void test_forced_states(void **state)
 {
     (void)state;
-    bh_breaker_force(&ns, index_, 1);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 1);
     struct bh_breaker_view view = seen();
     assert_int_equal(view.state, BH_BREAKER_IS_OPEN);
     assert_true(view.forced);
     sleep_ms(20);  /* longer than any open period: forced open stays open */
     assert_int_equal(admit(), BH_BREAKER_REFUSE_OPEN);
-    bh_breaker_force(&ns, index_, 0);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 0);
     assert_int_equal(admit(), BH_BREAKER_PASS);
     assert_int_equal(seen().failures, 0);
 }
@@ -167,7 +168,7 @@ static void test_forced_states(void **state)
 static void test_a_dead_probers_slot_comes_back(void **state)
 {
     (void)state;
-    bh_breaker_force(&ns, index_, 0);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 0);
     for (int i = 0; i < 3; i++)
         failed(0, 0);
     wait_half_open();
@@ -179,7 +180,7 @@ static void test_a_dead_probers_slot_comes_back(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_int_equal(admit(), BH_BREAKER_PROBE);
     assert_true(probe.replaced_gone);
-    bh_breaker_abandon(&ns, index_, probe.since_ns);
+    bh_breaker_abandon(bh_breaker_fields(&ns, index_), probe.since_ns);
 }
 
 /* A probe silent past the deadline: the next connect takes the slot over
@@ -190,7 +191,7 @@ static void test_a_silent_probe_is_taken_over(void **state)
 {
     (void)state;
     uint64_t taken_over = seen().probes_taken_over;
-    bh_breaker_force(&ns, index_, 0);
+    bh_breaker_force(bh_breaker_fields(&ns, index_), 0);
     for (int i = 0; i < 3; i++)
         failed(0, 0);
     wait_half_open();
@@ -204,14 +205,15 @@ static void test_a_silent_probe_is_taken_over(void **state)
     assert_int_equal(seen().failures, 1);
     /* The silent one reports late: the breaker stays half-open, the slot
      * stays with the new probe. */
-    assert_int_equal(bh_breaker_success(&ns, index_, silent.since_ns),
+    assert_int_equal(bh_breaker_success(bh_breaker_fields(&ns, index_), silent.since_ns),
                      BH_BREAKER_UNCHANGED);
     assert_int_equal(failed(silent.since_ns, 0), BH_BREAKER_UNCHANGED);
-    bh_breaker_abandon(&ns, index_, silent.since_ns);
+    bh_breaker_abandon(bh_breaker_fields(&ns, index_), silent.since_ns);
     assert_int_equal(seen().state, BH_BREAKER_IS_HALF_OPEN);
     assert_int_equal(admit_within(20), BH_BREAKER_REFUSE_PROBING);
     /* The new probe's outcome is the one that counts. */
-    assert_int_equal(bh_breaker_success(&ns, index_, probe.since_ns), BH_BREAKER_CLOSED);
+    assert_int_equal(bh_breaker_success(bh_breaker_fields(&ns, index_), probe.since_ns),
+                     BH_BREAKER_CLOSED);
     assert_int_equal(seen().probes_taken_over, taken_over + 1);
 }
 

@@ -3,7 +3,8 @@
  * where they are (bh_adaptive_fields); what they mean, who writes them
  * and when is in adaptive.c. Registration writes the settings and the
  * starting estimate once, from the creating process's rules, as it
- * writes the limit. */
+ * writes the limit. Declared here, beside the layout that holds them,
+ * since the controller's room sits above this one (it uses permits). */
 #ifndef BH_ADAPTIVE_FIELDS_H
 #define BH_ADAPTIVE_FIELDS_H
 
