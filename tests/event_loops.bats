@@ -150,6 +150,11 @@ except OSError as e:
 }
 
 @test "a forked child has no watchdog thread until it needs one: then its own request times out too, as the parent's does" {
+    # Under the preloaded ASan runtime (GCC 12's) the child's new thread can
+    # block for good on an allocator lock the fork inherited held (seen
+    # waiting on a futex in ASan's allocator region); glibc's malloc is
+    # fork-safe, and the plain shim passes this every time.
+    [[ -z ${ASAN_OPTIONS:-} ]] || skip "ASan's allocator is not fork-safe for a thread started in the child"
     py_server quiet "$SILENT"
     compartment_rules 2 io_timeout_ms=$IO_MS
     run run_shim timeout 20 python3 -c '
