@@ -25,7 +25,7 @@ import cost
 import plumbing
 from plumbing import (BASE_ENV, BenchError, LIVE, LIVE_LOCK, STARTED, check_rules,
                       env_for, kv, live_limit, log, new_namespace, note, record,
-                      write_rules)
+                      wait_ready, write_rules)
 
 CAPACITY = 8
 SERVICE_MS = 25
@@ -58,13 +58,7 @@ def start_server(tmp, name):
                          env=BASE_ENV)
     STARTED.append(p)
     note("pids", p.pid)
-    for _ in range(500):
-        if os.path.exists(ready) or p.poll() is not None:
-            break
-        time.sleep(0.02)
-    if not os.path.exists(ready):
-        raise BenchError("the capacity server did not start")
-    port, ctl = map(int, open(ready).read().split())
+    port, ctl = map(int, wait_ready(p, ready, "the capacity server").split())
     return port, ctl
 
 

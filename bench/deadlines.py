@@ -9,8 +9,9 @@ import sys
 import time
 
 import plumbing
-from plumbing import (BASE_ENV, BenchError, LIMIT, LIVE, LIVE_LOCK, STARTED,
-                      check_rules, env_for, kv, new_namespace, note, nsstat, record)
+from plumbing import (BASE_ENV, LIMIT, LIVE, LIVE_LOCK, STARTED,
+                      check_rules, env_for, kv, new_namespace, note, nsstat, record,
+                      wait_ready)
 
 DEAD_WORKERS = 40     # processes alternating a healthy and a dead downstream
 DEAD_HOLD_MS = 20     # the healthy server's answer time: workers, not CPUs, bound it
@@ -39,13 +40,7 @@ def start_blackhole(tmp):
                           "--lifetime", "900"], env=BASE_ENV)
     STARTED.append(p)
     note("pids", p.pid)
-    for _ in range(500):
-        if os.path.exists(ready) or p.poll() is not None:
-            break
-        time.sleep(0.02)
-    if not os.path.exists(ready):
-        raise BenchError("blackhole.py did not start")
-    return int(open(ready).read())
+    return int(wait_ready(p, ready, "blackhole.py"))
 
 
 def write_dead_rules(path, namespace, dead_port, deadlines):
@@ -95,13 +90,7 @@ def start_slow_server(tmp):
     p = subprocess.Popen([plumbing.SERVER, ready, str(DEAD_HOLD_MS), "900"], env=BASE_ENV)
     STARTED.append(p)
     note("pids", p.pid)
-    for _ in range(500):
-        if os.path.exists(ready) or p.poll() is not None:
-            break
-        time.sleep(0.02)
-    if not os.path.exists(ready):
-        raise BenchError("the slow bench_server did not start")
-    return int(open(ready).read().split()[2])
+    return int(wait_ready(p, ready, "the slow bench_server").split()[2])
 
 
 def dead_downstream_section(tmp, base, seconds):

@@ -147,6 +147,19 @@ def wait_port(port, what, timeout=10.0):
     raise BenchError(f"{what} is not listening on 127.0.0.1:{port}")
 
 
+def wait_ready(p, ready, what, tries=500):
+    """The contents of the ready file p writes once it is up (polled every
+    20 ms, tries times); BenchError naming what when p dies first or never
+    writes it."""
+    for _ in range(tries):
+        if os.path.exists(ready) or p.poll() is not None:
+            break
+        time.sleep(0.02)
+    if not os.path.exists(ready):
+        raise BenchError(f"{what} did not start")
+    return open(ready).read()
+
+
 def stop(p):
     if p.poll() is None:
         p.terminate()
@@ -389,13 +402,7 @@ def start_bench_server(tmp, name, hold_ms):
                               preexec_fn=pinned(SERVER_CPU))
     STARTED.append(server)
     note("pids", server.pid)
-    for _ in range(200):
-        if os.path.exists(ready) or server.poll() is not None:
-            break
-        time.sleep(0.02)
-    if not os.path.exists(ready):
-        raise BenchError("bench_server did not start")
-    return tuple(map(int, open(ready).read().split()))
+    return tuple(map(int, wait_ready(server, ready, "bench_server", tries=200).split()))
 
 
 

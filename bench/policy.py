@@ -8,10 +8,9 @@ reports it in its table and budget.
 import os
 import subprocess
 import sys
-import time
 
-from plumbing import (BenchError, CG_N, callgrind, env_for, new_namespace, note, record,
-                      strace_calls, write_rules)
+from plumbing import (CG_N, callgrind, env_for, new_namespace, note, record,
+                      strace_calls, wait_ready, write_rules)
 
 # A member of a reserve that another member holds whole: python, named
 # bench_client through argv[0] so that it is a member too.
@@ -41,12 +40,7 @@ def member_fallthrough(sink, base, tmp, ir_op, sc_op):
                                   executable=sys.executable, env=env_for(cfg))
         note("pids", holder.pid)
         try:
-            for _ in range(500):
-                if os.path.exists(ready) or holder.poll() is not None:
-                    break
-                time.sleep(0.02)
-            if not os.path.exists(ready):
-                raise BenchError("the reserve's holder did not connect")
+            wait_ready(holder, ready, "the reserve's holder")
             if tool == "i":
                 ir[n] = callgrind("cc_member", "connect_close", sink, cfg, n)
             else:
