@@ -150,7 +150,7 @@ def line_costs(path, file_suffix, first, last):
     """Ir spent at source lines first..last of the file ending in
     file_suffix, wherever they were inlined, with what they call (getpid):
     a reading of callgrind's format, as callgrind_annotate reads it."""
-    names, current, line, calls, total = {}, "", 0, False, 0
+    names, current, line, total = {}, "", 0, 0
     with open(path) as f:
         for raw in f:
             m = re.match(r"([cj]?)f[lie]=\((\d+)\)(?: (.*))?", raw.rstrip("\n"))
@@ -160,8 +160,7 @@ def line_costs(path, file_suffix, first, last):
                 if not m.group(1):
                     current = names.get(m.group(2), "")
                 continue
-            if raw.startswith("calls="):
-                calls = True
+            if raw.startswith("calls="):  # the call's own line follows: counted there
                 continue
             m = re.match(r"^([+-]\d+|\*|\d+)\s+(\d+)", raw)
             if not m:
@@ -171,12 +170,7 @@ def line_costs(path, file_suffix, first, last):
                     line if pos == "*" else int(pos))
             if current.endswith(file_suffix) and first <= line <= last:
                 total += int(m.group(2))
-            calls = False
     return total
-
-
-# ---------------------------------------------------------------------------
-# the permit hand-off when a holder ends: how long a dead holder's socket
 
 
 # ---------------------------------------------------------------------------
