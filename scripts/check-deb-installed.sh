@@ -14,20 +14,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-base=$(mktemp -d)
-trap 'umount -l -R "$base" 2>/dev/null || true; rmdir "$base"' EXIT
-mount -t tmpfs tmpfs "$base"
-mkdir "$base/upper" "$base/work" "$base/root"
-mount -t overlay overlay -o "lowerdir=/,upperdir=$base/upper,workdir=$base/work" "$base/root"
-for d in proc dev sys; do
-    mount --rbind "/$d" "$base/root/$d"
-done
-mount -t tmpfs tmpfs "$base/root/tmp"
-mkdir "$base/root/tmp/debs" "$base/root/tmp/src"
-cp "$@" "$base/root/tmp/debs/"
-cp -a debian tests "$base/root/tmp/src/"
+source scripts/overlay-root.bash
+overlay_root
+mkdir "$OVERLAY_ROOT/tmp/debs" "$OVERLAY_ROOT/tmp/src"
+cp "$@" "$OVERLAY_ROOT/tmp/debs/"
+cp -a debian tests "$OVERLAY_ROOT/tmp/src/"
 
-chroot "$base/root" /bin/bash -euo pipefail -c '
+chroot "$OVERLAY_ROOT" /bin/bash -euo pipefail -c '
 fail() { echo "installed: $*" >&2; exit 1; }
 dpkg -i /tmp/debs/*.deb >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -i failed"; }
 

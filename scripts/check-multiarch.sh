@@ -27,20 +27,13 @@ if [[ -z "${BH_MULTIARCH_INSIDE:-}" ]]; then
     exec unshare -m -i --propagation private "$0" "$@"
 fi
 
-base=$(mktemp -d)
-trap 'umount -l -R "$base" 2>/dev/null || true; rmdir "$base"' EXIT
-mount -t tmpfs -o size=8g tmpfs "$base"
-mkdir "$base/upper" "$base/work" "$base/root"
-mount -t overlay overlay -o "lowerdir=/,upperdir=$base/upper,workdir=$base/work" "$base/root"
-for d in proc dev sys; do
-    mount --rbind "/$d" "$base/root/$d"
-done
-mount -t tmpfs tmpfs "$base/root/tmp"
-mkdir -p "$base/root/tmp/src"
-git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$base/root/tmp/src"
-cp build/deb/libbulkhead_*_amd64.deb build/deb/bulkhead_*_amd64.deb "$base/root/tmp/"
+source scripts/overlay-root.bash
+overlay_root size=8g
+mkdir -p "$OVERLAY_ROOT/tmp/src"
+git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$OVERLAY_ROOT/tmp/src"
+cp build/deb/libbulkhead_*_amd64.deb build/deb/bulkhead_*_amd64.deb "$OVERLAY_ROOT/tmp/"
 
-chroot "$base/root" /bin/bash -euo pipefail -c '
+chroot "$OVERLAY_ROOT" /bin/bash -euo pipefail -c '
 fail() { echo "check-multiarch: $*" >&2; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
 cd /tmp/src
