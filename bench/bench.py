@@ -5,8 +5,9 @@ Started by bench/run.sh (which builds build/bench/bench_client and
 bench_server first); see bench/README for what is measured and why.
 
 This is the driver: it sets up (plumbing.py, fixtures.py), runs the
-sections, one module each (core, handoff, deadlines, fleet, fleetsim,
-adaptive, cost with policy, seccomp), and prints their lines and budget.
+sections, one module each (core, handoff, deadlines, fleet, failover,
+fleetsim, adaptive, cost with policy, seccomp), and prints their lines and
+budget.
 `--only NAME` runs one section; the full run runs them all but seccomp,
 and reports core and cost together (cost's budget takes core's wall
 clock). Everything started is stopped, and every namespace named is
@@ -25,6 +26,7 @@ import adaptive
 import core
 import cost
 import deadlines
+import failover
 import fixtures
 import fleet
 import fleetsim
@@ -41,10 +43,11 @@ QUICK = dict(rounds=3, cc_n=2000, pp_n=2000, rs_n=2000, req_n=1000,
 # --only NAME: each module has title(setup) and section(setup), which
 # returns (report lines, budget checks as (ok, text)).
 SECTIONS = {"handoff": handoff, "deadlines": deadlines, "cost": cost, "fleet": fleet,
-            "fleetsim": fleetsim, "adaptive": adaptive, "seccomp": seccomp}
+            "failover": failover, "fleetsim": fleetsim, "adaptive": adaptive,
+            "seccomp": seccomp}
 # The full run's steps after core's five (cost is the last, step 9).
-FULL_STEPS = (("6", handoff), ("7", deadlines), ("8", fleet), ("8b", fleetsim),
-              ("8c", adaptive))
+FULL_STEPS = (("6", handoff), ("7", deadlines), ("8", fleet), ("8a", failover),
+              ("8b", fleetsim), ("8c", adaptive))
 
 
 def print_budget(checks):
