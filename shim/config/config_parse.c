@@ -275,15 +275,21 @@ static int set_log_file(struct parser *p, const char *key, const char *value)
     return 0;
 }
 
-static int set_namespace(struct parser *p, const char *key, const char *value)
+/* A namespace's or a fleet's name, into name (BH_NAME_MAX bytes). */
+static int set_name(struct parser *p, const char *key, const char *value, char *name)
 {
     if (is_valid_name(value, strlen(value))) {
-        snprintf(p->config->namespace_name, BH_NAME_MAX, "%s", value);
+        snprintf(name, BH_NAME_MAX, "%s", value);
         return 0;
     }
     report(p, p->line, "%s: \"%s\" is not a valid name "
            "(use 1 to %d of A-Z a-z 0-9 _ . -)", key, value, BH_NAME_MAX - 1);
     return -1;
+}
+
+static int set_namespace(struct parser *p, const char *key, const char *value)
+{
+    return set_name(p, key, value, p->config->namespace_name);
 }
 
 /* What the shim does when it cannot reach the namespace's shared state
@@ -376,13 +382,7 @@ static int set_fleet_host(struct parser *p, const char *key, const char *value)
 
 static int set_fleet_name(struct parser *p, const char *key, const char *value)
 {
-    if (is_valid_name(value, strlen(value))) {
-        snprintf(p->config->fleet_name, BH_NAME_MAX, "%s", value);
-        return 0;
-    }
-    report(p, p->line, "%s: \"%s\" is not a valid name "
-           "(use 1 to %d of A-Z a-z 0-9 _ . -)", key, value, BH_NAME_MAX - 1);
-    return -1;
+    return set_name(p, key, value, p->config->fleet_name);
 }
 
 static int set_fleet_refresh_ms(struct parser *p, const char *key, const char *value)
