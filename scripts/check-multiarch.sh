@@ -58,6 +58,7 @@ cat >/tmp/layout.c <<C
 #include <stddef.h>
 #include <stdio.h>
 #include "permits/permits.h"
+#include "permits/layout.h"  /* the layout itself, as the permits unit tests read it */
 int main(void)
 {
     printf("state %zu, compartment %zu, holder %zu, holders at %zu, sockets at %zu, windows at %zu\n",
