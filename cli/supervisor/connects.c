@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "breaker/breaker.h"
@@ -161,29 +162,6 @@ static void membership_for(struct sv_state *state, pid_t pid, int local,
 
 /* ---- the connect itself ---- */
 
-static int downstream_failure(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-           err == ENETUNREACH || err == ECONNRESET;
-}
-
-/* What the breaker learns from a connect whose result is known now; a
- * connect still under way tells it nothing (a probe's slot goes back). */
-static void tell_breaker(struct sv_state *state, int shared, int local, int64_t probe,
-                         int rc, int err)
-{
-    const struct bh_compartment *compartment = &state->config.compartments[local];
-    struct bh_breaker_config config = { compartment->breaker_failures,
-                                        compartment->breaker_open_ms,
-                                        compartment->breaker_open_max_ms };
-    if (rc == 0 && (probe || bh_breaker_wants(bh_breaker_fields(&state->ns, shared), 0)))
-        bh_breaker_success(bh_breaker_fields(&state->ns, shared), probe);
-    else if (rc < 0 && downstream_failure(err))
-        bh_breaker_failure(bh_breaker_fields(&state->ns, shared), &config, probe, 0);
-    else if (probe)
-        bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), probe);
-}
-
 /* Admitted: count the socket, connect, and give the permits back at once
  * if it failed outright. Returns the connect's result for the program. */
 static int connect_counted(struct job *job, int sock, uint64_t inode, int shared,
@@ -206,10 +184,24 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     }
     if (counted)
         sv_wake(state);
+    struct timespec before, after;
+    clock_gettime(CLOCK_MONOTONIC, &before);
     int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
     *err = rc < 0 ? errno : 0;
+    clock_gettime(CLOCK_MONOTONIC, &after);
     sv_socket_connecting(inode, sock, (struct sockaddr *)&job->to);
-    tell_breaker(state, shared, local, admitted->probe, rc, *err);
+    if (rc < 0 && (*err == EINPROGRESS || *err == EINTR)) {
+        /* under way (non-blocking, or interrupted): its outcome comes later */
+        struct sv_connecting connecting = { sock, (struct sockaddr *)&job->to, inode,
+                                            process->pid, job->fd, shared, local,
+                                            admitted->probe };
+        if (sv_outcome_watch(state, &connecting))
+            sv_wake(state);
+    } else {
+        int64_t connect_ns = (int64_t)(after.tv_sec - before.tv_sec) * 1000000000 +
+                             (after.tv_nsec - before.tv_nsec);
+        sv_outcome_tell(state, shared, local, admitted->probe, *err, connect_ns);
+    }
     if (rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY)
         sv_socket_release(state, inode);
     return rc;
