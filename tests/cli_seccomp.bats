@@ -19,6 +19,8 @@ setup() {
     FORK_SHARE="$BH_ROOT/build/tests/fork_share"
     build_if_stale "$GOHTTP" "$BH_ROOT/tests/clients/go/gohttp.go" go_build
     build_if_stale "$FORK_SHARE" "$BH_ROOT/tests/clients/static/fork_share.c" static_build
+    DISCONNECT="$BH_ROOT/build/tests/disconnect"
+    build_if_stale "$DISCONNECT" "$BH_ROOT/tests/clients/static/disconnect.c" static_build
     GODIAL="$BH_ROOT/build/tests/godial"
     build_if_stale "$GODIAL" "$BH_ROOT/tests/clients/go/godial.go" go_build
     CLOSE_CONNECTING="$BH_ROOT/build/tests/close_connecting"
@@ -174,6 +176,15 @@ sv_run() {
     assert_equal "$(count ok "$T/out")" 1
     assert_equal "$(count ECONNREFUSED "$T/out")" 1
     assert_equal "$(server_stat s max)" 1
+}
+
+@test "seccomp: connect(AF_UNSPEC) of a counted socket gives its permit back once: at limit 1 a second socket connects, then the first cannot again" {
+    start_server s -1
+    compartment_rules 1
+    sv_run "$T/out" --seccomp -- "$DISCONNECT" "$SERVER_PORT"
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(cat "$T/out")" $'a=ok\nunspec=ok\nb=ok\nagain=ECONNREFUSED'
+    assert_equal "$(server_stat s total)" 2
 }
 
 @test "seccomp: busybox wget under bulkhead run is capped" {

@@ -356,14 +356,51 @@ static void dispatch(struct job *job)
     }
 }
 
+/* connect(AF_UNSPEC) dissolves a connection: on a counted socket it is
+ * done here, on the copy, and the permits go back once it succeeded (as
+ * the shim gives them back). From the main thread: a disconnect never
+ * waits, and so no look at the socket's outcome (outcomes.c) runs
+ * meanwhile. 0: not a counted socket (the caller answers CONTINUE). */
+static int disconnect_counted(struct sv_state *state, const struct seccomp_notif *notif)
+{
+    if (sv_sockets_live() == 0)
+        return 0;
+    pid_t pid = (pid_t)status_field((pid_t)notif->pid, "Tgid:", 0);
+    int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+    int sock = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, (int)notif->data.args[0], 0)
+                          : -1;
+    struct stat info;
+    int counted = sock >= 0 && fstat(sock, &info) == 0 &&
+                  still_valid(state->listener, notif->id) && sv_socket_counted(info.st_ino);
+    if (counted) {
+        struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+        sv_outcome_forget(state, info.st_ino);
+        int rc = connect(sock, &unspec, sizeof unspec), err = rc < 0 ? errno : 0;
+        if (rc == 0)
+            sv_socket_release(state, info.st_ino);
+        close(sock);  /* before the answer, as handle() does */
+        sock = -1;
+        respond(state->listener, notif->id, rc, rc < 0 ? -err : 0, 0);
+    }
+    if (sock >= 0)
+        close(sock);
+    if (pidfd >= 0)
+        close(pidfd);
+    return counted;
+}
+
 void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
     struct job *job = calloc(1, sizeof *job);
     socklen_t length = (socklen_t)notif->data.args[2];
-    if (!job || length < sizeof(sa_family_t) || length > sizeof job->to ||
-        read_address(notif->pid, notif->data.args[1], &job->to, length) < 0 ||
-        !still_valid(state->listener, notif->id) ||
-        (job->to.ss_family != AF_INET && job->to.ss_family != AF_INET6) ||
+    int readable = job && length >= sizeof(sa_family_t) && length <= sizeof job->to &&
+                   read_address(notif->pid, notif->data.args[1], &job->to, length) == 0 &&
+                   still_valid(state->listener, notif->id);
+    if (readable && job->to.ss_family == AF_UNSPEC && disconnect_counted(state, notif)) {
+        free(job);
+        return;  /* answered */
+    }
+    if (!readable || (job->to.ss_family != AF_INET && job->to.ss_family != AF_INET6) ||
         (job->rule = bh_rule_index_match(state->rules, (struct sockaddr *)&job->to,
                                          length)) < 0) {
         free(job);

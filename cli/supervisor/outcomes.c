@@ -383,3 +383,18 @@ void sv_outcome_closing(struct sv_state *state, int fd)
         settle(state, &closing[i], verdict == UNKNOWN ? PENDING : verdict, now);
     }
 }
+
+void sv_outcome_forget(struct sv_state *state, uint64_t inode)
+{
+    struct pending gone[LOOKS_PER_ROUND];
+    int count = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < table_count && count < LOOKS_PER_ROUND;)
+        if (table[i].inode == inode)
+            take_locked(i, &gone[count++]);
+        else
+            i++;
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < count; i++)
+        sv_outcome_tell(state, gone[i].shared, gone[i].local, gone[i].probe, EINPROGRESS, -1);
+}

@@ -103,8 +103,9 @@ int sv_sockets_live(void);
 
 /* ---- connects.c ---- */
 
-/* A trapped connect: answered here (not ours: CONTINUE) or by a thread
- * of its own (admission may wait; a blocking connect blocks). */
+/* A trapped connect: answered here (not ours: CONTINUE; or a counted
+ * socket's connect(AF_UNSPEC), carried out) or by a thread of its own
+ * (admission may wait; a blocking connect blocks). */
 struct seccomp_notif;
 void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
 /* Answers a notification: the call proceeds as the program made it. */
@@ -140,6 +141,9 @@ void sv_outcomes_poll(struct sv_state *state);
 /* Main thread, at a trapped close(fd), before it is answered: a watched
  * socket the fd still shows failed or connected is told now. */
 void sv_outcome_closing(struct sv_state *state, int fd);
+/* Main thread: the socket with this inode is disconnected (AF_UNSPEC)
+ * before its outcome showed: it has none (a probe gives its slot back). */
+void sv_outcome_forget(struct sv_state *state, uint64_t inode);
 
 /* ---- names.c ---- */
 

@@ -1,0 +1,44 @@
+/* disconnect PORT
+ *
+ * Built by the tests with gcc -static, into build/tests/disconnect.
+ * Connects socket a to 127.0.0.1:PORT, dissolves that connection with
+ * connect(AF_UNSPEC), connects a second socket b, then a again; each
+ * step's outcome on a line of its own: "a=ok", "unspec=ok", "b=ok",
+ * "again=ECONNREFUSED"... (ok or the errno's name). Exit: 0, or 2 for a
+ * usage or setup error. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void step(const char *name, int rc)
+{
+    printf("%s=%s\n", name, rc == 0 ? "ok" : strerrorname_np(errno));
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    struct sockaddr_in to = { .sin_family = AF_INET };
+    struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+    if (argc != 2 || inet_pton(AF_INET, "127.0.0.1", &to.sin_addr) != 1) {
+        fprintf(stderr, "usage: disconnect PORT\n");
+        return 2;
+    }
+    to.sin_port = htons((unsigned short)atoi(argv[1]));
+    int a = socket(AF_INET, SOCK_STREAM, 0), b = socket(AF_INET, SOCK_STREAM, 0);
+    if (a < 0 || b < 0) {
+        perror("disconnect");
+        return 2;
+    }
+    step("a", connect(a, (struct sockaddr *)&to, sizeof to));
+    step("unspec", connect(a, &unspec, sizeof unspec));
+    step("b", connect(b, (struct sockaddr *)&to, sizeof to));
+    step("again", connect(a, (struct sockaddr *)&to, sizeof to));
+    close(a);
+    close(b);
+    return 0;
+}
