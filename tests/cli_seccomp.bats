@@ -178,13 +178,20 @@ sv_run() {
     assert_equal "$(server_stat s max)" 1
 }
 
-@test "seccomp: connect(AF_UNSPEC) of a counted socket gives its permit back once: at limit 1 a second socket connects, then the first cannot again" {
+@test "seccomp: connect(AF_UNSPEC) of a counted socket gives its permit back at once, once: at limit 1 another tree connects, then a second socket, and the first cannot again" {
     start_server s -1
     compartment_rules 1
-    sv_run "$T/out" --seccomp -- "$DISCONNECT" "$SERVER_PORT"
-    assert_equal "$SV_STATUS" 0
+    bg_tree "$T/out" --seccomp -c "$RULES" -- "$DISCONNECT" "$SERVER_PORT" "$T/go"
+    local tree=$BG_PID
+    wait_for file_has "$T/out" '^unspec='
+    # another supervisor: it cannot ask the kernel about the first tree's
+    # sockets; only the disconnect itself gave the permit back
+    sv_run "$T/other" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 1 0
+    assert_equal "$(cat "$T/other")" $'ok\ndone'
+    touch "$T/go"
+    wait_pid "$tree"
     assert_equal "$(cat "$T/out")" $'a=ok\nunspec=ok\nb=ok\nagain=ECONNREFUSED'
-    assert_equal "$(server_stat s total)" 2
+    assert_equal "$(server_stat s total)" 3
 }
 
 @test "seccomp: busybox wget under bulkhead run is capped" {
