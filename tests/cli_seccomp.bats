@@ -386,6 +386,11 @@ down_rules() {
     } >"$RULES"
 }
 
+# opens_above N: the namespace sent more SYNs than active_opens said N.
+opens_above() {
+    (($(active_opens) > $1))
+}
+
 # ns_dial OUT ARGS...: godial ARGS under bulkhead run in the namespace;
 # its line in OUT.
 ns_dial() {
@@ -461,4 +466,24 @@ ns_dial() {
     ns_dial "$T/down" 127.0.0.1:8080 5
     assert_equal "$(cat "$T/down")" "111 111 111 113 113"
     assert_equal "$(syns_since "$before")" 3
+}
+
+@test "seccomp: a Go probe still connecting holds the probe slot: another tree's connect meanwhile is refused at once; the probe's timeout opens it again" {
+    netns_start
+    ns_py_server hole "$BLACKHOLE" --lifetime 60
+    local hole=$SERVER_PORT
+    down_rules 300 "connect_timeout_ms = 1000" "match = 127.0.0.1:$hole"
+    ns_dial "$T/open" "127.0.0.1:$CLOSED_PORT" 3
+    assert_equal "$(cat "$T/open")" "111 111 111"
+    local before
+    before=$(active_opens)
+    bg_ns "$T/probe" "$BULKHEAD" run --seccomp -c "$RULES" -- "$GODIAL" "127.0.0.1:$hole" probe
+    local probe=$BG_PID
+    # its SYN is out, unanswered: the probe is under way for 1 s
+    wait_for opens_above "$before"
+    ns_dial "$T/other" "127.0.0.1:$CLOSED_PORT" 1
+    assert_equal "$(cat "$T/other")" 113
+    wait_pid "$probe"
+    assert_equal "$(cat "$T/probe")" "110 113"
+    assert_equal "$(syns_since "$before")" 1
 }
