@@ -246,14 +246,20 @@ static int diag_state(const struct pending *entry)
     };
     memcpy(ask.request.id.idiag_src, entry->id.local, sizeof entry->id.local);
     memcpy(ask.request.id.idiag_dst, entry->id.remote, sizeof entry->id.remote);
+    static uint32_t sequence;
+    ask.header.nlmsg_seq = ++sequence;  /* an answer to an earlier ask is not this one's */
     int fd = diag_socket();
     struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
     long answer[512];
     if (fd < 0 || sendto(fd, &ask, sizeof ask, 0, (struct sockaddr *)&kernel,
                          sizeof kernel) != (ssize_t)sizeof ask)
         return -1;
-    ssize_t length = recv(fd, answer, sizeof answer, 0);
+    ssize_t length;
     struct nlmsghdr *header = (struct nlmsghdr *)answer;
+    do
+        length = recv(fd, answer, sizeof answer, MSG_DONTWAIT);
+    while (length > 0 && NLMSG_OK(header, (size_t)length) &&
+           header->nlmsg_seq != sequence);
     if (length <= 0 || !NLMSG_OK(header, (size_t)length))
         return -1;
     if (header->nlmsg_type == NLMSG_ERROR)
@@ -308,7 +314,8 @@ static enum verdict look(struct sv_state *state, const struct pending *entry, in
     int tcp_state = diag_state(entry);
     if (tcp_state > 0 && connected_state(tcp_state))
         return CONNECTED;
-    if (tcp_state == 0 || tcp_state == STATE_CLOSE) {
+    if (tcp_state != STATE_SYN_SENT && tcp_state != STATE_SYN_RECV) {
+        /* not found, CLOSE, or sock_diag could not say: the fd will */
         enum verdict verdict = ask_fd(entry);
         if (verdict != PENDING)
             return verdict;
