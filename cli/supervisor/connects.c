@@ -3,14 +3,16 @@
  *
  * The destination is read from the program's memory; a destination no
  * rule matches (and anything but AF_INET/AF_INET6) is answered CONTINUE
- * at once, from the main thread. A matched one is the supervisor's to
+ * at once, from the main thread, but for AF_UNSPEC on a counted socket
+ * (disconnect_counted). A matched one is the supervisor's to
  * carry out, by a worker thread (admission may wait, and a blocking
  * connect blocks): the program's socket is copied here
  * (pidfd_getfd), permits taken for the process (per_process counts by its
  * pid, its reserve and bypass worked out from its /proc identity), and
  * the connect done on the copy with the address as read, so that what
- * was checked is what connects; its result is the program's. The copy
- * shares the file description: O_NONBLOCK, SO_SNDTIMEO and the deadlines
+ * was checked is what connects; its result is the program's, and its
+ * outcome (later, for a non-blocking one) the breaker's (outcomes.c).
+ * The copy shares the file description: O_NONBLOCK, SO_SNDTIMEO and the deadlines
  * set here are the program's own.
  *
  * CONTINUE is never the answer for a connect that counts. It is for an

@@ -1,7 +1,8 @@
 /* What a supervised connect turned out to be, told to the breaker and
  * counted as the shim counts it (shim/core/outcome.c): connect_failures,
- * connect_timeouts, the connect-time histogram, the breaker's failures
- * and its probe.
+ * connect_timeouts, the connect-time histogram (blocking connects: a
+ * non-blocking one's time is known only to the grain of the looks below),
+ * the breaker's failures and its probe.
  *
  * A blocking connect's outcome is its result (sv_outcome_tell). A
  * non-blocking one (Go's always are) returns EINPROGRESS, and its
@@ -32,8 +33,9 @@
  * Shared state: the table of watched sockets, under `lock`. Workers add
  * to it (sv_outcome_watch); the main thread alone takes entries out to
  * look at them and puts back those still pending, so each outcome is told
- * once: an entry leaves the table under the lock before it is told. The
- * lock is never held across a system call. Memory: one entry per counted
+ * once: an entry leaves the table under the lock before it is told (a
+ * disconnect, sv_outcome_forget, is the main thread's too). The lock is
+ * never held across a look. Memory: one entry per counted
  * socket still connecting, so no more than the compartments' limits; a
  * look is one netlink round trip (one socket, kept by the main thread),
  * at most LOOKS_PER_ROUND per pass of the main loop, so a flood of
@@ -45,8 +47,8 @@
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
-#include <netinet/in.h>
 #include <linux/tcp.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
