@@ -11,6 +11,7 @@
 # (A cli file: `bulkhead run` always preloads build/libbulkhead.so.)
 
 load helpers/common
+load helpers/netns
 
 setup() {
     bh_setup
@@ -18,6 +19,10 @@ setup() {
     FORK_SHARE="$BH_ROOT/build/tests/fork_share"
     build_if_stale "$GOHTTP" "$BH_ROOT/tests/clients/go/gohttp.go" go_build
     build_if_stale "$FORK_SHARE" "$BH_ROOT/tests/clients/static/fork_share.c" static_build
+    DISCONNECT="$BH_ROOT/build/tests/disconnect"
+    build_if_stale "$DISCONNECT" "$BH_ROOT/tests/clients/static/disconnect.c" static_build
+    GODIAL="$BH_ROOT/build/tests/godial"
+    build_if_stale "$GODIAL" "$BH_ROOT/tests/clients/go/godial.go" go_build
     CLOSE_CONNECTING="$BH_ROOT/build/tests/close_connecting"
     build_if_stale "$CLOSE_CONNECTING" "$BH_ROOT/tests/clients/static/close_connecting.c" \
         static_build
@@ -171,6 +176,22 @@ sv_run() {
     assert_equal "$(count ok "$T/out")" 1
     assert_equal "$(count ECONNREFUSED "$T/out")" 1
     assert_equal "$(server_stat s max)" 1
+}
+
+@test "seccomp: connect(AF_UNSPEC) of a counted socket gives its permit back at once, once: at limit 1 another tree connects, then a second socket, and the first cannot again" {
+    start_server s -1
+    compartment_rules 1
+    bg_tree "$T/out" --seccomp -c "$RULES" -- "$DISCONNECT" "$SERVER_PORT" "$T/go"
+    local tree=$BG_PID
+    wait_for file_has "$T/out" '^unspec='
+    # another supervisor: it cannot ask the kernel about the first tree's
+    # sockets; only the disconnect itself gave the permit back
+    sv_run "$T/other" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 1 0
+    assert_equal "$(cat "$T/other")" $'ok\ndone'
+    touch "$T/go"
+    wait_pid "$tree"
+    assert_equal "$(cat "$T/out")" $'a=ok\nunspec=ok\nb=ok\nagain=ECONNREFUSED'
+    assert_equal "$(server_stat s total)" 3
 }
 
 @test "seccomp: busybox wget under bulkhead run is capped" {
@@ -342,4 +363,127 @@ EOF
     python3 "$T/no_seccomp.py" "$BULKHEAD" run -c "$RULES" -- "$GOHTTP" \
         >/dev/null 2>&1 || SV_STATUS=$?
     assert_equal "$SV_STATUS" 2
+}
+
+# ---- the breaker learns what Go's non-blocking connects turned out to be
+#
+# In a private network namespace (helpers/netns.bash): its TcpActiveOpens
+# counts the connects that sent a SYN, and port 7 is closed there (the
+# kernel refuses, 111). The compartment refuses with EHOSTUNREACH (113),
+# so the client's errno tells the breaker's refusal from the kernel's.
+
+# down_rules OPEN_MS [LINE...]: [down], breaker_failures 3, on PORT 7 and
+# 8080 of the namespace.
+down_rules() {
+    local open_ms=$1
+    shift
+    {
+        printf '[global]\nnamespace = %s\nlog_file = %s\n' "$NS" "$T/bulkhead.log"
+        printf '[down]\nlimit = 10\nerrno = EHOSTUNREACH\nbreaker_failures = 3\n'
+        printf 'breaker_open_ms = %s\nmatch = 127.0.0.1:%s\nmatch = 127.0.0.1:8080\n' \
+            "$open_ms" "$CLOSED_PORT"
+        printf '%s\n' "$@"
+    } >"$RULES"
+}
+
+# opens_above N: the namespace sent more SYNs than active_opens said N.
+opens_above() {
+    (($(active_opens) > $1))
+}
+
+# ns_dial OUT ARGS...: godial ARGS under bulkhead run in the namespace;
+# its line in OUT.
+ns_dial() {
+    local out=$1
+    shift
+    in_ns timeout 30 "$BULKHEAD" run --seccomp -c "$RULES" -- "$GODIAL" "$@" \
+        >"$out" 2>"$out.err" 3>&- || fail "godial $*: $(cat "$out.err")"
+}
+
+@test "seccomp: a Go client's refused non-blocking connects open the breaker: the next ones fail at once with its errno and send no SYN" {
+    netns_start
+    down_rules 60000
+    local before middle
+    before=$(active_opens)
+    ns_dial "$T/first" "127.0.0.1:$CLOSED_PORT" 3
+    assert_equal "$(cat "$T/first")" "111 111 111"
+    middle=$(active_opens)
+    assert_equal "$((middle - before))" 3
+    # another tree, another supervisor: the breaker is the namespace's
+    ns_dial "$T/second" "127.0.0.1:$CLOSED_PORT" 5
+    assert_equal "$(cat "$T/second")" "113 113 113 113 113"
+    assert_equal "$(syns_since "$middle")" 0
+}
+
+@test "seccomp: a Go client's blackholed connects time out at connect_timeout_ms and open the breaker" {
+    netns_start
+    # a full accept queue: SYNs to it are dropped, nothing answers
+    ns_py_server hole "$BLACKHOLE" --lifetime 60
+    down_rules 60000 "connect_timeout_ms = 1000" "match = 127.0.0.1:$SERVER_PORT"
+    sed -i 's/^breaker_failures = 3$/breaker_failures = 2/' "$RULES"
+    local before middle
+    before=$(active_opens)
+    ns_dial "$T/first" "127.0.0.1:$SERVER_PORT" 2 parallel
+    assert_equal "$(cat "$T/first")" "110 110"  # the kernel's TCP_USER_TIMEOUT
+    middle=$(active_opens)
+    assert_equal "$((middle - before))" 2
+    ns_dial "$T/second" "127.0.0.1:$SERVER_PORT" 3
+    assert_equal "$(cat "$T/second")" "113 113 113"
+    assert_equal "$(syns_since "$middle")" 0
+}
+
+@test "seccomp: a Go client's failed probe opens the breaker again: the connect right after it sends no SYN" {
+    netns_start
+    down_rules 1000
+    ns_dial "$T/open" "127.0.0.1:$CLOSED_PORT" 3
+    assert_equal "$(cat "$T/open")" "111 111 111"
+    local before
+    before=$(active_opens)
+    # refused by the breaker until half-open; the probe is refused by the
+    # kernel, and the breaker opens again (for 2 s) before the next connect
+    ns_dial "$T/probe" "127.0.0.1:$CLOSED_PORT" probe
+    assert_equal "$(cat "$T/probe")" "111 113"
+    assert_equal "$(syns_since "$before")" 1
+}
+
+@test "seccomp: a Go client's successful probe closes the breaker: the server sees every connect again, and the failures count from zero" {
+    netns_start
+    down_rules 300
+    ns_dial "$T/open" 127.0.0.1:8080 3
+    assert_equal "$(cat "$T/open")" "111 111 111"
+    ns_holdserver s 0 8080
+    local server=$BG_PID
+    ns_dial "$T/probe" 127.0.0.1:8080 probe
+    assert_equal "$(cat "$T/probe")" "ok ok"
+    ns_dial "$T/after" 127.0.0.1:8080 6 parallel
+    assert_equal "$(cat "$T/after")" "ok ok ok ok ok ok"
+    assert_equal "$(ns_server_stat s total)" 8
+    # closed, not half-open: three new failures in a row to open it again
+    kill "$server"
+    wait_pid "$server" || true
+    local before
+    before=$(active_opens)
+    ns_dial "$T/down" 127.0.0.1:8080 5
+    assert_equal "$(cat "$T/down")" "111 111 111 113 113"
+    assert_equal "$(syns_since "$before")" 3
+}
+
+@test "seccomp: a Go probe still connecting holds the probe slot: another tree's connect meanwhile is refused at once; the probe's timeout opens it again" {
+    netns_start
+    ns_py_server hole "$BLACKHOLE" --lifetime 60
+    local hole=$SERVER_PORT
+    down_rules 300 "connect_timeout_ms = 1000" "match = 127.0.0.1:$hole"
+    ns_dial "$T/open" "127.0.0.1:$CLOSED_PORT" 3
+    assert_equal "$(cat "$T/open")" "111 111 111"
+    local before
+    before=$(active_opens)
+    bg_ns "$T/probe" "$BULKHEAD" run --seccomp -c "$RULES" -- "$GODIAL" "127.0.0.1:$hole" probe
+    local probe=$BG_PID
+    # its SYN is out, unanswered: the probe is under way for 1 s
+    wait_for opens_above "$before"
+    ns_dial "$T/other" "127.0.0.1:$CLOSED_PORT" 1
+    assert_equal "$(cat "$T/other")" 113
+    wait_pid "$probe"
+    assert_equal "$(cat "$T/probe")" "110 113"
+    assert_equal "$(syns_since "$before")" 1
 }

@@ -3,14 +3,16 @@
  *
  * The destination is read from the program's memory; a destination no
  * rule matches (and anything but AF_INET/AF_INET6) is answered CONTINUE
- * at once, from the main thread. A matched one is the supervisor's to
+ * at once, from the main thread, but for AF_UNSPEC on a counted socket
+ * (disconnect_counted). A matched one is the supervisor's to
  * carry out, by a worker thread (admission may wait, and a blocking
  * connect blocks): the program's socket is copied here
  * (pidfd_getfd), permits taken for the process (per_process counts by its
  * pid, its reserve and bypass worked out from its /proc identity), and
  * the connect done on the copy with the address as read, so that what
- * was checked is what connects; its result is the program's. The copy
- * shares the file description: O_NONBLOCK, SO_SNDTIMEO and the deadlines
+ * was checked is what connects; its result is the program's, and its
+ * outcome (later, for a non-blocking one) the breaker's (outcomes.c).
+ * The copy shares the file description: O_NONBLOCK, SO_SNDTIMEO and the deadlines
  * set here are the program's own.
  *
  * CONTINUE is never the answer for a connect that counts. It is for an
@@ -33,6 +35,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "breaker/breaker.h"
@@ -161,29 +164,6 @@ static void membership_for(struct sv_state *state, pid_t pid, int local,
 
 /* ---- the connect itself ---- */
 
-static int downstream_failure(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-           err == ENETUNREACH || err == ECONNRESET;
-}
-
-/* What the breaker learns from a connect whose result is known now; a
- * connect still under way tells it nothing (a probe's slot goes back). */
-static void tell_breaker(struct sv_state *state, int shared, int local, int64_t probe,
-                         int rc, int err)
-{
-    const struct bh_compartment *compartment = &state->config.compartments[local];
-    struct bh_breaker_config config = { compartment->breaker_failures,
-                                        compartment->breaker_open_ms,
-                                        compartment->breaker_open_max_ms };
-    if (rc == 0 && (probe || bh_breaker_wants(bh_breaker_fields(&state->ns, shared), 0)))
-        bh_breaker_success(bh_breaker_fields(&state->ns, shared), probe);
-    else if (rc < 0 && downstream_failure(err))
-        bh_breaker_failure(bh_breaker_fields(&state->ns, shared), &config, probe, 0);
-    else if (probe)
-        bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), probe);
-}
-
 /* Admitted: count the socket, connect, and give the permits back at once
  * if it failed outright. Returns the connect's result for the program. */
 static int connect_counted(struct job *job, int sock, uint64_t inode, int shared,
@@ -206,10 +186,24 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     }
     if (counted)
         sv_wake(state);
+    struct timespec before, after;
+    clock_gettime(CLOCK_MONOTONIC, &before);
     int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
     *err = rc < 0 ? errno : 0;
+    clock_gettime(CLOCK_MONOTONIC, &after);
     sv_socket_connecting(inode, sock, (struct sockaddr *)&job->to);
-    tell_breaker(state, shared, local, admitted->probe, rc, *err);
+    if (rc < 0 && (*err == EINPROGRESS || *err == EINTR)) {
+        /* under way (non-blocking, or interrupted): its outcome comes later */
+        struct sv_connecting connecting = { sock, (struct sockaddr *)&job->to, inode,
+                                            process->pid, job->fd, shared, local,
+                                            admitted->probe };
+        if (sv_outcome_watch(state, &connecting))
+            sv_wake(state);
+    } else {
+        int64_t connect_ns = (int64_t)(after.tv_sec - before.tv_sec) * 1000000000 +
+                             (after.tv_nsec - before.tv_nsec);
+        sv_outcome_tell(state, shared, local, admitted->probe, *err, connect_ns);
+    }
     if (rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY)
         sv_socket_release(state, inode);
     return rc;
@@ -364,14 +358,51 @@ static void dispatch(struct job *job)
     }
 }
 
+/* connect(AF_UNSPEC) dissolves a connection: on a counted socket it is
+ * done here, on the copy, and the permits go back once it succeeded (as
+ * the shim gives them back). From the main thread: a disconnect never
+ * waits, and so no look at the socket's outcome (outcomes.c) runs
+ * meanwhile. 0: not a counted socket (the caller answers CONTINUE). */
+static int disconnect_counted(struct sv_state *state, const struct seccomp_notif *notif)
+{
+    if (sv_sockets_live() == 0)
+        return 0;
+    pid_t pid = (pid_t)status_field((pid_t)notif->pid, "Tgid:", 0);
+    int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+    int sock = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, (int)notif->data.args[0], 0)
+                          : -1;
+    struct stat info;
+    int counted = sock >= 0 && fstat(sock, &info) == 0 &&
+                  still_valid(state->listener, notif->id) && sv_socket_counted(info.st_ino);
+    if (counted) {
+        struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+        sv_outcome_forget(state, info.st_ino);
+        int rc = connect(sock, &unspec, sizeof unspec), err = rc < 0 ? errno : 0;
+        if (rc == 0)
+            sv_socket_release(state, info.st_ino);
+        close(sock);  /* before the answer, as handle() does */
+        sock = -1;
+        respond(state->listener, notif->id, rc, rc < 0 ? -err : 0, 0);
+    }
+    if (sock >= 0)
+        close(sock);
+    if (pidfd >= 0)
+        close(pidfd);
+    return counted;
+}
+
 void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
     struct job *job = calloc(1, sizeof *job);
     socklen_t length = (socklen_t)notif->data.args[2];
-    if (!job || length < sizeof(sa_family_t) || length > sizeof job->to ||
-        read_address(notif->pid, notif->data.args[1], &job->to, length) < 0 ||
-        !still_valid(state->listener, notif->id) ||
-        (job->to.ss_family != AF_INET && job->to.ss_family != AF_INET6) ||
+    int readable = job && length >= sizeof(sa_family_t) && length <= sizeof job->to &&
+                   read_address(notif->pid, notif->data.args[1], &job->to, length) == 0 &&
+                   still_valid(state->listener, notif->id);
+    if (readable && job->to.ss_family == AF_UNSPEC && disconnect_counted(state, notif)) {
+        free(job);
+        return;  /* answered */
+    }
+    if (!readable || (job->to.ss_family != AF_INET && job->to.ss_family != AF_INET6) ||
         (job->rule = bh_rule_index_match(state->rules, (struct sockaddr *)&job->to,
                                          length)) < 0) {
         free(job);

@@ -165,7 +165,7 @@ int sv_socket_counted(uint64_t inode)
 
 /* The id sock_diag finds sock by: its local address (bound once its
  * connect began), the address it connects to. */
-static int id_of(int sock, const struct sockaddr *to, struct bh_sock_id *id)
+int sv_socket_id(int sock, const struct sockaddr *to, struct bh_sock_id *id)
 {
     struct sockaddr_storage local;
     socklen_t length = sizeof local;
@@ -193,7 +193,7 @@ static int id_of(int sock, const struct sockaddr *to, struct bh_sock_id *id)
 void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to)
 {
     struct bh_sock_id id;
-    if (id_of(sock, to, &id) < 0)
+    if (sv_socket_id(sock, to, &id) < 0)
         return;  /* not looked up: held until run exits (SEM_UNDO) */
     pthread_mutex_lock(&lock);
     for (int i = 0; i < counted_count; i++)

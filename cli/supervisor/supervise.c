@@ -11,7 +11,10 @@
  * Counted sockets are checked with the kernel (sockets.c) a few ms after
  * a trapped close while any is counted, after the exit of any process
  * with counted sockets (its pidfd) and of its own children and orphans
- * (SIGCHLD), every second as a backstop, and when a compartment is full. Permits are held by this process with SEM_UNDO: if it is
+ * (SIGCHLD), every second as a backstop, and when a compartment is full.
+ * Sockets still connecting are looked at on their own schedule
+ * (outcomes.c), and at a trapped close of their fd. Permits are held by
+ * this process with SEM_UNDO: if it is
  * killed, the kernel gives them all back at once; the tree's trapped
  * calls then fail with ENOSYS. */
 #include <errno.h>
@@ -243,6 +246,7 @@ static void take_notification(struct sv_state *state, struct tree *tree,
         sv_connect_trapped(state, notif);
         return;
     }
+    sv_outcome_closing(state, (int)notif->data.args[0]);  /* before the fd goes */
     sv_continue(state->listener, notif->id);
     if (sv_sockets_live() > 0)  /* a close: maybe of a counted socket */
         scan_soon(tree);
@@ -264,7 +268,9 @@ static void scan_if_due(struct sv_state *state, struct tree *tree)
 
 static int poll_timeout(const struct tree *tree, int names_ms)
 {
-    int timeout = names_ms;
+    int timeout = names_ms, outcomes_ms = sv_outcomes_due_ms();
+    if (outcomes_ms >= 0 && (timeout < 0 || outcomes_ms < timeout))
+        timeout = outcomes_ms;
     if (tree->scan_at) {
         int64_t wait = tree->scan_at - now_ms();
         int scan_ms = wait < 0 ? 0 : (int)wait;
@@ -323,6 +329,7 @@ static void supervise(struct sv_state *state, struct tree *tree)
         if (watched[2].revents & POLLIN)
             take_notification(state, tree, notif, size);
         scan_if_due(state, tree);
+        sv_outcomes_poll(state);
     }
     free(notif);
 }

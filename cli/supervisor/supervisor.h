@@ -11,6 +11,8 @@
  *   connects.c   one trapped connect: admission, then the connect itself
  *   sockets.c    counted sockets by inode; the kernel's word on which are
  *                gone (sock_diag), and their permits given back once
+ *   outcomes.c   what a connect turned out to be, for the breaker and the
+ *                counters; a non-blocking one's, watched until it shows
  *   names.c      hostname rules: their addresses, resolved here */
 #ifndef BH_SUPERVISOR_H
 #define BH_SUPERVISOR_H
@@ -82,6 +84,9 @@ int sv_processes_exited(const struct pollfd *fds, int count);
 int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process);
 /* Its connect began: the addresses the kernel finds it by (sockets.c). */
 void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to);
+/* The addresses sock_diag finds sock by, once its connect began: 0, or
+ * -1 (not bound, or another family than to). */
+int sv_socket_id(int sock, const struct sockaddr *to, struct bh_sock_id *id);
 /* Whether a socket is counted. */
 int sv_socket_counted(uint64_t inode);
 /* Gives back, once, the permits of the counted socket with this inode. */
@@ -98,12 +103,47 @@ int sv_sockets_live(void);
 
 /* ---- connects.c ---- */
 
-/* A trapped connect: answered here (not ours: CONTINUE) or by a thread
- * of its own (admission may wait; a blocking connect blocks). */
+/* A trapped connect: answered here (not ours: CONTINUE; or a counted
+ * socket's connect(AF_UNSPEC), carried out) or by a thread of its own
+ * (admission may wait; a blocking connect blocks). */
 struct seccomp_notif;
 void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
 /* Answers a notification: the call proceeds as the program made it. */
 void sv_continue(int listener, uint64_t id);
+
+/* ---- outcomes.c ---- */
+
+/* A connect's outcome, known now: err 0 connected (in connect_ns, or -1
+ * not timed), a downstream failure (ECONNREFUSED, ETIMEDOUT...), or
+ * anything else (no outcome: a probe gives its slot back). Counted and
+ * told to the breaker as the shim does. Any thread. */
+void sv_outcome_tell(struct sv_state *state, int shared, int local, int64_t probe,
+                     int err, int64_t connect_ns);
+
+/* A counted socket whose connect is under way (EINPROGRESS). */
+struct sv_connecting {
+    int sock;                   /* the supervisor's copy, open for the call */
+    const struct sockaddr *to;
+    uint64_t inode;
+    pid_t pid;                  /* the program's process, and its fd */
+    int fd;
+    int shared, local;          /* the compartment, in the namespace and here */
+    int64_t probe;              /* the breaker's probe slot it holds; 0 */
+};
+/* From a worker: watched until its outcome shows (told then, once; the
+ * probe slot is the watch's now). 1 when the main thread should know
+ * (sv_wake): it is due before anything else watched. */
+int sv_outcome_watch(struct sv_state *state, const struct sv_connecting *connecting);
+/* Main thread: ms until a watched socket is due for a look; -1 none. */
+int sv_outcomes_due_ms(void);
+/* Main thread: looks at the watched sockets that are due. */
+void sv_outcomes_poll(struct sv_state *state);
+/* Main thread, at a trapped close(fd), before it is answered: a watched
+ * socket the fd still shows failed or connected is told now. */
+void sv_outcome_closing(struct sv_state *state, int fd);
+/* Main thread: the socket with this inode is disconnected (AF_UNSPEC)
+ * before its outcome showed: it has none (a probe gives its slot back). */
+void sv_outcome_forget(struct sv_state *state, uint64_t inode);
 
 /* ---- names.c ---- */
 
