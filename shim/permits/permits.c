@@ -28,7 +28,9 @@
  * This file is the face of shim/permits: it makes, attaches, registers,
  * reads and removes, and decides an admission's take (bh_permit_take:
  * the fleet lease, the breaker, per_process, the pools, the holder
- * record) and its give-back. Below it, never calling back up: pools.c
+ * record) and its give-back; and the same for another process
+ * (bh_permit_take_for_another, bh_permit_give: the pools each grant came
+ * from are its caller's to keep, holders.c says why). Below it, never calling back up: pools.c
  * moves permits between the semaphores, holders.c keeps what each
  * process holds, socket_records.c parks the permits of shared sockets,
  * window.c counts the last minute, primitives.c has the semop, the clock
@@ -526,16 +528,20 @@ static struct bh_permit_ask own_reserve(const struct bh_permit_ask *ask)
     return own;
 }
 
-/* A grant's permits are this process's now: its counts and its record. */
+/* A grant's permits are this process's now: its counts and its record;
+ * for another process, its record alone (holders.c says why). */
 static inline __attribute__((always_inline)) void
-keep(struct bh_namespace *ns, int index, const struct bh_grant *grant)
+keep(struct bh_namespace *ns, int index, const struct bh_grant *grant, int for_another)
 {
     if (__builtin_expect(grant->hint_stale, 0)) {
         int saved_errno = errno;
         bh_holders_reap(ns);
         errno = saved_errno;
     }
-    bh_holding_add(ns, index, grant->taken);
+    if (for_another)
+        bh_holding_add_for_another(ns, index, grant->taken);
+    else
+        bh_holding_add(ns, index, grant->taken);
 }
 
 enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
@@ -545,7 +551,7 @@ enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
     struct bh_grant grant;
     enum bh_acquire_result result = bh_pools_try(ns, &own, &grant);
     if (result == BH_ACQUIRED)
-        keep(ns, ask->index, &grant);
+        keep(ns, ask->index, &grant, 0);
     return result;
 }
 
@@ -557,7 +563,7 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
     struct bh_grant grant;
     enum bh_acquire_result result = bh_pools_wait(ns, &own, wait_ms, max_waiters, &grant);
     if (result == BH_ACQUIRED)
-        keep(ns, ask->index, &grant);
+        keep(ns, ask->index, &grant, 0);
     return result;
 }
 
@@ -566,18 +572,28 @@ void bh_permit_release(struct bh_namespace *ns, int index, int weight)
     bh_pools_give(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
 }
 
-void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint32_t *claimed)
+void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,
+                    _Atomic uint32_t *claimed)
 {
-    bh_permit_release(ns, index, weight);
-    if (claimed)
-        atomic_fetch_sub(&claimed[index], (uint32_t)weight);
+    uint32_t weight = taken.common + taken.reserved;
+    bh_holding_remove_for_another(index, taken);
+    bh_pools_give(ns, index, (int)weight, taken, SEM_UNDO);
+    atomic_fetch_sub(&claimed[index], weight);
+}
+
+/* The pools a take asks: another process's own reserve as its ask names
+ * it; this process's, unless it still holds permits of another. */
+static struct bh_permit_ask pools_asked(const struct bh_take *take)
+{
+    return take->claimed ? take->ask : own_reserve(&take->ask);
 }
 
 /* Counts the ask against the applicant's per_process cap (0: none). */
-static inline __attribute__((always_inline)) int claim(const struct bh_take *take)
+static inline __attribute__((always_inline)) int
+claim(const struct bh_take *take, int for_another)
 {
     int per_process = take->compartment->per_process;
-    if (!take->claimed)
+    if (!for_another)
         return bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, per_process);
     _Atomic uint32_t *claimed = &take->claimed[take->ask.index];
     uint32_t weight = (uint32_t)take->ask.weight;
@@ -645,7 +661,8 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
         bh_permit_count_rejected(ns, index);
         return never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL;
     }
-    int holding = bh_permit_held(index) > 0;
+    int holding = take->claimed ? atomic_load(&take->claimed[index]) > (uint32_t)own->weight
+                                : bh_permit_held(index) > 0;
     if (holding)  /* hold and wait: stat names it */
         bh_permit_note_waiting(index, +1);
     result = bh_pools_wait(ns, own, wait_ms, take->compartment->max_waiters, grant);
@@ -663,7 +680,7 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
 {
     const struct bh_permit_ask *ask = &take->ask;
     int64_t probe = breaker == BH_BREAKER_PROBE ? outcome->breaker.since_ns : 0;
-    struct bh_permit_ask own = own_reserve(ask);
+    struct bh_permit_ask own = pools_asked(take);
     enum bh_take_result result = take_result(tried);
     outcome->tell = outcome->lapsed || outcome->breaker.replaced_pid;
     if (breaker == BH_BREAKER_REFUSE_OPEN)
@@ -673,7 +690,7 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
     else if (tried == BH_REJECTED)
         result = when_full(ns, take, &own, grant, outcome);
     if (result == BH_TAKE_GRANTED) {
-        keep(ns, ask->index, grant);
+        keep(ns, ask->index, grant, take->claimed != NULL);
         outcome->from_reserve = grant->taken.reserved;
         outcome->probe = probe;
         return result;
@@ -693,11 +710,14 @@ refuse_per_process(struct bh_namespace *ns, const struct bh_take *take,
     return BH_TAKE_PER_PROCESS;
 }
 
-enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
-                                   struct bh_take_outcome *outcome)
+/* One take, for this process or (for_another, a constant in each caller
+ * below) for another: each a straight path of its own. */
+static inline __attribute__((always_inline)) enum bh_take_result
+take_for(struct bh_namespace *ns, const struct bh_take *take,
+         struct bh_take_outcome *outcome, int for_another)
 {
     const struct bh_permit_ask *ask = &take->ask;
-    if (claim(take) < 0)
+    if (claim(take, for_another) < 0)
         return refuse_per_process(ns, take, outcome);
     int lapsed = take->compartment->fleet_limit > 0 &&
                  bh_fleet_lapse_if_over(ns, ask->index);
@@ -710,7 +730,7 @@ enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take
     struct bh_grant grant;  /* written by bh_pools_try; read only once granted */
     enum bh_acquire_result tried = BH_REJECTED;
     if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE) {
-        if (ask->reserve < 0) {
+        if (ask->reserve < 0 || for_another) {
             tried = bh_pools_try(ns, ask, &grant);
         } else {
             struct bh_permit_ask own = own_reserve(ask);
@@ -723,11 +743,24 @@ enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take
         outcome->lapsed = lapsed;
         return take_slowly(ns, take, outcome, breaker, tried, &grant);
     }
-    keep(ns, ask->index, &grant);
+    keep(ns, ask->index, &grant, for_another);
     outcome->from_reserve = grant.taken.reserved;
     outcome->probe = 0;
     outcome->tell = 0;
     return BH_TAKE_GRANTED;
+}
+
+enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
+                                   struct bh_take_outcome *outcome)
+{
+    return take_for(ns, take, outcome, 0);
+}
+
+enum bh_take_result bh_permit_take_for_another(struct bh_namespace *ns,
+                                               const struct bh_take *take,
+                                               struct bh_take_outcome *outcome)
+{
+    return take_for(ns, take, outcome, 1);
 }
 
 uint32_t bh_compartment_count(const struct bh_namespace *ns)
