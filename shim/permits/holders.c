@@ -38,8 +38,8 @@
  * held only dead processes' records and its slot can take a new page. Nothing
  * here caps the number of holders but the kernel's own shm limits.
  *
- * This file calls nothing of shim/permits but primitives.c: the face
- * (permits.c) tells it what was taken and given back.
+ * This file calls nothing of shim/permits but primitives.c: the take
+ * (take.c) tells it what was taken and given back.
  *
  * A process that dies mid-operation: its permits come back through
  * SEM_UNDO whatever its record says; the record is freed by the next

@@ -1,4 +1,4 @@
-/* holders.c's common paths, inline so that the face (permits.c) pays no
+/* holders.c's common paths, inline so that the take (take.c) pays no
  * call for them: this process's counts per compartment, and its holder
  * record's. What they mean and who writes them is at the top of
  * holders.c; only shim/permits includes this. */

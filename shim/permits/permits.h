@@ -4,7 +4,8 @@
  * segment, both under the same key (a hash of "bulkhead/<layout>/<euid>/
  * <namespace>"). The semaphores are the permits; the shared memory holds the
  * compartment table (name, live limit) and the counters operators read.
- * See permits.c for the design and why SysV semaphores were chosen.
+ * See permits.c for the design and why SysV semaphores were chosen, and
+ * take.c for an admission's take and give-back.
  *
  * This header is what other rooms see: views, and operations. The layout
  * itself (semaphore numbers, the segment's structs) is layout.h, which
