@@ -38,6 +38,8 @@
 
 #include "breaker/breaker.h"
 
+/* ---- what a take asks of the compartment: its fleet share, its size ---- */
+
 int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
 {
     struct bh_fleet_shared *shared = &ns->state->compartments[index].fleet;
