@@ -318,6 +318,74 @@ sv_run() {
     assert_equal "$(server_stat s max)" 3
 }
 
+# reserve_rules: limit 2, of which a reserve of 1 for program=member (the
+# static client under another name, $MEMBER); the common pool is 1.
+reserve_rules() {
+    compartment_rules 2 'reserve=1 for program=member'
+    mkdir -p "$T/bin"
+    ln -sf "$FORK_SHARE" "$T/bin/member"
+    MEMBER="$T/bin/member"
+}
+
+# pools_are_exact OUT: another tree, another supervisor: a non-member gets
+# the common pool's 1 and no more, a member its reserve's 1 besides.
+pools_are_exact() {
+    sv_run "$1" --seccomp -- sh -c "
+        '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 2 60000 >'$1.other' & other=\$!
+        until [ \$(grep -c . '$1.other') -ge 2 ]; do sleep 0.02; done
+        '$MEMBER' 127.0.0.1 $SERVER_PORT 1 0 >'$1.member'
+        pkill -P \$other; wait"
+    assert_equal "$(count ok "$1.other")" 1
+    assert_equal "$(count ECONNREFUSED "$1.other")" 1
+    assert_equal "$(head -1 "$1.member")" ok
+}
+
+@test "seccomp: one run holding a reserve member's and a non-member's permits gives each back to the pool it came from: the member gets its reserve again, the other is refused past the common pool" {
+    start_server s -1
+    reserve_rules
+    # the other program holds the common pool's permit; the member takes
+    # its reserve's and closes. Given back to the common pool (the order
+    # one process's counts would guess), the other's second connect would
+    # get it and the member's second would find nothing.
+    sv_run "$T/out" --seccomp -- sh -c "
+        '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 1 60000 >'$T/other1' & holder=\$!
+        until grep -q . '$T/other1'; do sleep 0.02; done
+        '$MEMBER' 127.0.0.1 $SERVER_PORT 1 0 >'$T/member1'
+        '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 1 60000 >'$T/other2' & asker=\$!
+        until grep -q . '$T/other2'; do sleep 0.02; done
+        '$MEMBER' 127.0.0.1 $SERVER_PORT 1 0 >'$T/member2'
+        pkill -P \$holder; pkill -P \$asker; wait"
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(head -1 "$T/other1")" ok
+    assert_equal "$(head -1 "$T/member1")" ok
+    assert_equal "$(head -1 "$T/other2")" ECONNREFUSED
+    assert_equal "$(head -1 "$T/member2")" ok
+    assert_equal "$(server_stat s total)" 3
+    assert_equal "$(server_stat s max)" 2
+    # everything exited: every permit is back, each in its own pool
+    pools_are_exact "$T/after"
+    assert_equal "$(server_stat s max)" 2
+}
+
+@test "seccomp: SIGKILL of bulkhead run holding a reserve member's and a non-member's permits, after giving one back, returns each to its own pool" {
+    start_server s -1
+    reserve_rules
+    bg_tree "$T/tree" --seccomp -c "$RULES" -- sh -c "
+        '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 1 60000 >'$T/other1' &
+        until grep -q . '$T/other1'; do sleep 0.02; done
+        '$MEMBER' 127.0.0.1 $SERVER_PORT 1 0 >'$T/member1'
+        '$MEMBER' 127.0.0.1 $SERVER_PORT 1 60000 >'$T/member2' &
+        wait"
+    local supervisor=$BG_PID
+    wait_for file_has "$T/member2" .
+    assert_equal "$(head -1 "$T/member2")" ok
+    kill -KILL "$supervisor"
+    wait "$supervisor" 2>/dev/null || true
+    # its clients still hold their connections; run's permits came back
+    assert_equal "$(server_stat s open)" 2
+    pools_are_exact "$T/after"
+}
+
 @test "seccomp: --no-seccomp leaves a Go client unlimited, with the warning, and its exit status" {
     start_server s 1000
     compartment_rules 3

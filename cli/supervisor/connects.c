@@ -173,11 +173,11 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     struct sv_state *state = job->state;
     int local = state->config.rules[job->rule].compartment;
     bh_deadline_before_connect(sock, &state->config.compartments[local]);
-    int counted = sv_socket_count(inode, shared, admitted->ask.weight, process);
+    int counted = sv_socket_count(inode, shared, admitted->taken, process);
     if (counted < 0) {
         /* out of memory: it goes uncounted rather than held for good */
         struct bh_applicant applicant = { .pid = process->pid, .claimed = process->claimed };
-        bh_admission_release(&state->admitter, &applicant, shared, admitted->ask.weight);
+        bh_admission_release(&state->admitter, &applicant, shared, admitted->taken);
         if (admitted->probe)
             bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), admitted->probe);
         int rc = connect(sock, (struct sockaddr *)&job->to, job->length);

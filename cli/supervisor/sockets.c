@@ -14,7 +14,8 @@
  * a lookup; what is counted here is held by the supervisor's own process
  * (SEM_UNDO): if it dies, the kernel gives everything back. A socket is
  * released once: it leaves the table under the mutex before its permits
- * go back. */
+ * go back, to the pools it took them from (a reserve's member's and
+ * another program's are not one share: shim/permits/holders.c). */
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -31,7 +32,8 @@ struct counted {
     struct bh_sock_id id;  /* family 0 until its connect began */
     uint64_t sequence;  /* when it was counted: a scan judges only sockets
                            counted before its dump began */
-    int shared, weight;
+    int shared;
+    struct bh_taken taken;  /* its permits, by the pool they came from */
     struct sv_process *process;
 };
 
@@ -134,7 +136,8 @@ void sv_process_put(struct sv_process *process)
     pthread_mutex_unlock(&lock);
 }
 
-int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process)
+int sv_socket_count(uint64_t inode, int shared, struct bh_taken taken,
+                    struct sv_process *process)
 {
     pthread_mutex_lock(&lock);
     if (counted_count == counted_capacity &&
@@ -144,7 +147,7 @@ int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *p
     }
     process->counted++;
     counted[counted_count++] = (struct counted) { .inode = inode, .sequence = ++sequence,
-                                                  .shared = shared, .weight = weight,
+                                                  .shared = shared, .taken = taken,
                                                   .process = process };
     /* news for the main thread: a process to watch, or a first socket
      * (the backstop's timer starts) */
@@ -217,7 +220,7 @@ static void release_locked(struct sv_state *state, int i)
     counted[i] = counted[--counted_count];
     struct bh_applicant applicant = { .pid = gone.process->pid,
                                       .claimed = gone.process->claimed };
-    bh_admission_release(&state->admitter, &applicant, gone.shared, gone.weight);
+    bh_admission_release(&state->admitter, &applicant, gone.shared, gone.taken);
     put_locked(gone.process);
 }
 

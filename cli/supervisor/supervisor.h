@@ -78,10 +78,11 @@ int sv_processes_watch(struct pollfd **fds);
 /* Main thread: those of fds that fired have exited; how many. */
 int sv_processes_exited(const struct pollfd *fds, int count);
 
-/* The socket with this inode is counted: its permits, for process. 1
- * when the main thread should know (sv_wake), 0, or -1 out of memory
- * (nothing counted). */
-int sv_socket_count(uint64_t inode, int shared, int weight, struct sv_process *process);
+/* The socket with this inode is counted: its permits, by the pool they
+ * came from (bh_admitted.taken), for process. 1 when the main thread
+ * should know (sv_wake), 0, or -1 out of memory (nothing counted). */
+int sv_socket_count(uint64_t inode, int shared, struct bh_taken taken,
+                    struct sv_process *process);
 /* Its connect began: the addresses the kernel finds it by (sockets.c). */
 void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to);
 /* The addresses sock_diag finds sock by, once its connect began: 0, or

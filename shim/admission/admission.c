@@ -11,9 +11,10 @@ int bh_admit(const struct bh_admitter *admitter, const struct bh_applicant *appl
 }
 
 void bh_admission_release(const struct bh_admitter *admitter,
-                          const struct bh_applicant *applicant, int shared, int weight)
+                          const struct bh_applicant *applicant, int shared,
+                          struct bh_taken taken)
 {
-    bh_permit_give(admitter->ns, shared, weight, applicant->claimed);
+    bh_permit_give(admitter->ns, shared, taken, applicant->claimed);
 }
 
 struct bh_membership bh_membership_of(const struct bh_config *config,

@@ -81,6 +81,10 @@ struct bh_applicant {
 struct bh_admitted {
     struct bh_permit_ask ask;
     int64_t probe;
+    /* Which pools its permits came from, written only for an applicant
+     * with claimed counts of its own (not the calling process): what
+     * bh_admission_release gives back. */
+    struct bh_taken taken;
 };
 
 /* The rule matched `to` for the stream socket fd (the applicant's own,
@@ -93,8 +97,10 @@ int bh_admit(const struct bh_admitter *admitter, const struct bh_applicant *appl
              struct bh_admitted *admitted);
 
 /* Gives back what bh_admit took for an applicant with its own claimed
- * counts: the permits, and the per_process claim. */
+ * counts: the permits (admitted.taken: to the pools they came from), and
+ * the per_process claim. */
 void bh_admission_release(const struct bh_admitter *admitter,
-                          const struct bh_applicant *applicant, int shared, int weight);
+                          const struct bh_applicant *applicant, int shared,
+                          struct bh_taken taken);
 
 #endif

@@ -340,6 +340,8 @@ not_plainly_granted(struct asking *asking, const struct bh_take *take,
         return not_granted(asking, take, result, outcome);
     admitted->ask = take->ask;
     admitted->probe = outcome->probe;
+    if (asking->applicant->claimed)
+        admitted->taken = bh_take_taken(&take->ask, outcome);
     return take->ask.index;
 }
 
@@ -381,11 +383,16 @@ bh_admit_here(const struct bh_admitter *admitter, const struct bh_applicant *app
         applicant->reap ? reap_own : NULL, wait_for, &asking,
     };
     struct bh_take_outcome outcome;
-    enum bh_take_result result = bh_permit_take(admitter->ns, &take, &outcome);
+    /* applicant->claimed is a constant NULL in the shim: one call there */
+    enum bh_take_result result = applicant->claimed
+        ? bh_permit_take_for_another(admitter->ns, &take, &outcome)
+        : bh_permit_take(admitter->ns, &take, &outcome);
     if (__builtin_expect(result != BH_TAKE_GRANTED || outcome.tell, 0))
         return not_plainly_granted(&asking, &take, result, &outcome, admitted);
     admitted->ask = take.ask;
     admitted->probe = outcome.probe;
+    if (applicant->claimed)
+        admitted->taken = bh_take_taken(&take.ask, &outcome);
     return shared;
 }
 

@@ -12,6 +12,24 @@
  *     by its process; freed by it at exit when empty, or by whoever finds
  *     the process dead (CAS of pid to -1, so one reaper wins).
  *
+ * Permits taken for another process (`bulkhead run`'s seccomp supervisor
+ * takes them for every program of its tree, each with its own per_process
+ * count and reserve) are this process's in the kernel's eyes: its undo
+ * record holds them. So its holder record counts them: `stat` names the
+ * supervisor as their holder, and a reaper that finds it killed takes
+ * them out of the holders hint as the kernel gives them back. Its own
+ * counts never do: they are one process's single share per compartment,
+ * with one reserve, given back common pool first, which is the right
+ * guess for a process's own connections only. Mixed into them, a
+ * program's reserved permit could go back to the common pool while
+ * another's common one went to the reserve. Instead its caller keeps, per
+ * socket, which pools each take came from (bh_take_taken) and gives back
+ * exactly those (bh_permit_give), so that every semop's SEM_UNDO
+ * adjustment matches what this process still holds of that very pool.
+ * Such a record's `reserved` may add up several reserves' permits; its
+ * `slot` names none (-1): only a new program image of its own process
+ * would read it, and a supervisor does not exec.
+ *
  * Records live in the main segment first (BH_HOLDERS_FIRST of them), then
  * in pages: private segments made under the namespace lock when those run
  * out, named in page_shmids, and marked for removal at once. A page thus
@@ -20,8 +38,8 @@
  * held only dead processes' records and its slot can take a new page. Nothing
  * here caps the number of holders but the kernel's own shm limits.
  *
- * This file calls nothing of shim/permits but primitives.c: the face
- * (permits.c) tells it what was taken and given back.
+ * This file calls nothing of shim/permits but primitives.c: the take
+ * (take.c) tells it what was taken and given back.
  *
  * A process that dies mid-operation: its permits come back through
  * SEM_UNDO whatever its record says; the record is freed by the next
@@ -260,6 +278,26 @@ void bh_holding_add_slowly(struct bh_namespace *ns, int index, struct bh_taken t
         atomic_store(&record->slot, taken.reserve);
         atomic_fetch_add(&record->reserved, taken.reserved);
     }
+}
+
+void bh_holding_add_for_another(struct bh_namespace *ns, int index, struct bh_taken taken)
+{
+    bh_holding_note_used(index);  /* a forked child forgets the record */
+    struct bh_holder *record = my_record(ns, index);
+    if (!record)
+        return;
+    atomic_fetch_add(&record->common, taken.common);
+    atomic_fetch_add(&record->reserved, taken.reserved);
+}
+
+void bh_holding_remove_for_another(int index, struct bh_taken taken)
+{
+    struct bh_holder *record = atomic_load_explicit(&bh_mine[index].record,
+                                                    memory_order_relaxed);
+    if (!record)
+        return;
+    bh_take_from(&record->common, taken.common);
+    bh_take_from(&record->reserved, taken.reserved);
 }
 
 /* ---- reaping, reading, exit, fork and exec ---- */

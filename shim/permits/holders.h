@@ -1,4 +1,4 @@
-/* holders.c's common paths, inline so that the face (permits.c) pays no
+/* holders.c's common paths, inline so that the take (take.c) pays no
  * call for them: this process's counts per compartment, and its holder
  * record's. What they mean and who writes them is at the top of
  * holders.c; only shim/permits includes this. */
@@ -9,13 +9,6 @@
 #include <stdint.h>
 
 #include "permits/layout.h"
-
-/* This process's share of each compartment, by pool. */
-struct bh_taken {
-    uint32_t common;    /* from the common pool */
-    uint32_t reserved;  /* from the reserve `reserve` */
-    int reserve;
-};
 
 /* This process's counts of one compartment: written by its threads (and
  * a signal handler's close) with atomics. */
@@ -97,6 +90,12 @@ static inline struct bh_taken bh_holding_remove(int index, int weight)
     }
     return taken;
 }
+
+/* Permits taken for another process (a supervisor's applicant): counted
+ * in this process's holder record only, never in its own counts (the top
+ * of holders.c says why); taken out again when they are given back. */
+void bh_holding_add_for_another(struct bh_namespace *ns, int index, struct bh_taken taken);
+void bh_holding_remove_for_another(int index, struct bh_taken taken);
 
 /* The reserve this process holds permits of in compartment index (one
  * at a time: a new program image may be a member of another), or -1. */

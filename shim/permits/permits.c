@@ -25,20 +25,21 @@
  *     the records of sockets several processes hold (socket_records.c).
  *     Counters are atomics, written without locks.
  *
- * This file is the face of shim/permits: it makes, attaches, registers,
- * reads and removes, and decides an admission's take (bh_permit_take:
- * the fleet lease, the breaker, per_process, the pools, the holder
- * record) and its give-back. Below it, never calling back up: pools.c
- * moves permits between the semaphores, holders.c keeps what each
- * process holds, socket_records.c parks the permits of shared sockets,
- * window.c counts the last minute, primitives.c has the semop, the clock
- * and the lock. The layout is layout.h.
+ * This file is the namespace: it makes, attaches, registers, reads (the
+ * views `stat` shows, the counters `reset` zeroes, the fleet figures the
+ * agent sets) and removes. take.c decides an admission's take and its
+ * give-back. Below both, never calling back up: pools.c moves permits
+ * between the semaphores (and changes limits and reserves for `set`),
+ * holders.c keeps what each process holds, socket_records.c parks the
+ * permits of shared sockets, window.c counts the last minute,
+ * primitives.c has the semop, the clock and the lock. The layout is
+ * layout.h.
  *
  * Who writes what: any process of the user that runs the shim or the
- * command. The lock serialises making the table,
- * adding a compartment and changing a limit or a reserve; acquire and
- * release never take it. Nothing here takes a process-local lock, so
- * bh_permit_release() is async-signal-safe: atomics and semops.
+ * command. The lock serialises making the table, adding a compartment
+ * and changing a limit or a reserve; a take and a give-back never take
+ * it. The counters here are atomics; what is safe from a signal handler
+ * is the counting (bh_count_*: atomics), not opening or removing.
  *
  * A process that dies mid-operation: inside the lock, the kernel gives the
  * lock back, and what it half did is redone by the next one (the table is
@@ -80,7 +81,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "breaker/breaker.h"
 #include "libc/libc.h"
 
 key_t bh_namespace_key(uid_t uid, const char *namespace_name)
@@ -482,252 +482,6 @@ void bh_compartment_set_fleet(struct bh_namespace *ns, int index,
     atomic_store(&shared->updated_ns, fleet->updated_ns);
     atomic_store(&shared->lease_until_ns, fleet->lease_until_ns);
     atomic_store(&shared->limit, fleet->limit);
-}
-
-int bh_fleet_lapse(struct bh_namespace *ns, int index, int64_t seen_until_ns)
-{
-    struct bh_fleet_shared *shared = &ns->state->compartments[index].fleet;
-    if (!atomic_compare_exchange_strong(&shared->lease_until_ns, &seen_until_ns, 0))
-        return 0;  /* renewed meanwhile, or another process lapsed it */
-    atomic_store(&shared->grant, 0);
-    return bh_compartment_set_limit(ns, index, 0) == 0;
-}
-
-int bh_fleet_lapse_if_over(struct bh_namespace *ns, int index)
-{
-    int64_t until = atomic_load_explicit(&ns->state->compartments[index].fleet.lease_until_ns,
-                                         memory_order_relaxed);
-    return until != 0 && bh_monotonic_ns() > until && bh_fleet_lapse(ns, index, until);
-}
-
-int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask)
-{
-    const struct bh_shared_compartment *shared = &ns->state->compartments[ask->index];
-    int most = atomic_load(&shared->limit) - atomic_load(&shared->reserved);
-    if (ask->reserve >= 0)
-        most += atomic_load(&shared->reserves[ask->reserve].permits);
-    return most;
-}
-
-/* ---- the face: taking and giving back ----
- *
- * pools.c moves permits between the semaphores and counts them; holders.c
- * keeps what this process holds. Neither calls the other, nor up here:
- * what one admission does, in which order, is decided below, once. */
-
-/* The reserve to take from: the caller's own, unless this process still
- * holds permits of another (a program exec'd by a member of another). */
-static struct bh_permit_ask own_reserve(const struct bh_permit_ask *ask)
-{
-    struct bh_permit_ask own = *ask;
-    int holding = ask->reserve >= 0 ? bh_holding_reserve(ask->index) : -1;
-    if (holding >= 0 && holding != ask->reserve)
-        own.reserve = -1;
-    return own;
-}
-
-/* A grant's permits are this process's now: its counts and its record. */
-static inline __attribute__((always_inline)) void
-keep(struct bh_namespace *ns, int index, const struct bh_grant *grant)
-{
-    if (__builtin_expect(grant->hint_stale, 0)) {
-        int saved_errno = errno;
-        bh_holders_reap(ns);
-        errno = saved_errno;
-    }
-    bh_holding_add(ns, index, grant->taken);
-}
-
-enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
-                                     const struct bh_permit_ask *ask)
-{
-    struct bh_permit_ask own = own_reserve(ask);
-    struct bh_grant grant;
-    enum bh_acquire_result result = bh_pools_try(ns, &own, &grant);
-    if (result == BH_ACQUIRED)
-        keep(ns, ask->index, &grant);
-    return result;
-}
-
-enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
-                                      const struct bh_permit_ask *ask,
-                                      int wait_ms, int max_waiters)
-{
-    struct bh_permit_ask own = own_reserve(ask);
-    struct bh_grant grant;
-    enum bh_acquire_result result = bh_pools_wait(ns, &own, wait_ms, max_waiters, &grant);
-    if (result == BH_ACQUIRED)
-        keep(ns, ask->index, &grant);
-    return result;
-}
-
-void bh_permit_release(struct bh_namespace *ns, int index, int weight)
-{
-    bh_pools_give(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
-}
-
-void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint32_t *claimed)
-{
-    bh_permit_release(ns, index, weight);
-    if (claimed)
-        atomic_fetch_sub(&claimed[index], (uint32_t)weight);
-}
-
-/* Counts the ask against the applicant's per_process cap (0: none). */
-static inline __attribute__((always_inline)) int claim(const struct bh_take *take)
-{
-    int per_process = take->compartment->per_process;
-    if (!take->claimed)
-        return bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, per_process);
-    _Atomic uint32_t *claimed = &take->claimed[take->ask.index];
-    uint32_t weight = (uint32_t)take->ask.weight;
-    uint32_t before = atomic_fetch_add(claimed, weight);
-    if (per_process > 0 && before + weight > (uint32_t)per_process) {
-        atomic_fetch_sub(claimed, weight);
-        return -1;
-    }
-    return 0;
-}
-
-static void unclaim(const struct bh_take *take)
-{
-    if (take->claimed)
-        atomic_fetch_sub(&take->claimed[take->ask.index], (uint32_t)take->ask.weight);
-    else
-        bh_permit_unclaim(&take->ask);
-}
-
-/* A weight above all the permits this caller may ever take (the common
- * pool, and its own reserve) can wait for nothing. Not asked for a weight
- * of 1, nor at limit 0, nor for a fleet compartment, whose share grows
- * when callers wait for it. */
-static int never_enough(const struct bh_namespace *ns, const struct bh_take *take, int *most)
-{
-    const struct bh_permit_ask *ask = &take->ask;
-    if (ask->weight == 1 || take->compartment->fleet_limit > 0 ||
-        bh_compartment_limit(ns, ask->index) == 0)
-        return 0;
-    *most = bh_permit_most(ns, ask);
-    return ask->weight > *most;
-}
-
-static enum bh_take_result take_result(enum bh_acquire_result result)
-{
-    switch (result) {
-    case BH_ACQUIRED: return BH_TAKE_GRANTED;
-    case BH_REJECTED: return BH_TAKE_FULL;
-    case BH_TIMED_OUT: return BH_TAKE_TIMED_OUT;
-    case BH_BYPASS: return BH_TAKE_GONE;
-    case BH_INTERRUPTED: return BH_TAKE_INTERRUPTED;
-    case BH_FAILED: break;
-    }
-    return BH_TAKE_FAILED;
-}
-
-/* Full at once: permits of sockets whose holders are gone come back
- * first (a shared socket every holder of which died holds its permits
- * until someone asks the kernel: socket_records.c), then the caller says
- * how long it may wait. */
-static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_take *take,
-                                     const struct bh_permit_ask *own, struct bh_grant *grant,
-                                     struct bh_take_outcome *outcome)
-{
-    int index = own->index;
-    enum bh_acquire_result result = BH_REJECTED;
-    int reaped = bh_socket_reap(ns, index) + (take->reap ? take->reap(take->ctx) : 0);
-    if (reaped > 0)
-        result = bh_pools_try(ns, own, grant);
-    if (result != BH_REJECTED)
-        return take_result(result);
-    int never = never_enough(ns, take, &outcome->most);
-    int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask);
-    if (wait_ms == 0) {
-        bh_permit_count_rejected(ns, index);
-        return never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL;
-    }
-    int holding = bh_permit_held(index) > 0;
-    if (holding)  /* hold and wait: stat names it */
-        bh_permit_note_waiting(index, +1);
-    result = bh_pools_wait(ns, own, wait_ms, take->compartment->max_waiters, grant);
-    if (holding)
-        bh_permit_note_waiting(index, -1);
-    return result == BH_REJECTED ? BH_TAKE_WAITERS : take_result(result);
-}
-
-/* Not granted at once (full, gone, failed), or the breaker's word was
- * not "closed", or the fleet's: the rest of the take, out of line. */
-static __attribute__((noinline, cold)) enum bh_take_result
-take_slowly(struct bh_namespace *ns, const struct bh_take *take,
-            struct bh_take_outcome *outcome, enum bh_breaker_admission breaker,
-            enum bh_acquire_result tried, struct bh_grant *grant)
-{
-    const struct bh_permit_ask *ask = &take->ask;
-    int64_t probe = breaker == BH_BREAKER_PROBE ? outcome->breaker.since_ns : 0;
-    struct bh_permit_ask own = own_reserve(ask);
-    enum bh_take_result result = take_result(tried);
-    outcome->tell = outcome->lapsed || outcome->breaker.replaced_pid;
-    if (breaker == BH_BREAKER_REFUSE_OPEN)
-        result = BH_TAKE_BREAKER_OPEN;
-    else if (breaker == BH_BREAKER_REFUSE_PROBING)
-        result = BH_TAKE_BREAKER_PROBING;
-    else if (tried == BH_REJECTED)
-        result = when_full(ns, take, &own, grant, outcome);
-    if (result == BH_TAKE_GRANTED) {
-        keep(ns, ask->index, grant);
-        outcome->from_reserve = grant->taken.reserved;
-        outcome->probe = probe;
-        return result;
-    }
-    unclaim(take);
-    if (probe)
-        bh_breaker_abandon(bh_breaker_fields(ns, ask->index), probe);
-    return result;
-}
-
-static __attribute__((noinline, cold)) enum bh_take_result
-refuse_per_process(struct bh_namespace *ns, const struct bh_take *take,
-                   struct bh_take_outcome *outcome)
-{
-    *outcome = (struct bh_take_outcome){ .tell = 0 };
-    bh_permit_count_per_process(ns, take->ask.index);
-    return BH_TAKE_PER_PROCESS;
-}
-
-enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
-                                   struct bh_take_outcome *outcome)
-{
-    const struct bh_permit_ask *ask = &take->ask;
-    if (claim(take) < 0)
-        return refuse_per_process(ns, take, outcome);
-    int lapsed = take->compartment->fleet_limit > 0 &&
-                 bh_fleet_lapse_if_over(ns, ask->index);
-    enum bh_breaker_admission breaker = BH_BREAKER_PASS;
-    if (__builtin_expect(!bh_breaker_is_closed(bh_breaker_fields(ns, ask->index)), 0)) {
-        *outcome = (struct bh_take_outcome){ .tell = 0 };
-        breaker = bh_breaker_admit(bh_breaker_fields(ns, ask->index), take->compartment,
-                                   &outcome->breaker);
-    }
-    struct bh_grant grant;  /* written by bh_pools_try; read only once granted */
-    enum bh_acquire_result tried = BH_REJECTED;
-    if (breaker == BH_BREAKER_PASS || breaker == BH_BREAKER_PROBE) {
-        if (ask->reserve < 0) {
-            tried = bh_pools_try(ns, ask, &grant);
-        } else {
-            struct bh_permit_ask own = own_reserve(ask);
-            tried = bh_pools_try(ns, &own, &grant);
-        }
-    }
-    if (__builtin_expect(tried != BH_ACQUIRED || breaker != BH_BREAKER_PASS || lapsed, 0)) {
-        if (breaker == BH_BREAKER_PASS)
-            *outcome = (struct bh_take_outcome){ .tell = 0 };
-        outcome->lapsed = lapsed;
-        return take_slowly(ns, take, outcome, breaker, tried, &grant);
-    }
-    keep(ns, ask->index, &grant);
-    outcome->from_reserve = grant.taken.reserved;
-    outcome->probe = 0;
-    outcome->tell = 0;
-    return BH_TAKE_GRANTED;
 }
 
 uint32_t bh_compartment_count(const struct bh_namespace *ns)

@@ -4,7 +4,8 @@
  * segment, both under the same key (a hash of "bulkhead/<layout>/<euid>/
  * <namespace>"). The semaphores are the permits; the shared memory holds the
  * compartment table (name, live limit) and the counters operators read.
- * See permits.c for the design and why SysV semaphores were chosen.
+ * See permits.c for the design and why SysV semaphores were chosen, and
+ * take.c for an admission's take and give-back.
  *
  * This header is what other rooms see: views, and operations. The layout
  * itself (semaphore numbers, the segment's structs) is layout.h, which
@@ -160,6 +161,14 @@ struct bh_permit_ask {
     int weight;    /* permits the connection takes, >= 1 */
 };
 
+/* Permits by the pool they came from: a take's, a process's share of a
+ * compartment, a socket record's. */
+struct bh_taken {
+    uint32_t common;    /* from the common pool */
+    uint32_t reserved;  /* from the reserve `reserve` */
+    int reserve;
+};
+
 /* ---- the take: one admission's permits, decided in one place ---- */
 
 /* What one take asks, and of whom it may ask more when the compartment is
@@ -169,9 +178,10 @@ struct bh_take {
     struct bh_permit_ask ask;
     /* Its rules: per_process, fleet_limit, max_waiters, the breaker's. */
     const struct bh_compartment *compartment;
-    /* The applicant's per_process counts, [namespace index], kept by the
-     * caller (taken here, given back by bh_permit_give); NULL: this
-     * process's own. */
+    /* For bh_permit_take_for_another: the applicant's per_process
+     * counts, [namespace index], kept by the caller (taken there, given
+     * back by bh_permit_give). NULL for bh_permit_take: the calling
+     * process's own counts. */
     _Atomic uint32_t *claimed;
     /* Full: permits of the caller's own sockets the kernel says are gone
      * given back; how many (NULL: none to look at). The namespace's
@@ -212,17 +222,40 @@ struct bh_take_outcome {
     int most;                /* NEVER_ENOUGH: the most it may ever take */
 };
 
-/* Takes ask.weight permits for an admission: the fleet lease, the
- * breaker, the per_process cap, the reserve or the common pool (now, or
- * after a wait) and the holder record, in that order, with one result.
- * Granted: the permits are held (SEM_UNDO) until bh_permit_give. Anything
+/* Takes ask.weight permits for an admission of the calling process's
+ * own (take->claimed NULL): the fleet lease, the breaker, the per_process
+ * cap, the reserve or the common pool (now, or after a wait) and the
+ * holder record, in that order, with one result. Granted: the permits
+ * are held (SEM_UNDO) until bh_permit_release. Anything
  * else: nothing is held (the claim and any probe slot are given back) and
  * the refusal is counted. errno is kept, but for BH_TAKE_FAILED. */
 enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
                                    struct bh_take_outcome *outcome);
-/* Its mirror: gives back what a granted take holds, to the pools it came
- * from, and its claim (claimed as in bh_take). Async-signal-safe. */
-void bh_permit_give(struct bh_namespace *ns, int index, int weight, _Atomic uint32_t *claimed);
+/* The same on behalf of another process (a supervisor's applicant), with
+ * take->claimed its per_process counts: the permits are held by the
+ * calling process's undo record and counted in its holder record, never
+ * in its own counts (holders.c says why); its caller keeps which pools
+ * they came from (bh_take_taken) until bh_permit_give. */
+enum bh_take_result bh_permit_take_for_another(struct bh_namespace *ns,
+                                               const struct bh_take *take,
+                                               struct bh_take_outcome *outcome);
+/* Which pools a granted take's permits came from: from_reserve of them
+ * from the reserve the ask named (a take only ever falls back from it to
+ * none), the rest from the common pool. */
+static inline struct bh_taken bh_take_taken(const struct bh_permit_ask *ask,
+                                            const struct bh_take_outcome *outcome)
+{
+    uint32_t reserved = outcome->from_reserve;
+    return (struct bh_taken){ (uint32_t)ask->weight - reserved, reserved,
+                              reserved ? ask->reserve : -1 };
+}
+/* The mirror of a take for another process (claimed != NULL): gives back
+ * exactly the permits `taken` names (its bh_take_taken) to exactly those
+ * pools, with SEM_UNDO (the caller's undo record holds them), out of the
+ * caller's holder record, and their claim. A process's own permits go
+ * back with bh_permit_release. Async-signal-safe. */
+void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,
+                    _Atomic uint32_t *claimed);
 
 /* ---- its parts, for the command and the tests ---- */
 
@@ -259,8 +292,9 @@ void bh_permit_count_per_process(struct bh_namespace *ns, int index);
 /* A connect let through by bypass. */
 void bh_permit_count_bypassed(struct bh_namespace *ns, int index);
 /* Gives `weight` permits of compartment `index` back, to the pools this
- * process took them from; unclaims them too: bh_permit_give for this
- * process's own claims. Async-signal-safe: atomics and semops. */
+ * process took them from (its counts know, common pool first); unclaims
+ * them too: the mirror of bh_permit_take. Async-signal-safe: atomics and
+ * semops. */
 void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 
 /* The process is exiting: its holder records are freed if it holds

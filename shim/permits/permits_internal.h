@@ -1,11 +1,12 @@
 /* What the files of shim/permits/ share among themselves and nobody else:
  * permits.c (the namespace: making, attaching, registering, reading,
- * removing), pools.c (taking and giving back permits; the common pool,
- * the reserves and their debts), holders.c (what each process holds),
+ * removing), take.c (an admission's take and give-back, in order),
+ * pools.c (taking and giving back permits; the common pool, the reserves
+ * and their debts), holders.c (what each process holds),
  * socket_records.c (permits of sockets several processes hold), window.c
  * and primitives.c (what all of them use). Who calls whom, never back up:
- * permits.c -> socket_records.c -> pools.c, holders.c -> window.c,
- * primitives.c. */
+ * take.c -> permits.c (a view: the live limit) -> socket_records.c ->
+ * pools.c, holders.c -> window.c, primitives.c. */
 #ifndef BH_PERMITS_INTERNAL_H
 #define BH_PERMITS_INTERNAL_H
 

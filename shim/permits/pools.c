@@ -6,8 +6,9 @@
  * (BH_SEM_FREE: limit minus the reserves). A member takes from its reserve
  * first, then from the common pool; everyone else from the common pool
  * alone. Each permit goes back to the pool it came from (holders.c knows
- * which, per process: the common pool's first; the face, permits.c, asks
- * it and tells this file: this file calls neither). The common take and
+ * which, per process: the common pool's first; for a take on behalf of
+ * another process, its caller keeps which; the take, take.c, asks and
+ * tells this file: this file calls neither). The common take and
  * give-back are inline in pools.h; the rest is here.
  *
  * Debts keep the limit exact while pools change under held permits. Every

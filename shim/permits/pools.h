@@ -1,4 +1,4 @@
-/* pools.c's common paths, inline so that the face (permits.c) pays no
+/* pools.c's common paths, inline so that the take (take.c) pays no
  * call for them: a take from the common pool when nothing is owed, and
  * its give-back. Everything else (reserves, debts, a full pool, waiting)
  * is pools.c's, out of line. What the semaphores and hints mean is at the

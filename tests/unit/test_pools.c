@@ -250,6 +250,43 @@ static void test_holders_past_the_main_segment(void **state)
         atomic_store(&ns.state->holders[i].pid, 0);
 }
 
+/* Takes for other processes (the seccomp supervisor's): a non-member's
+ * common permit and a member's reserved one, given back member first,
+ * each to the pool it came from; this process's own counts never see
+ * them, its holder record does. */
+static void test_takes_for_others_go_back_to_their_own_pools(void **state)
+{
+    (void)state;
+    int c = compartment(2, 1);
+    static _Atomic uint32_t member[BH_MAX_COMPARTMENTS], other[BH_MAX_COMPARTMENTS];
+    const struct bh_compartment rules = { .limit = 2 };
+    const struct bh_take for_other = { { c, -1, 1 }, &rules, other, NULL, NULL, NULL };
+    const struct bh_take for_member = { { c, 0, 1 }, &rules, member, NULL, NULL, NULL };
+    struct bh_take_outcome outcome;
+    assert_int_equal(bh_permit_take_for_another(&ns, &for_other, &outcome), BH_TAKE_GRANTED);
+    struct bh_taken others = bh_take_taken(&for_other.ask, &outcome);
+    assert_int_equal(bh_permit_take_for_another(&ns, &for_member, &outcome), BH_TAKE_GRANTED);
+    struct bh_taken members = bh_take_taken(&for_member.ask, &outcome);
+    assert_int_equal(members.reserved, 1);
+    assert_int_equal(others.common, 1);
+    assert_int_equal(bh_permit_held(c), 0);
+    uint32_t seen = 0;
+    holders_of = c;
+    bh_holders_visit(&ns, count_holder, &seen);
+    assert_int_equal(seen, 2);
+    bh_permit_give(&ns, c, members, member);
+    assert_int_equal(read_reserve(c).free_now, 1);
+    assert_int_equal(take(c, -1, 1), 0);  /* the common pool is still the other's */
+    assert_int_equal(atomic_load(&member[c]), 0);
+    bh_permit_give(&ns, c, others, other);
+    assert_int_equal(atomic_load(&other[c]), 0);
+    assert_int_equal(read_view(c).in_use, 0);
+    assert_int_equal(read_view(c).common_free, 1);
+    seen = 0;
+    bh_holders_visit(&ns, count_holder, &seen);
+    assert_int_equal(seen, 0);
+}
+
 /* SIGKILL: the kernel gives back the reserved, the common and the weighted
  * permits alike (SEM_UNDO), each to its own pool. */
 static void test_a_killed_member_gives_everything_back(void **state)
@@ -326,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_resizing_a_reserve_keeps_the_limit),
         cmocka_unit_test(test_a_waiting_member_gets_a_common_permit),
         cmocka_unit_test(test_holders_past_the_main_segment),
+        cmocka_unit_test(test_takes_for_others_go_back_to_their_own_pools),
         cmocka_unit_test(test_a_killed_member_gives_everything_back),
         cmocka_unit_test(test_a_member_killed_while_waiting_leaves_the_common_pool),
     };
