@@ -243,7 +243,7 @@ static void take_notification(struct sv_state *state, struct tree *tree,
         sv_connect_trapped(state, notif);
         return;
     }
-    if (notif->data.nr != __NR_close) {
+    if (notif->data.nr != __NR_close) {  /* a send with MSG_FASTOPEN */
         sv_fastopen_trapped(state, notif);
         return;
     }
