@@ -272,6 +272,25 @@ EOF
     assert_equal "$(server_stat s total)" 3
 }
 
+@test "seccomp: the shim under --seccomp fails a python3 client's MSG_FASTOPEN send to a full compartment with EOPNOTSUPP at once: no permit taken, none waited for" {
+    start_server s -1
+    compartment_rules 1 wait_ms=5000
+    # another tree holds the one permit
+    bg_tree "$T/holder" -c "$RULES" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 1 60000
+    wait_for server_open_is s 1
+    sv_run "$T/py" --seccomp -- python3 -c '
+import errno, socket, sys
+try:
+    socket.socket().sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", int(sys.argv[1])))
+    print("ok")
+except OSError as error:
+    print("EOPNOTSUPP" if error.errno == errno.EOPNOTSUPP else errno.errorcode[error.errno])
+' "$SERVER_PORT"
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(cat "$T/py")" EOPNOTSUPP
+    assert_equal "$(server_stat s total)" 1
+}
+
 @test "seccomp: busybox wget under bulkhead run is capped" {
     local busybox
     busybox=$(command -v busybox) || fail "no busybox (make deps installs busybox-static)"
