@@ -73,9 +73,9 @@ static int destination_matched(const struct sv_state *state, const struct seccom
            message_matched(state, tid, &message);
 }
 
-/* A matched destination: fails on a stream socket only (a datagram
- * socket ignores the flag). */
-static int declined(const struct seccomp_notif *notif)
+/* Whether the program's socket is a stream one: a matched destination
+ * fails there only (a datagram socket ignores the flag). */
+static int socket_is_stream(const struct seccomp_notif *notif)
 {
     pid_t pid;
     int sock = sv_copy_fd((pid_t)notif->pid, (int)notif->data.args[0], &pid);
@@ -88,7 +88,7 @@ static int declined(const struct seccomp_notif *notif)
 
 void sv_fastopen_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
-    if (destination_matched(state, notif) && declined(notif) &&
+    if (destination_matched(state, notif) && socket_is_stream(notif) &&
         sv_still_valid(state->listener, notif->id))
         sv_fail(state->listener, notif->id, EOPNOTSUPP);
     else
