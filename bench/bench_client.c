@@ -42,6 +42,12 @@
  *                                    healthy=H dead_refused=R dead_timed_out=T
  *   getpid N                         N getpid() calls (the close path's
  *                                    owner check), timed: ns_per_op=F
+ *   fastopen HOST PORT N             one connection, then 1-byte sendto()s
+ *                                    with MSG_FASTOPEN to the same address
+ *                                    on it: each fails (EISCONN, or
+ *                                    EOPNOTSUPP where Fast Open is off or
+ *                                    refused), sending nothing; what is
+ *                                    timed is the call (trapped by `run`)
  *
  * The single-connection modes run WARMUP iterations untimed, then N timed
  * with CLOCK_MONOTONIC around the loop alone, and print one line:
@@ -152,6 +158,29 @@ static int mode_connect_close(long n)
     int64_t t0 = now_ns();
     connect_close_loop(n);
     report(now_ns() - t0, n);
+    return 0;
+}
+
+/* ---- fastopen: a MSG_FASTOPEN send, which `run`'s filter traps ------------ */
+
+static void fastopen_loop(int fd, long n)
+{
+    for (long i = 0; i < n; i++)
+        if (sendto(fd, "x", 1, MSG_FASTOPEN | MSG_NOSIGNAL, (struct sockaddr *)&dest,
+                   dest_len) >= 0)
+            fail("sendto with MSG_FASTOPEN sent on a connected socket");
+}
+
+static int mode_fastopen(long n)
+{
+    int fd = open_connection();
+    if (fd < 0)
+        fail("connect");
+    fastopen_loop(fd, WARMUP);
+    int64_t t0 = now_ns();
+    fastopen_loop(fd, n);
+    report(now_ns() - t0, n);
+    close(fd);
     return 0;
 }
 
@@ -725,7 +754,8 @@ static void usage(void)
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
             "       bench_client capacity HOST PORT W DURATION_MS PACE_MS\n"
             "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
-            "       bench_client getpid N\n");
+            "       bench_client getpid N\n"
+            "       bench_client fastopen HOST PORT N\n");
     exit(2);
 }
 
@@ -751,6 +781,8 @@ int main(int argc, char **argv)
         return mode_pingpong(atol(argv[4]), argc > 5 ? argv[5] : "send");
     if (strcmp(mode, "request") == 0)
         return mode_request(atol(argv[4]));
+    if (strcmp(mode, "fastopen") == 0)
+        return mode_fastopen(atol(argv[4]));
     if (strcmp(mode, "alternate") == 0)
         mode_alternate(argv[2], argv[4]);
     if (strcmp(mode, "capacity") == 0 && argc >= 7)

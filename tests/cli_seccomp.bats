@@ -7,7 +7,10 @@
 #
 # The clients: a Go net/http client (go build here, cached in
 # build/tests/gohttp), a gcc -static C client that forks and passes its
-# sockets over SCM_RIGHTS (build/tests/fork_share), busybox-static's wget.
+# sockets over SCM_RIGHTS (build/tests/fork_share), busybox-static's wget,
+# a gcc -static C client that opens its connections with MSG_FASTOPEN
+# sends and falls back to connect() on EOPNOTSUPP
+# (build/tests/fastopen_fallback).
 # (A cli file: `bulkhead run` always preloads build/libbulkhead.so.)
 
 load helpers/common
@@ -26,6 +29,8 @@ setup() {
     CLOSE_CONNECTING="$BH_ROOT/build/tests/close_connecting"
     build_if_stale "$CLOSE_CONNECTING" "$BH_ROOT/tests/clients/static/close_connecting.c" \
         static_build
+    FASTOPEN="$BH_ROOT/build/tests/fastopen_fallback"
+    build_if_stale "$FASTOPEN" "$BH_ROOT/tests/clients/static/fastopen_fallback.c" static_build
 }
 teardown() {
     local tree
@@ -74,6 +79,11 @@ count() {
 # server_open_is NAME N: the server holds N connections open now.
 server_open_is() {
     [[ "$(server_stat "$1" open)" == "$2" ]]
+}
+
+# server_has_open NAME N: the server holds at least N connections open now.
+server_has_open() {
+    (("$(server_stat "$1" open)" >= $2))
 }
 
 # sv_run OUT CMD...: bulkhead run -c $RULES CMD in the foreground, stdout
@@ -192,6 +202,114 @@ sv_run() {
     wait_pid "$tree"
     assert_equal "$(cat "$T/out")" $'a=ok\nunspec=ok\nb=ok\nagain=ECONNREFUSED'
     assert_equal "$(server_stat s total)" 3
+}
+
+@test "seccomp: a static client's MSG_FASTOPEN sends (sendto, sendmsg, sendmmsg) to a matched server fail with EOPNOTSUPP; its fallback connects, 8 at limit 3: the server sees 3 at once, and the next tree gets 3 again" {
+    start_server s -1
+    compartment_rules 3
+    bg_tree "$T/fo" -c "$RULES" -- "$FASTOPEN" 127.0.0.1 "$SERVER_PORT" 8 mixed --hold
+    local tree=$BG_PID
+    # every child tried and holds what it got, until the server took it in
+    wait_for file_has "$T/fo" '^tried$'
+    wait_for server_has_open s 3
+    kill -USR1 "$tree"
+    wait_pid "$tree"
+    assert_equal "$(count 'fastopen=EOPNOTSUPP connect=ok' "$T/fo")" 3
+    assert_equal "$(count 'fastopen=EOPNOTSUPP connect=ECONNREFUSED' "$T/fo")" 5
+    assert_equal "$(server_stat s max)" 3
+    # every permit came back when the tree ended: another tree gets 3
+    sv_run "$T/again" -- "$FASTOPEN" 127.0.0.1 "$SERVER_PORT" 8 sendto
+    assert_equal "$(count 'fastopen=EOPNOTSUPP connect=ok' "$T/again")" 3
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(server_stat s total)" 6
+}
+
+@test "seccomp: a static client's MSG_FASTOPEN sends to a server no rule matches go through untouched, data and all" {
+    start_server other -1
+    compartment_rules 1
+    start_server s -1
+    sv_run "$T/fo" -- "$FASTOPEN" 127.0.0.1 "$SERVER_PORT" 3 mixed --ask
+    assert_equal "$SV_STATUS" 0
+    # the server answers a request it got: what was sent arrived
+    if (($(sysctl -n net.ipv4.tcp_fastopen) & 1)); then
+        assert_equal "$(count 'fastopen=ok reply=HTTP/1.0' "$T/fo")" 3
+    else  # client Fast Open is off: the kernel's own EOPNOTSUPP
+        assert_equal "$(count 'fastopen=EOPNOTSUPP connect=ok reply=HTTP/1.0' "$T/fo")" 3
+    fi
+    assert_equal "$(server_stat s total)" 3
+    assert_equal "$(server_stat other total)" 0
+}
+
+@test "seccomp: a python3 client (the shim preloaded) under --seccomp: its MSG_FASTOPEN sends to a matched server fail with EOPNOTSUPP, its fallback connects are counted once: 3 of 8 at limit 3, not fewer" {
+    start_server s -1
+    compartment_rules 3
+    cat >"$T/fastopen.py" <<'EOF'
+import errno, signal, socket, sys, threading
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+tried = threading.Barrier(count + 1)
+release = threading.Event()
+lock = threading.Lock()
+def name(error):
+    return "EOPNOTSUPP" if error.errno == errno.EOPNOTSUPP else errno.errorcode[error.errno]
+def client():
+    sock = socket.socket()
+    try:
+        sock.sendto(b"x", socket.MSG_FASTOPEN, (host, port))
+        line = "fastopen=ok"
+    except OSError as error:
+        line = "fastopen=" + name(error)
+        if error.errno == errno.EOPNOTSUPP:
+            try:
+                sock.connect((host, port))
+                sock.sendall(b"x")
+                line += " connect=ok"
+            except OSError as refused:
+                line += " connect=" + name(refused)
+    with lock:
+        print(line, flush=True)
+    tried.wait()
+    release.wait()  # each holds its connection until SIGUSR1
+    sock.close()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # for sigwait alone
+threads = [threading.Thread(target=client) for _ in range(count)]
+for thread in threads:
+    thread.start()
+tried.wait()
+print("tried", flush=True)
+signal.sigwait({signal.SIGUSR1})
+release.set()
+for thread in threads:
+    thread.join()
+EOF
+    bg_tree "$T/py" --seccomp -c "$RULES" -- python3 "$T/fastopen.py" 127.0.0.1 "$SERVER_PORT" 8
+    local tree=$BG_PID
+    wait_for file_has "$T/py" '^tried$'
+    wait_for server_has_open s 3
+    kill -USR1 "$tree"
+    wait_pid "$tree"
+    assert_equal "$(count 'fastopen=EOPNOTSUPP connect=ok' "$T/py")" 3
+    assert_equal "$(count 'fastopen=EOPNOTSUPP connect=ECONNREFUSED' "$T/py")" 5
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(server_stat s total)" 3
+}
+
+@test "seccomp: the shim under --seccomp fails a python3 client's MSG_FASTOPEN send to a full compartment with EOPNOTSUPP at once: no permit taken, none waited for" {
+    start_server s -1
+    compartment_rules 1 wait_ms=5000
+    # another tree holds the one permit
+    bg_tree "$T/holder" -c "$RULES" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 1 60000
+    wait_for server_open_is s 1
+    sv_run "$T/py" --seccomp -- python3 -c '
+import errno, socket, sys
+try:
+    socket.socket().sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", int(sys.argv[1])))
+    print("ok")
+except OSError as error:
+    print("EOPNOTSUPP" if error.errno == errno.EOPNOTSUPP else errno.errorcode[error.errno])
+' "$SERVER_PORT"
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(cat "$T/py")" EOPNOTSUPP
+    assert_equal "$(server_stat s total)" 1
 }
 
 @test "seccomp: busybox wget under bulkhead run is capped" {

@@ -67,16 +67,19 @@ void sv_continue(int listener, uint64_t id)
     respond(listener, id, 0, 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE);
 }
 
-/* Still waiting in that very system call: what we read was its. */
-static int still_valid(int listener, uint64_t id)
+void sv_fail(int listener, uint64_t id, int err)
+{
+    respond(listener, id, -1, -err, 0);
+}
+
+int sv_still_valid(int listener, uint64_t id)
 {
     return ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
 }
 
-static int read_address(pid_t tid, uint64_t at, struct sockaddr_storage *to,
-                        socklen_t length)
+int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length)
 {
-    struct iovec here = { to, length };
+    struct iovec here = { into, length };
     struct iovec there = { (void *)(uintptr_t)at, length };
     return process_vm_readv(tid, &here, 1, &there, 1, 0) == (ssize_t)length ? 0 : -1;
 }
@@ -162,6 +165,16 @@ static void membership_for(struct sv_state *state, pid_t pid, int local,
     free(text);
 }
 
+int sv_copy_fd(pid_t tid, int fd, pid_t *pid)
+{
+    *pid = (pid_t)status_field(tid, "Tgid:", 0);
+    int pidfd = *pid > 0 ? (int)syscall(SYS_pidfd_open, *pid, 0) : -1;
+    int copy = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0) : -1;
+    if (pidfd >= 0)
+        close(pidfd);
+    return copy;
+}
+
 /* ---- the connect itself ---- */
 
 /* Admitted: count the socket, connect, and give the permits back at once
@@ -242,7 +255,7 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     return answer;
 }
 
-static int is_stream(int sock)
+int sv_is_stream(int sock)
 {
     int type = 0;
     socklen_t length = sizeof type;
@@ -253,7 +266,7 @@ static int is_stream(int sock)
 static struct answer carry_out(struct job *job, pid_t pid, int sock)
 {
     struct stat info;
-    if (sock < 0 || !still_valid(job->state->listener, job->id) || !is_stream(sock) ||
+    if (sock < 0 || !sv_still_valid(job->state->listener, job->id) || !sv_is_stream(sock) ||
         fstat(sock, &info) < 0)
         return (struct answer) { 1, 0, 0 };  /* a bad fd: the kernel says EBADF */
     if (!sv_socket_counted(info.st_ino))
@@ -268,14 +281,11 @@ static struct answer carry_out(struct job *job, pid_t pid, int sock)
 static void handle(struct job *job)
 {
     int listener = job->state->listener;
-    pid_t pid = (pid_t)status_field(job->tid, "Tgid:", 0);
-    int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-    int sock = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, job->fd, 0) : -1;
+    pid_t pid;
+    int sock = sv_copy_fd(job->tid, job->fd, &pid);
     struct answer answer = carry_out(job, pid, sock);
     if (sock >= 0)
         close(sock);
-    if (pidfd >= 0)
-        close(pidfd);
     if (answer.proceed)
         sv_continue(listener, job->id);
     else if (respond(listener, job->id, answer.rc, answer.rc < 0 ? -answer.err : 0, 0) < 0)
@@ -367,13 +377,11 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
 {
     if (sv_sockets_live() == 0)
         return 0;
-    pid_t pid = (pid_t)status_field((pid_t)notif->pid, "Tgid:", 0);
-    int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-    int sock = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, (int)notif->data.args[0], 0)
-                          : -1;
+    pid_t pid;
+    int sock = sv_copy_fd((pid_t)notif->pid, (int)notif->data.args[0], &pid);
     struct stat info;
     int counted = sock >= 0 && fstat(sock, &info) == 0 &&
-                  still_valid(state->listener, notif->id) && sv_socket_counted(info.st_ino);
+                  sv_still_valid(state->listener, notif->id) && sv_socket_counted(info.st_ino);
     if (counted) {
         struct sockaddr unspec = { .sa_family = AF_UNSPEC };
         sv_outcome_forget(state, info.st_ino);
@@ -386,8 +394,6 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
     }
     if (sock >= 0)
         close(sock);
-    if (pidfd >= 0)
-        close(pidfd);
     return counted;
 }
 
@@ -396,8 +402,8 @@ void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *noti
     struct job *job = calloc(1, sizeof *job);
     socklen_t length = (socklen_t)notif->data.args[2];
     int readable = job && length >= sizeof(sa_family_t) && length <= sizeof job->to &&
-                   read_address(notif->pid, notif->data.args[1], &job->to, length) == 0 &&
-                   still_valid(state->listener, notif->id);
+                   sv_read_memory(notif->pid, notif->data.args[1], &job->to, length) == 0 &&
+                   sv_still_valid(state->listener, notif->id);
     if (readable && job->to.ss_family == AF_UNSPEC && disconnect_counted(state, notif)) {
         free(job);
         return;  /* answered */

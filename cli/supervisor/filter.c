@@ -2,16 +2,19 @@
  * for the life of the tree (every descendant inherits it, exec or not)
  * and stacks with any filter a program installs of its own.
  *
- * It asks the supervisor about connect() and close() only, and only those
- * the shim did not mark (libc.h: BH_SUPERVISED_MARK): what the shim
- * counts itself never costs a round trip. Every other system call, and
- * every call of another architecture's ABI, is allowed in the kernel. */
+ * It asks the supervisor about connect() and close(), only those the shim
+ * did not mark (libc.h: BH_SUPERVISED_MARK): what the shim counts itself
+ * never costs a round trip; and about sendto(), sendmsg() and sendmmsg()
+ * with MSG_FASTOPEN, which connect without connect() (fastopen.c): a send
+ * without it never leaves the kernel. Every other system call, and every
+ * call of another architecture's ABI, is allowed in the kernel. */
 #include <errno.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -31,31 +34,55 @@ int sv_filter_supported(void)
     return SV_ARCH != 0;
 }
 
-#define ARG3_LOW offsetof(struct seccomp_data, args[3])
+/* The low (or high) 32 bits of argument n, as BPF loads 32 bits at a time. */
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define ARG3_HIGH (ARG3_LOW + 4)
+#define ARG_LOW(n) (offsetof(struct seccomp_data, args[n]))
+#define ARG_HIGH(n) (offsetof(struct seccomp_data, args[n]) + 4)
 #else
-#define ARG3_HIGH ARG3_LOW
-#undef ARG3_LOW
-#define ARG3_LOW (offsetof(struct seccomp_data, args[3]) + 4)
+#define ARG_LOW(n) (offsetof(struct seccomp_data, args[n]) + 4)
+#define ARG_HIGH(n) (offsetof(struct seccomp_data, args[n]))
 #endif
+
+/* The program's instructions, in order; a jump names where it goes. */
+enum {
+    LOAD_ARCH, CHECK_ARCH, LOAD_NR,
+    IS_CONNECT, IS_CLOSE, IS_SENDTO, IS_SENDMMSG, IS_SENDMSG,
+    LOAD_SENDMSG_FLAGS, SENDMSG_FASTOPEN, LOAD_SENDTO_FLAGS, SENDTO_FASTOPEN,
+    LOAD_MARK_LOW, CHECK_MARK_LOW, LOAD_MARK_HIGH, CHECK_MARK_HIGH,
+    NOTIFY, ALLOW,
+};
+#define TO(from, to) ((to) - (from) - 1)
+#define JEQ(at, value, yes, no) \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (value), TO(at, yes), TO(at, no))
+#define JSET(at, bits, yes, no) \
+    BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (bits), TO(at, yes), TO(at, no))
+#define LOAD(offset) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (offset))
 
 int sv_filter_install(void)
 {
+    /* sendto's and sendmmsg's flags are their fourth argument, sendmsg's
+     * its third; MSG_FASTOPEN is in their low 32 bits (flags are an int). */
     struct sock_filter code[] = {
-        /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SV_ARCH, 0, 8),
-        /* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        /* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 1, 0),
-        /* 4 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_close, 0, 5),
-        /* 5 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG3_LOW),
-        /* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
-                         (uint32_t)(BH_SUPERVISED_MARK & 0xffffffffu), 0, 2),
-        /* 7 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG3_HIGH),
-        /* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
-                         (uint32_t)(BH_SUPERVISED_MARK >> 32), 1, 0),
-        /* 9 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
-        /* 10 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        [LOAD_ARCH] = LOAD(offsetof(struct seccomp_data, arch)),
+        [CHECK_ARCH] = JEQ(CHECK_ARCH, SV_ARCH, LOAD_NR, ALLOW),
+        [LOAD_NR] = LOAD(offsetof(struct seccomp_data, nr)),
+        [IS_CONNECT] = JEQ(IS_CONNECT, __NR_connect, LOAD_MARK_LOW, IS_CLOSE),
+        [IS_CLOSE] = JEQ(IS_CLOSE, __NR_close, LOAD_MARK_LOW, IS_SENDTO),
+        [IS_SENDTO] = JEQ(IS_SENDTO, __NR_sendto, LOAD_SENDTO_FLAGS, IS_SENDMMSG),
+        [IS_SENDMMSG] = JEQ(IS_SENDMMSG, __NR_sendmmsg, LOAD_SENDTO_FLAGS, IS_SENDMSG),
+        [IS_SENDMSG] = JEQ(IS_SENDMSG, __NR_sendmsg, LOAD_SENDMSG_FLAGS, ALLOW),
+        [LOAD_SENDMSG_FLAGS] = LOAD(ARG_LOW(2)),
+        [SENDMSG_FASTOPEN] = JSET(SENDMSG_FASTOPEN, MSG_FASTOPEN, NOTIFY, ALLOW),
+        [LOAD_SENDTO_FLAGS] = LOAD(ARG_LOW(3)),
+        [SENDTO_FASTOPEN] = JSET(SENDTO_FASTOPEN, MSG_FASTOPEN, NOTIFY, ALLOW),
+        [LOAD_MARK_LOW] = LOAD(ARG_LOW(3)),
+        [CHECK_MARK_LOW] = JEQ(CHECK_MARK_LOW, (uint32_t)(BH_SUPERVISED_MARK & 0xffffffffu),
+                               LOAD_MARK_HIGH, NOTIFY),
+        [LOAD_MARK_HIGH] = LOAD(ARG_HIGH(3)),
+        [CHECK_MARK_HIGH] = JEQ(CHECK_MARK_HIGH, (uint32_t)(BH_SUPERVISED_MARK >> 32),
+                                ALLOW, NOTIFY),
+        [NOTIFY] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+        [ALLOW] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog program = { sizeof code / sizeof code[0], code };
     if (!sv_filter_supported()) {

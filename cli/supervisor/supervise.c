@@ -246,6 +246,10 @@ static void take_notification(struct sv_state *state, struct tree *tree,
         sv_connect_trapped(state, notif);
         return;
     }
+    if (notif->data.nr != __NR_close) {  /* a send with MSG_FASTOPEN */
+        sv_fastopen_trapped(state, notif);
+        return;
+    }
     sv_outcome_closing(state, (int)notif->data.args[0]);  /* before the fd goes */
     sv_continue(state->listener, notif->id);
     if (sv_sockets_live() > 0)  /* a close: maybe of a counted socket */

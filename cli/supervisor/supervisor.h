@@ -9,6 +9,9 @@
  *   filter.c     the seccomp filter, installed in the child before exec
  *   supervise.c  the parent's loop: notifications, signals, exits, timers
  *   connects.c   one trapped connect: admission, then the connect itself
+ *   fastopen.c   one trapped MSG_FASTOPEN send: EOPNOTSUPP to a matched
+ *                destination (as with client Fast Open off), so that the
+ *                program falls back to connect()
  *   sockets.c    counted sockets by inode; the kernel's word on which are
  *                gone (sock_diag), and their permits given back once
  *   outcomes.c   what a connect turned out to be, for the breaker and the
@@ -111,6 +114,23 @@ struct seccomp_notif;
 void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
 /* Answers a notification: the call proceeds as the program made it. */
 void sv_continue(int listener, uint64_t id);
+/* Answers a notification: the call fails with err, and is not made. */
+void sv_fail(int listener, uint64_t id, int err);
+/* Whether the notification is still its call's, waiting: what was read
+ * from the program's memory since was that call's. */
+int sv_still_valid(int listener, uint64_t id);
+/* length bytes at `at` in thread tid's memory; 0, or -1. */
+int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length);
+/* The program's fd (thread tid's) copied here (pidfd_getfd), its process
+ * id in *pid; -1 when it cannot be. The caller closes the copy. */
+int sv_copy_fd(pid_t tid, int fd, pid_t *pid);
+/* Whether a socket is SOCK_STREAM. */
+int sv_is_stream(int sock);
+
+/* ---- fastopen.c ---- */
+
+/* A trapped sendto/sendmsg/sendmmsg with MSG_FASTOPEN, answered here. */
+void sv_fastopen_trapped(struct sv_state *state, const struct seccomp_notif *notif);
 
 /* ---- outcomes.c ---- */
 

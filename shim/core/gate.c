@@ -104,6 +104,17 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     return admit(fd, &bh_shim.config.rules[rule], to);
 }
 
+int bh_gate_fastopen_declined(int fd, const struct sockaddr *to, socklen_t length)
+{
+    if (!bh_shim.supervised || !to || length < sizeof(sa_family_t) ||
+        (to->sa_family != AF_INET && to->sa_family != AF_INET6) || !bh_shim_active() ||
+        bh_rule_index_match(bh_shim.rules, to, length) < 0 ||
+        !is_inet_stream(fd, bh_fd_lookup(fd).kind))
+        return 0;
+    errno = EOPNOTSUPP;
+    return 1;
+}
+
 /* A connect() again on a socket still connecting: EALREADY and
  * EINPROGRESS mean still under way, EISCONN that it got there. */
 static void learn_again(int fd, int call_failed)

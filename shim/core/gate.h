@@ -9,6 +9,12 @@
 /* Before connect(), or sendto/sendmsg with MSG_FASTOPEN: returns the
  * compartment whose permit the fd now holds, or one of the values above. */
 int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length);
+/* Before sendto/sendmsg with MSG_FASTOPEN under `bulkhead run`'s seccomp
+ * supervisor: 1 (errno EOPNOTSUPP) when the destination is one a rule
+ * matches, as the supervisor itself answers a Fast Open send it traps
+ * (docs/seccomp.md): the program's fallback connect() is counted here,
+ * once. 0 otherwise, and always when not supervised. */
+int bh_gate_fastopen_declined(int fd, const struct sockaddr *to, socklen_t length);
 /* After the real call, for whatever bh_gate_enter returned other than
  * PASS: a connection under way (success, EINPROGRESS, EINTR) keeps its
  * permit and any other failure gives it back at once; a successful

@@ -275,8 +275,10 @@ static void start_once_per_image(void)
     /* Under run's seccomp supervisor, what we count is marked so that it
      * is not counted again; a shim that counts nothing leaves its calls
      * to the supervisor. */
-    if (active && getenv(BH_SUPERVISED_VARIABLE))
+    if (active && getenv(BH_SUPERVISED_VARIABLE)) {
         bh_libc_mark_for_supervisor();
+        bh_shim.supervised = 1;
+    }
     unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
     atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
                           memory_order_release);

@@ -29,6 +29,9 @@ struct bh_shim {
     /* config compartment i: what this program image is in it, fixed for
      * the image's life */
     struct bh_membership membership[BH_MAX_COMPARTMENTS];
+    /* under `bulkhead run`'s seccomp supervisor, with rules: set once at
+     * start-up, as the marked calls are (libc.h) */
+    int supervised;
 };
 
 extern struct bh_shim bh_shim;

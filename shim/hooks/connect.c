@@ -21,12 +21,18 @@ static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
     return rc;
 }
 
-/* MSG_FASTOPEN connects: the gate, as for connect(). Out of line, so that
- * a plain send is a lookup and a jump. */
+/* MSG_FASTOPEN connects: the gate, as for connect(). Under the seccomp
+ * supervisor, which traps these sends and cannot tell ours from the
+ * program's (all six of sendto's arguments are used: no room for a
+ * mark), a matched one fails with EOPNOTSUPP instead, here, as the
+ * supervisor would answer it; the program then connect()s, counted here.
+ * Out of line, so that a plain send is a lookup and a jump. */
 static __attribute__((noinline)) ssize_t
 sendto_fastopen(int fd, const void *buf, size_t n, int flags,
                 const struct sockaddr *to, socklen_t length)
 {
+    if (bh_gate_fastopen_declined(fd, to, length))
+        return -1;
     int entered = bh_gate_enter(fd, to, length);
     if (entered == BH_GATE_REFUSED)
         return -1;
@@ -39,6 +45,8 @@ sendto_fastopen(int fd, const void *buf, size_t n, int flags,
 static __attribute__((noinline)) ssize_t
 sendmsg_fastopen(int fd, const struct msghdr *msg, int flags)
 {
+    if (bh_gate_fastopen_declined(fd, msg->msg_name, msg->msg_namelen))
+        return -1;
     int entered = bh_gate_enter(fd, msg->msg_name, msg->msg_namelen);
     if (entered == BH_GATE_REFUSED)
         return -1;
