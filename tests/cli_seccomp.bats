@@ -31,6 +31,8 @@ setup() {
         static_build
     FASTOPEN="$BH_ROOT/build/tests/fastopen_fallback"
     build_if_stale "$FASTOPEN" "$BH_ROOT/tests/clients/static/fastopen_fallback.c" static_build
+    FLOOD="$BH_ROOT/build/tests/connect_flood"
+    build_if_stale "$FLOOD" "$BH_ROOT/tests/clients/static/connect_flood.c" static_build
 }
 teardown() {
     local tree
@@ -310,6 +312,31 @@ except OSError as error:
     assert_equal "$SV_STATUS" 0
     assert_equal "$(cat "$T/py")" EOPNOTSUPP
     assert_equal "$(server_stat s total)" 1
+}
+
+# rss_kb PID / fds_of PID: the kernel's count of a process's resident
+# memory (kB) and open files.
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+fds_of() { ls "/proc/$1/fd" | wc -l; }
+
+@test "seccomp: a flood of 2 x 2,000 connect+close at limit 4 leaves the supervisor's memory and open files where the first 2,000 left them" {
+    start_server s 0
+    compartment_rules 4 wait_ms=2000
+    bg_tree "$T/out" --seccomp -c "$RULES" -- "$FLOOD" "$SERVER_PORT" 2000 "$T/go"
+    local run=$BG_PID rss fds started
+    wait_for -t 60 file_has "$T/out" '^half '
+    rss=$(rss_kb "$run") fds=$(fds_of "$run") started=$EPOCHREALTIME
+    touch "$T/go"
+    wait_for -t 60 file_has "$T/out" '^done '
+    local grown=$(($(rss_kb "$run") - rss)) more_fds=$(($(fds_of "$run") - fds))
+    rm "$T/go"
+    echo "# the second 2,000 at $(python3 -c "print(round(2000 / ($EPOCHREALTIME - $started)))")/s; the supervisor grew $grown kB, $more_fds fds" >&3
+    wait_pid "$run"
+    assert_equal "$(cat "$T/out")" $'half ok=2000 failed=0\ndone ok=4000 failed=0'
+    ((grown <= 256)) || fail "the supervisor's RSS grew $grown kB over the second 2,000 connects"
+    ((more_fds <= 0)) || fail "the supervisor holds $more_fds more files after the second 2,000 connects"
+    assert_equal "$(server_stat s total)" 4000
+    (($(server_stat s max) <= 4)) || fail "the server saw $(server_stat s max) at once (limit 4)"
 }
 
 @test "seccomp: busybox wget under bulkhead run is capped" {
