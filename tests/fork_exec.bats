@@ -35,6 +35,14 @@ teardown() { bh_teardown; }
     assert_server_saw_connects
 }
 
+@test "sendmmsg/recvmmsg: a connection passed to a process forked before it keeps its permit past the sender's close; the receiver's close gives it back" {
+    fdops_setup 1
+    fdops pass_mmsg
+    assert_success
+    assert_lines first=ok received=yes passed_avail=0 receiver_closed_avail=1 final_avail=1
+    assert_server_saw_connects
+}
+
 @test "exec: a SOCK_CLOEXEC socket's permit is given back by exec" {
     fdops_setup 1
     fdops exec_cloexec

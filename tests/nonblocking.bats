@@ -65,7 +65,7 @@ EOF
     assert_lines filler=ok interrupted=EINTR after_eintr_avail=1 after_close_avail=2 final_avail=3
 }
 
-@test "sendto/sendmsg with MSG_FASTOPEN take a permit; refused ones send no SYN" {
+@test "sendto/sendmsg/sendmmsg with MSG_FASTOPEN take a permit; refused ones send no SYN" {
     fdops_setup 1
     fdops fastopen
     if [[ $status -eq 3 && $(id -u) -eq 0 ]]; then
@@ -79,7 +79,8 @@ EOF
     [[ $status -ne 3 ]] || skip "TCP Fast Open is not available to clients here"
     assert_success
     assert_lines first_fastopen=ok second_fastopen=EHOSTUNREACH sendmsg_fastopen=EHOSTUNREACH \
-        held_avail=0 after_close_avail=1 sendmsg_after_close=ok held_again_avail=0 \
-        after_close_all_avail=1 final_avail=1
+        sendmmsg_fastopen=EHOSTUNREACH held_avail=0 after_close_avail=1 sendmsg_after_close=ok \
+        held_again_avail=0 after_close_again_avail=1 sendmmsg_after_close=ok \
+        held_by_sendmmsg_avail=0 after_close_all_avail=1 final_avail=1
     assert_server_saw_connects
 }

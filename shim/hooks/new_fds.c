@@ -93,6 +93,31 @@ static ssize_t bh_recvmsg(int fd, struct msghdr *msg, int flags)
     return receive_with_control(fd, msg, flags);
 }
 
+BH_IO_FUNCTIONS(receive_messages, recvmmsg, 1, flags,
+                (int fd, struct mmsghdr *vec, unsigned int n, int flags,
+                 struct timespec *timeout),
+                (fd, vec, n, flags, timeout))
+
+static __attribute__((noinline)) int receive_many_with_control(int fd, struct mmsghdr *vec,
+                                                               unsigned int n, int flags,
+                                                               struct timespec *timeout)
+{
+    int received = (int)receive_messages(fd, vec, n, flags, timeout);
+    for (int i = 0; i < received; i++)
+        forget_passed_fds(vec[i].msg_len, &vec[i].msg_hdr);
+    return received;
+}
+
+/* As recvmsg: only a message with a control buffer can bring fds in. */
+static int bh_recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
+                       struct timespec *timeout)
+{
+    for (unsigned int i = 0; vec && i < n; i++)
+        if (vec[i].msg_hdr.msg_control && vec[i].msg_hdr.msg_controllen)
+            return receive_many_with_control(fd, vec, n, flags, timeout);
+    return (int)receive_messages(fd, vec, n, flags, timeout);
+}
+
 /* open's mode is only there with O_CREAT or O_TMPFILE. */
 #define OPEN_MODE(flags) ({ mode_t mode = 0;                                  \
         if ((flags) & (O_CREAT | __O_TMPFILE)) { va_list args;                 \
@@ -118,6 +143,11 @@ BH_EXPORT int accept4(int fd, struct sockaddr *from, socklen_t *len, int flags)
 BH_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
     return bh_recvmsg(fd, msg, flags);
+}
+BH_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
+                       struct timespec *timeout)
+{
+    return bh_recvmmsg(fd, vec, n, flags, timeout);
 }
 BH_EXPORT int open(const char *path, int flags, ...)
 {

@@ -25,6 +25,11 @@
       (fd, buf, n, flags, to, len))                                            \
     X(ssize_t, sendmsg, (int fd, const struct msghdr *msg, int flags), (fd, msg, flags)) \
     X(ssize_t, recvmsg, (int fd, struct msghdr *msg, int flags), (fd, msg, flags)) \
+    X(int, sendmmsg, (int fd, struct mmsghdr *vec, unsigned int n, int flags),  \
+      (fd, vec, n, flags))                                                     \
+    X(int, recvmmsg, (int fd, struct mmsghdr *vec, unsigned int n, int flags,  \
+                      struct timespec *timeout),                               \
+      (fd, vec, n, flags, timeout))                                            \
     X(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n))              \
     X(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n))       \
     X(ssize_t, readv, (int fd, const struct iovec *iov, int count), (fd, iov, count)) \

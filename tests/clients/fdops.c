@@ -26,7 +26,7 @@
  *   nonblock_einprogress, poll_connect_again [2], failed_connect_releases,
  *   eintr_keeps [3], fork_child_close, fork_parent_close, fork_child_own,
  *   exec_cloexec, exec_survives, exec_survives_exit, exec_mixed [2],
- *   exec_fails, sigkill [N], fastopen, errno_untouched OTHER_PORT
+ *   exec_fails, sigkill [N], pass_mmsg, fastopen, errno_untouched OTHER_PORT
  *   (limit >= 1), udp_untouched (limit 0), threads [N], verify. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -756,9 +756,77 @@ static void sc_sigkill(void)
     say_int("restored_after_kill", restored);
 }
 
+/* ---- a connection passed with sendmmsg, received with recvmmsg --------- */
+
+/* One message carrying fd (SCM_RIGHTS) over the unix socket pair. */
+static void pass_by_sendmmsg(int pair, int fd)
+{
+    char byte = 'p';
+    struct iovec iov = { &byte, 1 };
+    union { char buffer[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    struct mmsghdr one = { .msg_hdr = { .msg_iov = &iov, .msg_iovlen = 1,
+                                        .msg_control = control.buffer,
+                                        .msg_controllen = sizeof control.buffer } };
+    struct cmsghdr *c = CMSG_FIRSTHDR(&one.msg_hdr);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (sendmmsg(pair, &one, 1, 0) != 1)
+        die("sendmmsg");
+}
+
+static int receive_by_recvmmsg(int pair)
+{
+    char byte;
+    struct iovec iov = { &byte, 1 };
+    union { char buffer[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    struct mmsghdr one = { .msg_hdr = { .msg_iov = &iov, .msg_iovlen = 1,
+                                        .msg_control = control.buffer,
+                                        .msg_controllen = sizeof control.buffer } };
+    if (recvmmsg(pair, &one, 1, 0, NULL) != 1)
+        die("recvmmsg");
+    struct cmsghdr *c = CMSG_FIRSTHDR(&one.msg_hdr);
+    int fd = -1;
+    if (c && c->cmsg_type == SCM_RIGHTS)
+        memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+/* The child is forked before the connection exists (fork shares nothing
+ * then); the connection reaches it only through sendmmsg. */
+static void sc_pass_mmsg(void)
+{
+    int pair[2], up[2], down[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
+        die("socketpair");
+    pid_t pid = fork_with_pipes(up, down);
+    if (pid == 0) {
+        int received = receive_by_recvmmsg(pair[1]);
+        write_byte(up[1], received >= 0 ? 'r' : 'n');
+        read_byte(down[0]);
+        close(received);
+        write_byte(up[1], 'c');
+        read_byte(down[0]);
+        _exit(0);
+    }
+    int s = hold("first", 0);
+    pass_by_sendmmsg(pair[0], s);
+    close(s);
+    say("received", read_byte(up[0]) == 'r' ? "yes" : "no");
+    say_avail("passed_avail");
+    write_byte(down[1], 'x');
+    read_byte(up[0]);
+    say_avail("receiver_closed_avail");
+    write_byte(down[1], 'x');
+    waitpid(pid, NULL, 0);
+}
+
 /* ---- fastopen, errno, other traffic ------------------------------------- */
 
-static int fastopen_sendto(int use_sendmsg, int *fd_out)
+enum fastopen_call { BY_SENDTO, BY_SENDMSG, BY_SENDMMSG };
+
+static int fastopen_sendto(enum fastopen_call call, int *fd_out)
 {
     int fd = socket(g_addr.ss_family, SOCK_STREAM, 0);
     if (fd < 0)
@@ -766,11 +834,13 @@ static int fastopen_sendto(int use_sendmsg, int *fd_out)
     *fd_out = fd;
     char data[] = "x";
     ssize_t n;
-    if (use_sendmsg) {
-        struct iovec iov = { data, 1 };
-        struct msghdr msg = { .msg_name = &g_addr, .msg_namelen = g_len,
-                              .msg_iov = &iov, .msg_iovlen = 1 };
-        n = sendmsg(fd, &msg, MSG_FASTOPEN | MSG_NOSIGNAL);
+    struct iovec iov = { data, 1 };
+    struct mmsghdr one = { .msg_hdr = { .msg_name = &g_addr, .msg_namelen = g_len,
+                                        .msg_iov = &iov, .msg_iovlen = 1 } };
+    if (call == BY_SENDMSG) {
+        n = sendmsg(fd, &one.msg_hdr, MSG_FASTOPEN | MSG_NOSIGNAL);
+    } else if (call == BY_SENDMMSG) {
+        n = sendmmsg(fd, &one, 1, MSG_FASTOPEN | MSG_NOSIGNAL);
     } else {
         n = sendto(fd, data, 1, MSG_FASTOPEN | MSG_NOSIGNAL,
                    (struct sockaddr *)&g_addr, g_len);
@@ -787,23 +857,29 @@ static int fastopen_sendto(int use_sendmsg, int *fd_out)
 
 static void sc_fastopen(void)
 {
-    int s1, s2, s3, s4;
-    int err = fastopen_sendto(0, &s1);
+    int s1, s2, s3, s4, s5, s6;
+    int err = fastopen_sendto(BY_SENDTO, &s1);
     if (err == EOPNOTSUPP || err == ENOPROTOOPT) {
         say("fastopen", "unsupported");
         finish(3);
     }
     say("first_fastopen", res(err));
-    say("second_fastopen", res(fastopen_sendto(0, &s2)));
-    say("sendmsg_fastopen", res(fastopen_sendto(1, &s3)));
+    say("second_fastopen", res(fastopen_sendto(BY_SENDTO, &s2)));
+    say("sendmsg_fastopen", res(fastopen_sendto(BY_SENDMSG, &s3)));
+    say("sendmmsg_fastopen", res(fastopen_sendto(BY_SENDMMSG, &s5)));
     say_avail("held_avail");
     close(s1);
     say_avail("after_close_avail");
-    say("sendmsg_after_close", res(fastopen_sendto(1, &s4)));
+    say("sendmsg_after_close", res(fastopen_sendto(BY_SENDMSG, &s4)));
     say_avail("held_again_avail");
     close(s4);
+    say_avail("after_close_again_avail");
+    say("sendmmsg_after_close", res(fastopen_sendto(BY_SENDMMSG, &s6)));
+    say_avail("held_by_sendmmsg_avail");
+    close(s6);
     close(s2); /* never connected: closing them gives nothing back */
     close(s3);
+    close(s5);
     say_avail("after_close_all_avail");
 }
 
@@ -969,6 +1045,7 @@ static const struct scenario scenarios[] = {
     { "exec_mixed_child", sc_exec_mixed_child },
     { "exec_fails", sc_exec_fails },
     { "sigkill", sc_sigkill },
+    { "pass_mmsg", sc_pass_mmsg },
     { "fastopen", sc_fastopen },
     { "errno_untouched", sc_errno_untouched },
     { "udp_untouched", sc_udp_untouched },
