@@ -106,12 +106,12 @@ static void *map_chunk(void *_Atomic *slot, size_t item_size)
 }
 
 /* Returns the chunk holding slot `index`, mapping it when `create`. */
-static inline void *chunk_for(void *_Atomic *chunks, unsigned index,
-                              size_t item_size, int create)
+static inline __attribute__((always_inline)) void *
+chunk_for(void *_Atomic *chunks, unsigned index, size_t item_size, int create)
 {
     void *_Atomic *slot = &chunks[index >> CHUNK_BITS];
     void *chunk = atomic_load_explicit(slot, memory_order_acquire);
-    if (chunk || !create)
+    if (__builtin_expect(chunk != NULL, 1) || !create)
         return chunk;
     return map_chunk(slot, item_size);
 }
@@ -137,7 +137,9 @@ static _Atomic uint32_t *map_fd_chunk(unsigned fd)
     return chunk;
 }
 
-static _Atomic uint32_t *entry_for(int fd, int create)
+/* Above the first chunk, out of line. */
+__attribute__((noinline))
+static _Atomic uint32_t *entry_above_first(int fd, int create)
 {
     if (fd < 0)
         return NULL;
@@ -148,7 +150,21 @@ static _Atomic uint32_t *entry_for(int fd, int create)
     return chunk ? &chunk[fd & (CHUNK_SIZE - 1)] : NULL;
 }
 
-static struct bh_fd_connection *connection_for(uint32_t id, int create)
+/* fd's entry. The first chunk's are bh_fd_first's, which hold zeros
+ * until the chunk is in use (scans reach it once fd_entries[0] names it):
+ * a reader needs no test, a writer one load. */
+static inline __attribute__((always_inline)) _Atomic uint32_t *entry_for(int fd, int create)
+{
+    if (__builtin_expect((unsigned)fd < CHUNK_SIZE, 1)) {
+        if (create && !atomic_load_explicit(&fd_entries[0], memory_order_relaxed))
+            map_fd_chunk((unsigned)fd);
+        return &bh_fd_first[fd];
+    }
+    return entry_above_first(fd, create);
+}
+
+static inline __attribute__((always_inline)) struct bh_fd_connection *
+connection_for(uint32_t id, int create)
 {
     struct bh_fd_connection *chunk = chunk_for((void *_Atomic *)bh_fd_connections, id,
                                          sizeof *chunk, create);
