@@ -96,10 +96,10 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     if (rule < 0)
         return BH_GATE_PASS;
     /* Already counted: connect() again to poll an async connect. */
-    struct bh_fd_state state = bh_fd_lookup(fd);
-    if (state.compartment >= 0)
+    uint32_t entry = bh_fd_entry(fd);
+    if (bh_fd_entry_connected(entry))
         return bh_fd_watched(fd) & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
-    if (!is_inet_stream(fd, state.kind))
+    if (!is_inet_stream(fd, bh_fd_entry_kind(entry)))
         return BH_GATE_PASS;
     return admit(fd, &bh_shim.config.rules[rule], to);
 }

@@ -183,14 +183,12 @@ static void tell_success(int fd, int shared, int bytes)
 
 void bh_outcome_connected(int fd)
 {
-    if (!bh_fd_unwatch(fd, BH_WATCH_CONNECTING))
-        return;
-    struct bh_fd_state state = bh_fd_lookup(fd);
-    if (state.compartment < 0)
+    struct bh_fd_state state;
+    if (!bh_fd_unwatch_lookup(fd, BH_WATCH_CONNECTING, &state) || state.compartment < 0)
         return;
     bh_count_connect_time(&bh_shim.ns, state.compartment, monotonic_ns() - state.since_ns);
     bh_deadline_established(fd, bh_rules_of(state.compartment));
-    if (bh_fd_watched(fd) & BH_WATCH_MAY_FAIL)
+    if (state.watch & BH_WATCH_MAY_FAIL)
         tell_success(fd, state.compartment, 0);
 }
 

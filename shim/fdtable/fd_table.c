@@ -219,13 +219,14 @@ struct bh_fd_state bh_fd_lookup(int fd)
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t value = entry ? atomic_load(entry) : 0;
     uint32_t id_plus_one = entry_connection(value);
-    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0, 0, 0 };
+    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0, 0, 0, 0 };
     if (id_plus_one) {
         struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
         state.compartment = atomic_load(&connection->compartment);
         state.weight = atomic_load(&connection->weight);
         state.since_ns = atomic_load(&connection->since_ns);
         state.share = atomic_load(&connection->share);
+        state.watch = atomic_load(&connection->watch);
     }
     return state;
 }
@@ -409,6 +410,28 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits)
 {
     struct bh_fd_connection *connection = connection_of(fd);
     return connection ? atomic_fetch_and(&connection->watch, ~bits) & bits : 0;
+}
+
+uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits, struct bh_fd_state *state)
+{
+    _Atomic uint32_t *entry = entry_for(fd, 0);
+    uint32_t value = entry ? atomic_load(entry) : 0;
+    uint32_t id_plus_one = entry_connection(value);
+    if (!id_plus_one)
+        return 0;
+    struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
+    uint32_t before = atomic_fetch_and(&connection->watch, ~bits);
+    if (!(before & bits))
+        return 0;
+    *state = (struct bh_fd_state){
+        .kind = (enum bh_fd_kind)(value & KIND_MASK),
+        .compartment = atomic_load(&connection->compartment),
+        .weight = atomic_load(&connection->weight),
+        .since_ns = atomic_load(&connection->since_ns),
+        .share = atomic_load(&connection->share),
+        .watch = before & ~bits,
+    };
+    return before & bits;
 }
 
 int bh_fd_note_send(int fd, int64_t now_ns)

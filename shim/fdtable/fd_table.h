@@ -42,6 +42,7 @@ struct bh_fd_state {
     int weight;
     int64_t since_ns;   /* the connection's attach time, as the caller gave it */
     uint32_t share;
+    uint32_t watch;     /* its watch bits */
 };
 struct bh_fd_state bh_fd_lookup(int fd);
 
@@ -103,6 +104,9 @@ void bh_fd_table_keep_shared(void);
  * would cost a getpid() per outcome): a caller about to act on a bit only
  * the owner may act on asks bh_fd_table_owned_here() first. */
 uint32_t bh_fd_unwatch(int fd, uint32_t bits);
+/* The same, and when any of the bits was set, *state as bh_fd_lookup
+ * would give it, from the same look (its watch: the bits left). */
+uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits, struct bh_fd_state *state);
 /* Sets `bits` on fd's connection, if it has one. */
 void bh_fd_rewatch(int fd, uint32_t bits);
 
@@ -184,10 +188,21 @@ static inline uint32_t bh_fd_entry(int fd)
                  : 0;
 }
 
+/* What an entry says: the fd's kind, and whether it carries a counted
+ * connection. */
+static inline enum bh_fd_kind bh_fd_entry_kind(uint32_t entry)
+{
+    return (enum bh_fd_kind)(entry & ((1u << BH_FD_KIND_BITS) - 1));
+}
+static inline int bh_fd_entry_connected(uint32_t entry)
+{
+    return (entry >> BH_FD_KIND_BITS) != 0;
+}
+
 /* Nonzero when fd carries a counted connection: close's fast path. */
 static inline int bh_fd_has_connection(int fd)
 {
-    return (bh_fd_entry(fd) >> BH_FD_KIND_BITS) != 0;
+    return bh_fd_entry_connected(bh_fd_entry(fd));
 }
 
 /* fd's connection's watch word, NULL when it carries none. The word is
