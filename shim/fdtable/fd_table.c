@@ -78,6 +78,11 @@ _Atomic uint32_t bh_fd_first[CHUNK_SIZE];
 _Atomic(_Atomic uint32_t *) bh_fd_entries[FD_CHUNKS];
 _Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
 #define fd_entries bh_fd_entries
+/* The same for connections: ids 0 to 4095 (those of fds below 4096 but
+ * after a scan) are here, reached without a pointer to load and test.
+ * bh_fd_table_reset names it as chunk 0 for the scans: start-up calls it
+ * before anything is attached. Zero pages until a connection is. */
+static struct bh_fd_connection first_connections[CHUNK_SIZE];
 
 static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
@@ -166,6 +171,8 @@ static inline __attribute__((always_inline)) _Atomic uint32_t *entry_for(int fd,
 static inline __attribute__((always_inline)) struct bh_fd_connection *
 connection_for(uint32_t id, int create)
 {
+    if (__builtin_expect(id < CHUNK_SIZE, 1))
+        return &first_connections[id];
     struct bh_fd_connection *chunk = chunk_for((void *_Atomic *)bh_fd_connections, id,
                                          sizeof *chunk, create);
     return chunk ? &chunk[id & (CHUNK_SIZE - 1)] : NULL;
@@ -239,6 +246,9 @@ struct bh_fd_ended bh_fd_new(int fd, enum bh_fd_kind kind)
     uint32_t current = atomic_load(entry);
     if (current == (uint32_t)kind)
         return nothing_ended;
+    if (!entry_connection(current) &&
+        atomic_compare_exchange_strong(entry, &current, (uint32_t)kind))
+        return nothing_ended;  /* only a kind hint changed */
     if (entry_connection(current) && !owned_here())
         return nothing_ended;
     return drop_reference(atomic_exchange(entry, (uint32_t)kind));
@@ -321,6 +331,20 @@ struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd)
     return drop_reference(atomic_exchange(target, copied));
 }
 
+static inline __attribute__((always_inline)) void
+fill_connection(struct bh_fd_connection *connection, int compartment, int weight,
+                uint32_t watch, int64_t since_ns, uint32_t share)
+{
+    atomic_store(&connection->compartment, compartment);
+    atomic_store(&connection->weight, weight);
+    atomic_store(&connection->watch, watch);
+    atomic_store(&connection->since_ns, since_ns);
+    atomic_store(&connection->share, share);
+    atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
+    atomic_store(&connection->guard, 0);
+    atomic_fetch_add(&connection->generation, 1);  /* before the entry */
+}
+
 /* A free connection slot: the fd's own number first, then a scan. */
 static inline __attribute__((always_inline)) uint32_t
 allocate_connection(int fd, int compartment, int weight,
@@ -332,30 +356,18 @@ allocate_connection(int fd, int compartment, int weight,
         uint32_t expected = 0;
         if (connection && atomic_compare_exchange_strong(&connection->refs,
                                                          &expected, 1)) {
-            atomic_store(&connection->compartment, compartment);
-            atomic_store(&connection->weight, weight);
-            atomic_store(&connection->watch, watch);
-            atomic_store(&connection->since_ns, since_ns);
-            atomic_store(&connection->share, share);
-            atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
-            atomic_store(&connection->guard, 0);
-            atomic_fetch_add(&connection->generation, 1);  /* before the entry */
+            fill_connection(connection, compartment, weight, watch, since_ns, share);
             return id + 1;
         }
     }
     return 0;
 }
 
+/* The entry names the connection from now, unless it has one already
+ * (another thread won: the connection's slot goes back). */
 static inline __attribute__((always_inline)) int
-attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, uint32_t share)
+publish(_Atomic uint32_t *entry, uint32_t id_plus_one)
 {
-    _Atomic uint32_t *entry = entry_for(fd, 1);
-    if (!entry)
-        return -1;
-    uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns,
-                                               share);
-    if (!id_plus_one)
-        return -1;
     uint32_t current = atomic_load(entry);
     uint32_t wanted;
     do {
@@ -368,8 +380,32 @@ attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, ui
     return 0;
 }
 
+static __attribute__((noinline)) int
+attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, uint32_t share)
+{
+    _Atomic uint32_t *entry = entry_for(fd, 1);
+    if (!entry)
+        return -1;
+    uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns,
+                                               share);
+    if (!id_plus_one)
+        return -1;
+    return publish(entry, id_plus_one);
+}
+
 int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns)
 {
+    /* The usual case, without a call: an fd below 4096 in a chunk in use,
+     * its own connection slot free. */
+    if ((unsigned)fd < CHUNK_SIZE &&
+        atomic_load_explicit(&fd_entries[0], memory_order_relaxed)) {
+        struct bh_fd_connection *connection = &first_connections[fd];
+        uint32_t expected = 0;
+        if (atomic_compare_exchange_strong(&connection->refs, &expected, 1)) {
+            fill_connection(connection, compartment, weight, watch, since_ns, 0);
+            return publish(&bh_fd_first[fd], (uint32_t)fd + 1);
+        }
+    }
     return attach(fd, compartment, weight, watch, since_ns, 0);
 }
 
@@ -607,4 +643,7 @@ void bh_fd_table_reset(void)
         if (!pool && chunk >= chunks)
             break;
     }
+    /* After the clearing: at start-up nothing was attached there yet,
+     * and no page of it is touched. */
+    atomic_store(&bh_fd_connections[0], first_connections);
 }

@@ -24,8 +24,8 @@ struct bh_fd_ended {
     int compartment;
     int weight;         /* permits the connection holds */
     uint32_t watch;
-    int64_t since_ns;
     uint32_t share;     /* the caller's name for a record of copies; 0: none */
+    int64_t since_ns;
 };
 
 /* What the shim knows of an fd without asking the kernel. */
