@@ -154,8 +154,9 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
 /* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
  * it carries no connection. One load for an fd below 4096 without a
  * connection, two more for one with. The layout below is here only for
- * these functions; fd_table.c alone writes it, but for the watch word,
- * whose bits are the caller's and which the hooks change in place. */
+ * these functions and socket()'s; fd_table.c alone writes it, but for the
+ * watch word, whose bits are the caller's and which the hooks change in
+ * place, and socket()'s kind hint. */
 enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
 struct bh_fd_connection {
     _Atomic uint32_t refs;
@@ -217,6 +218,20 @@ static inline _Atomic uint32_t *bh_fd_watch_word(int fd)
     struct bh_fd_connection *connections = atomic_load_explicit(
         &bh_fd_connections[(id_plus_one - 1) >> BH_FD_CHUNK_BITS], memory_order_acquire);
     return &connections[(id_plus_one - 1) & MASK].watch;
+}
+
+/* socket()'s fast path: an fd below 4096 whose entry holds nothing (its
+ * last close cleared it) takes its kind in one compare-and-swap, the one
+ * write to the table made here (a kind hint, which any process may
+ * write, see fd_table.c); anything else is bh_fd_new's. */
+static inline struct bh_fd_ended bh_fd_new_socket(int fd, enum bh_fd_kind kind)
+{
+    uint32_t nothing = 0;
+    if ((unsigned)fd < (1u << BH_FD_CHUNK_BITS) &&
+        atomic_load_explicit(&bh_fd_entries[0], memory_order_relaxed) &&
+        atomic_compare_exchange_strong(&bh_fd_first[fd], &nothing, (uint32_t)kind))
+        return (struct bh_fd_ended){ .compartment = BH_FD_NOTHING_ENDED };
+    return bh_fd_new(fd, kind);
 }
 
 static inline uint32_t bh_fd_watched(int fd)
