@@ -381,47 +381,47 @@ static __attribute__((noinline)) void adaptive_hold(int shared, uint32_t watch,
 /* The hold's time in the cumulative histogram, in the window with its
  * permit time (permits/window.c) and, adaptive, as a latency sample.
  * Inlined into both callers. */
-static inline __attribute__((always_inline)) void hold_time(struct bh_fd_ended ended)
+static inline __attribute__((always_inline)) void hold_time(const struct bh_fd_ended *ended)
 {
-    if (!ended.since_ns)
+    if (!ended->since_ns)
         return;
     int64_t now = monotonic_ns();
-    bh_count_hold(&bh_shim.ns, ended.compartment, ended.weight, ended.since_ns, now);
-    if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
-        adaptive_hold(ended.compartment, ended.watch, ended.since_ns, now - ended.since_ns);
+    bh_count_hold(&bh_shim.ns, ended->compartment, ended->weight, ended->since_ns, now);
+    if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended->compartment), 0))
+        adaptive_hold(ended->compartment, ended->watch, ended->since_ns, now - ended->since_ns);
 }
 
 /* One process's copy of a socket whose record holds the permit
  * (core/copies.c): the last copy gives it back. */
-static __attribute__((noinline)) void copy_ended(struct bh_fd_ended ended)
+static __attribute__((noinline)) void copy_ended(const struct bh_fd_ended *ended)
 {
-    if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended.compartment), ended.since_ns);
-    if (bh_socket_unref(&bh_shim.ns, ended.share))
+    if (ended->watch & BH_WATCH_PROBE)
+        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended->compartment), ended->since_ns);
+    if (bh_socket_unref(&bh_shim.ns, ended->share))
         hold_time(ended);
 }
 
 /* A turnaround connection's exchanges after its last timed one: no timed
  * send will count them, so its end does. */
-static __attribute__((noinline)) void exchanges_ended(struct bh_fd_ended ended)
+static __attribute__((noinline)) void exchanges_ended(const struct bh_fd_ended *ended)
 {
-    uint32_t begun = ended.watch >> BH_WATCH_EXCHANGE_SHIFT;
+    uint32_t begun = ended->watch >> BH_WATCH_EXCHANGE_SHIFT;
     uint32_t uncounted = begun ? (begun - 1) % BH_TURNAROUND_EVERY : 0;
     if (uncounted)
-        bh_window_count_many(bh_window_of(&bh_shim.ns, ended.compartment),
+        bh_window_count_many(bh_window_of(&bh_shim.ns, ended->compartment),
                              BH_WINDOW_TURNAROUNDS, uncounted, monotonic_ns());
 }
 
-void bh_connection_ended(struct bh_fd_ended ended)
+void bh_connection_ended(const struct bh_fd_ended *ended)
 {
-    if (__builtin_expect(ended.watch & BH_WATCH_TURNAROUND, 0))
+    if (__builtin_expect(ended->watch & BH_WATCH_TURNAROUND, 0))
         exchanges_ended(ended);
-    if (__builtin_expect(ended.share != 0, 0)) {
+    if (__builtin_expect(ended->share != 0, 0)) {
         copy_ended(ended);
         return;
     }
     hold_time(ended);
-    if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended.compartment), ended.since_ns);
-    bh_permit_release(&bh_shim.ns, ended.compartment, ended.weight);
+    if (ended->watch & BH_WATCH_PROBE)
+        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended->compartment), ended->since_ns);
+    bh_permit_release(&bh_shim.ns, ended->compartment, ended->weight);
 }

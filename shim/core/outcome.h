@@ -159,14 +159,14 @@ void bh_outcome_before_exec(void);
 
 /* A connection ended: its permit goes back, and its probe slot if it
  * still held one; its hold time is counted. Async-signal-safe. */
-void bh_connection_ended(struct bh_fd_ended ended);
+void bh_connection_ended(const struct bh_fd_ended *ended);
 
 /* What every path that can end a connection calls with what the fd table
  * returned; inline, since nearly always nothing ended. */
 static inline void bh_give_back(struct bh_fd_ended ended)
 {
     if (ended.compartment >= 0)
-        bh_connection_ended(ended);
+        bh_connection_ended(&ended);
 }
 
 #endif
