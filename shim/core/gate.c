@@ -116,6 +116,10 @@ static void learn_again(int fd, int call_failed)
 
 void bh_gate_leave(int fd, int entered, int call_failed)
 {
+    if (__builtin_expect(entered >= 0 && !call_failed, 1)) {
+        bh_outcome_connected(fd);  /* keeps errno */
+        return;
+    }
     int saved_errno = errno;
     if (entered == BH_GATE_DISCONNECT) {
         if (!call_failed)  /* the connection is gone: so is its permit */

@@ -188,8 +188,11 @@ void bh_outcome_connected(int fd)
         return;
     bh_count_connect_time(&bh_shim.ns, state.compartment, monotonic_ns() - state.since_ns);
     bh_deadline_established(fd, bh_rules_of(state.compartment));
-    if (state.watch & BH_WATCH_MAY_FAIL)
+    if (state.watch & BH_WATCH_MAY_FAIL) {
+        int saved_errno = errno;  /* the breaker may log */
         tell_success(fd, state.compartment, 0);
+        errno = saved_errno;
+    }
 }
 
 void bh_outcome_connect_failed(int fd, int err)

@@ -45,8 +45,8 @@ enum {
 /* The bits a new connection of this compartment starts with. */
 uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
 
-/* The connect completed; it failed with err (a failure for the breaker
- * only if it says something about the downstream). */
+/* The connect completed (errno is kept); it failed with err (a failure
+ * for the breaker only if it says something about the downstream). */
 void bh_outcome_connected(int fd);
 void bh_outcome_connect_failed(int fd, int err);
 
