@@ -90,21 +90,6 @@ static int downstream_failure(int err)
            err == ENETUNREACH || err == ECONNRESET;
 }
 
-uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
-{
-    uint32_t watch = BH_WATCH_CONNECTING;
-    if (compartment->breaker_failures > 0 || probe)
-        watch |= BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL;
-    if (probe)
-        watch |= BH_WATCH_PROBE;
-    if (compartment->io_timeout_ms > 0)  /* the first send begins an exchange */
-        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE | BH_WATCH_ARM_STALL |
-                 BH_WATCH_ANSWERED;
-    if (bh_compartment_turnaround(compartment))
-        watch |= BH_WATCH_TURNAROUND | BH_WATCH_ANSWERED;
-    return watch;
-}
-
 /* The probe's holding (its since_ns, see breaker.h) if fd is the probe
  * and this process owns it; 0 otherwise. */
 static int64_t take_probe(int fd)

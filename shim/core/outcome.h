@@ -43,7 +43,21 @@ enum {
 #define BH_WATCH_EXCHANGES (BH_WATCH_TURNAROUND | BH_WATCH_STALL)
 
 /* The bits a new connection of this compartment starts with. */
-uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
+static inline uint32_t bh_outcome_watch(const struct bh_compartment *compartment,
+                                        int probe)
+{
+    uint32_t watch = BH_WATCH_CONNECTING;
+    if (compartment->breaker_failures > 0 || probe)
+        watch |= BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL;
+    if (probe)
+        watch |= BH_WATCH_PROBE;
+    if (compartment->io_timeout_ms > 0)  /* the first send begins an exchange */
+        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE | BH_WATCH_ARM_STALL |
+                 BH_WATCH_ANSWERED;
+    if (bh_compartment_turnaround(compartment))
+        watch |= BH_WATCH_TURNAROUND | BH_WATCH_ANSWERED;
+    return watch;
+}
 
 /* The connect completed (errno is kept); it failed with err (a failure
  * for the breaker only if it says something about the downstream). */
