@@ -114,12 +114,9 @@ static void learn_again(int fd, int call_failed)
         bh_outcome_connect_failed(fd, errno);
 }
 
-void bh_gate_leave(int fd, int entered, int call_failed)
+/* Out of line: the connect that succeeded pays no frame for these. */
+static __attribute__((noinline)) void leave_otherwise(int fd, int entered, int call_failed)
 {
-    if (__builtin_expect(entered >= 0 && !call_failed, 1)) {
-        bh_outcome_connected(fd);  /* keeps errno */
-        return;
-    }
     int saved_errno = errno;
     if (entered == BH_GATE_DISCONNECT) {
         if (!call_failed)  /* the connection is gone: so is its permit */
@@ -133,4 +130,12 @@ void bh_gate_leave(int fd, int entered, int call_failed)
         bh_give_back(bh_fd_new(fd, BH_FD_INET_STREAM)); /* drops the connection */
     }
     errno = saved_errno;
+}
+
+void bh_gate_leave(int fd, int entered, int call_failed)
+{
+    if (__builtin_expect(entered >= 0 && !call_failed, 1))
+        bh_outcome_connected(fd);  /* keeps errno */
+    else
+        leave_otherwise(fd, entered, call_failed);
 }
