@@ -440,30 +440,41 @@ ALWAYS_INLINE int match_family(const struct bh_rule_index *index, int family,
          lengths &= lengths - 1)
         best = better(best, match_length(index, prefixes, __builtin_ctzll(lengths),
                                          family, words, port));
-    for (int i = 64; i < prefixes->count; i++)  /* IPv6 with over 64 lengths */
+    for (int i = 64; family == AF_INET6 && i < prefixes->count; i++)  /* over 64 lengths */
         best = better(best, match_length(index, prefixes, i, family, words, port));
     return best;
 }
 
-/* Out of line, so the port-map test before it stays a leaf's few
- * instructions. */
-__attribute__((noinline))
-static int match_address(const struct bh_rule_index *index, int family,
-                         const uint8_t *address, unsigned port)
+ALWAYS_INLINE int match_address(const struct bh_rule_index *index, int family,
+                                const uint8_t *address, const uint32_t *words,
+                                unsigned port)
 {
-    uint32_t words[4];
-    int best;
-    if (family == AF_INET) {
-        memcpy(words, address, 4);
-        best = match_family(index, AF_INET, address, words, port);
-    } else {
-        memcpy(words, address, 16);
-        best = match_family(index, AF_INET6, address, words, port);
-    }
+    int best = match_family(index, family, address, words, port);
     if (atomic_load_explicit(&index->resolved_count, memory_order_acquire) > 0)
         best = better(best, match_resolved((struct bh_rule_index *)index, family,
                                            address, port));
     return best;
+}
+
+/* Out of line, so the port-map test before them stays a leaf's few
+ * instructions; one per family, so that IPv4's is the short loop it can
+ * be (at most 33 lengths, one word). */
+__attribute__((noinline))
+static int match_v4(const struct bh_rule_index *index, const uint8_t *address,
+                    unsigned port)
+{
+    uint32_t word;
+    memcpy(&word, address, sizeof word);
+    return match_address(index, AF_INET, address, &word, port);
+}
+
+__attribute__((noinline))
+static int match_v6(const struct bh_rule_index *index, const uint8_t *address,
+                    unsigned port)
+{
+    uint32_t words[4];
+    memcpy(words, address, sizeof words);
+    return match_address(index, AF_INET6, address, words, port);
 }
 
 int bh_rule_index_match(const struct bh_rule_index *index,
@@ -489,7 +500,7 @@ int bh_rule_index_match(const struct bh_rule_index *index,
     }
     if (!bit_is_set(index->port_map, port))
         return -1;
-    return match_address(index, family, bytes, port);
+    return family == AF_INET ? match_v4(index, bytes, port) : match_v6(index, bytes, port);
 }
 
 /* Lower case, no trailing dot: the form the config stores names in. */
