@@ -23,16 +23,22 @@
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 
-static int is_inet_stream(int fd, enum bh_fd_kind kind)
+/* A socket not made through our socket() hook: ask the kernel. */
+static __attribute__((noinline)) int is_inet_stream_socket(int fd)
 {
-    if (kind != BH_FD_UNKNOWN)
-        return kind == BH_FD_INET_STREAM;
     int type = 0;
     socklen_t length = sizeof type;
     int saved_errno = errno;
     int rc = libc_getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length);
     errno = saved_errno;
     return rc == 0 && type == SOCK_STREAM;
+}
+
+static int is_inet_stream(int fd, enum bh_fd_kind kind)
+{
+    if (kind != BH_FD_UNKNOWN)
+        return kind == BH_FD_INET_STREAM;
+    return is_inet_stream_socket(fd);
 }
 
 /* Admitted: the fd holds the permits from now, watched as outcome.c says.
@@ -79,7 +85,7 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 
 /* connect(AF_UNSPEC) dissolves a connection: if it was counted, its
  * permit goes back once the call succeeds (see bh_gate_leave). */
-static int unspec(int fd)
+static __attribute__((noinline)) int unspec(int fd)
 {
     return bh_fd_lookup(fd).compartment >= 0 ? BH_GATE_DISCONNECT : BH_GATE_PASS;
 }
