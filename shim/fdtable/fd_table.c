@@ -183,7 +183,7 @@ static uint32_t entry_connection(uint32_t entry) { return entry >> KIND_BITS; }
 static const struct bh_fd_ended nothing_ended = { BH_FD_NOTHING_ENDED, 0, 0, 0, 0 };
 
 /* Returns the connection this ended, if it did. */
-static struct bh_fd_ended drop_reference(uint32_t entry)
+static inline __attribute__((always_inline)) struct bh_fd_ended drop_reference(uint32_t entry)
 {
     uint32_t id_plus_one = entry_connection(entry);
     if (!id_plus_one)
