@@ -82,7 +82,8 @@ _Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
  * after a scan) are here, reached without a pointer to load and test.
  * bh_fd_table_reset names it as chunk 0 for the scans: start-up calls it
  * before anything is attached. Zero pages until a connection is. */
-static struct bh_fd_connection first_connections[CHUNK_SIZE];
+struct bh_fd_connection bh_fd_first_connections[CHUNK_SIZE];
+#define first_connections bh_fd_first_connections
 
 static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
@@ -448,26 +449,11 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits)
     return connection ? atomic_fetch_and(&connection->watch, ~bits) & bits : 0;
 }
 
-uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits, struct bh_fd_state *state)
+uint32_t bh_fd_unwatch_lookup_above(int fd, uint32_t bits, struct bh_fd_state *state)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t value = entry ? atomic_load(entry) : 0;
-    uint32_t id_plus_one = entry_connection(value);
-    if (!id_plus_one)
-        return 0;
-    struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
-    uint32_t before = atomic_fetch_and(&connection->watch, ~bits);
-    if (!(before & bits))
-        return 0;
-    *state = (struct bh_fd_state){
-        .kind = (enum bh_fd_kind)(value & KIND_MASK),
-        .compartment = atomic_load(&connection->compartment),
-        .weight = atomic_load(&connection->weight),
-        .since_ns = atomic_load(&connection->since_ns),
-        .share = atomic_load(&connection->share),
-        .watch = before & ~bits,
-    };
-    return before & bits;
+    return bh_fd_unwatch_connection(value, bits, state);
 }
 
 int bh_fd_note_send(int fd, int64_t now_ns)

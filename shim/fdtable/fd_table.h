@@ -104,9 +104,8 @@ void bh_fd_table_keep_shared(void);
  * would cost a getpid() per outcome): a caller about to act on a bit only
  * the owner may act on asks bh_fd_table_owned_here() first. */
 uint32_t bh_fd_unwatch(int fd, uint32_t bits);
-/* The same, and when any of the bits was set, *state as bh_fd_lookup
- * would give it, from the same look (its watch: the bits left). */
-uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits, struct bh_fd_state *state);
+/* bh_fd_unwatch_lookup (inline, below), for an fd above 4095. */
+uint32_t bh_fd_unwatch_lookup_above(int fd, uint32_t bits, struct bh_fd_state *state);
 /* Sets `bits` on fd's connection, if it has one. */
 void bh_fd_rewatch(int fd, uint32_t bits);
 
@@ -175,6 +174,7 @@ struct bh_fd_connection {
 extern _Atomic uint32_t bh_fd_first[];
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
 extern _Atomic(struct bh_fd_connection *) bh_fd_connections[];
+extern struct bh_fd_connection bh_fd_first_connections[];  /* ids below 4096 */
 /* fd's entry: its kind and its connection id + 1 above BH_FD_KIND_BITS. */
 static inline uint32_t bh_fd_entry(int fd)
 {
@@ -206,18 +206,61 @@ static inline int bh_fd_has_connection(int fd)
     return bh_fd_entry_connected(bh_fd_entry(fd));
 }
 
+/* The connection an entry names (it must name one). */
+static inline struct bh_fd_connection *bh_fd_entry_connection(uint32_t entry)
+{
+    enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
+    uint32_t id = (entry >> BH_FD_KIND_BITS) - 1;
+    if (__builtin_expect(id <= MASK, 1))
+        return &bh_fd_first_connections[id];
+    struct bh_fd_connection *connections = atomic_load_explicit(
+        &bh_fd_connections[id >> BH_FD_CHUNK_BITS], memory_order_acquire);
+    return &connections[id & MASK];
+}
+
 /* fd's connection's watch word, NULL when it carries none. The word is
  * the caller's: the hooks' watched path reads it once and changes its own
  * bits there with atomics, without a second lookup. */
 static inline _Atomic uint32_t *bh_fd_watch_word(int fd)
 {
-    enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
-    uint32_t id_plus_one = bh_fd_entry(fd) >> BH_FD_KIND_BITS;
-    if (!id_plus_one)
+    uint32_t entry = bh_fd_entry(fd);
+    if (!bh_fd_entry_connected(entry))
         return NULL;
-    struct bh_fd_connection *connections = atomic_load_explicit(
-        &bh_fd_connections[(id_plus_one - 1) >> BH_FD_CHUNK_BITS], memory_order_acquire);
-    return &connections[(id_plus_one - 1) & MASK].watch;
+    return &bh_fd_entry_connection(entry)->watch;
+}
+
+/* What bh_fd_unwatch_lookup does with the fd's entry. */
+static inline uint32_t bh_fd_unwatch_connection(uint32_t entry, uint32_t bits,
+                                                struct bh_fd_state *state)
+{
+    if (!bh_fd_entry_connected(entry))
+        return 0;
+    struct bh_fd_connection *connection = bh_fd_entry_connection(entry);
+    uint32_t before = atomic_fetch_and(&connection->watch, ~bits);
+    if (!(before & bits))
+        return 0;
+    *state = (struct bh_fd_state){
+        .kind = bh_fd_entry_kind(entry),
+        .compartment = atomic_load(&connection->compartment),
+        .weight = atomic_load(&connection->weight),
+        .since_ns = atomic_load(&connection->since_ns),
+        .share = atomic_load(&connection->share),
+        .watch = before & ~bits,
+    };
+    return before & bits;
+}
+
+/* bh_fd_unwatch, and when any of the bits was set, *state as bh_fd_lookup
+ * would give it, from the same look (its watch: the bits left). Inline:
+ * the watch word is the caller's to change (above). */
+static inline uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits,
+                                            struct bh_fd_state *state)
+{
+    if (__builtin_expect((unsigned)fd >= (1u << BH_FD_CHUNK_BITS), 0))
+        return bh_fd_unwatch_lookup_above(fd, bits, state);
+    return bh_fd_unwatch_connection(atomic_load_explicit(&bh_fd_first[fd],
+                                                         memory_order_relaxed),
+                                    bits, state);
 }
 
 /* socket()'s fast path: an fd below 4096 whose entry holds nothing (its
