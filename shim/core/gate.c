@@ -43,17 +43,19 @@ static int is_inet_stream(int fd, enum bh_fd_kind kind)
 
 /* Admitted: the fd holds the permits from now, watched as outcome.c says.
  * The probe's since_ns is its holding of the slot (breaker.h). */
-static int attach(int fd, const struct bh_compartment *compartment,
-                  const struct bh_permit_ask *ask, int64_t probe)
+static int attach(int fd, int local, const struct bh_permit_ask *ask, int64_t probe)
 {
+    const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     int64_t since_ns = probe;
+    uint32_t watch = bh_shim.watch[local];
     if (!probe) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    } else {
+        watch = bh_outcome_watch(compartment, 1);
     }
-    if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe != 0),
-                     since_ns) < 0) {
+    if (bh_fd_attach(fd, ask->index, ask->weight, watch, since_ns) < 0) {
         if (probe)
             bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ask->index), probe);
         /* another thread counted it */
@@ -79,8 +81,7 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
     int shared = bh_admit_here(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
     if (shared < 0)
         return shared;
-    return attach(fd, &bh_shim.config.compartments[rule->compartment], &admitted.ask,
-                  admitted.probe);
+    return attach(fd, rule->compartment, &admitted.ask, admitted.probe);
 }
 
 /* connect(AF_UNSPEC) dissolves a connection: if it was counted, its

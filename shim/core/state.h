@@ -29,6 +29,9 @@ struct bh_shim {
     /* config compartment i: what this program image is in it, fixed for
      * the image's life */
     struct bh_membership membership[BH_MAX_COMPARTMENTS];
+    /* config compartment i: the watch bits its connections start with,
+     * but a probe's (bh_outcome_watch, worked out once at start-up) */
+    uint32_t watch[BH_MAX_COMPARTMENTS];
 };
 
 extern struct bh_shim bh_shim;
