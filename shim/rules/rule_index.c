@@ -58,6 +58,8 @@ struct name_entry {
 
 struct port_range { uint16_t lo, hi; };
 
+enum { CACHE_BITS = 6, CACHE_SLOTS = 1 << CACHE_BITS, CACHE_MAX_RULES = 65533 };
+
 /* One prefix length in use, with a 64 Ki-bit filter of the keys stored at
  * that length: a destination no rule names almost always misses the filter
  * (a multiply and a bit test) and never pays for the hash lookup. */
@@ -94,6 +96,14 @@ struct bh_rule_index {
     pthread_rwlock_t resolved_lock;
     struct address_entry *resolved;     /* addresses of wanted names */
     _Atomic int resolved_count;
+    /* The last IPv4 destinations' rules, direct-mapped by address and
+     * port: address, port and rule + 2 in one word (0: empty), stored and
+     * loaded whole, so a thread or a signal handler sees an entry or none
+     * (the worst a race does is a miss). Only for an index that never
+     * changes (cache_on): without hostname rules, whose addresses grow at
+     * run time, and with fewer than 65,534 rules. */
+    int cache_on;
+    _Atomic uint64_t cache[CACHE_SLOTS];
 };
 
 static int list_append(struct rule_list *list, int rule)
@@ -317,6 +327,8 @@ struct bh_rule_index *bh_rule_index_build(const struct bh_config *config)
         bh_rule_index_free(index);
         return NULL;
     }
+    index->cache_on = !index->exact_names && !index->suffixes &&
+                      config->rule_count <= CACHE_MAX_RULES;
     return index;
 }
 
@@ -468,6 +480,24 @@ static int match_v4(const struct bh_rule_index *index, const uint8_t *address,
     return match_address(index, AF_INET, address, &word, port);
 }
 
+/* match_v4 through the cache: a destination seen last time in its slot
+ * costs a multiply, a load and a compare. */
+ALWAYS_INLINE int match_v4_cached(struct bh_rule_index *index, const uint8_t *address,
+                                  unsigned port)
+{
+    uint32_t word;
+    memcpy(&word, address, sizeof word);
+    uint64_t key = ((uint64_t)word << 32) | ((uint64_t)port << 16);
+    _Atomic uint64_t *slot =
+        &index->cache[(key * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS)];
+    uint64_t seen = atomic_load_explicit(slot, memory_order_relaxed);
+    if ((seen & ~(uint64_t)0xffff) == key && (seen & 0xffff))
+        return (int)(seen & 0xffff) - 2;
+    int rule = match_v4(index, address, port);
+    atomic_store_explicit(slot, key | (uint64_t)(rule + 2), memory_order_relaxed);
+    return rule;
+}
+
 __attribute__((noinline))
 static int match_v6(const struct bh_rule_index *index, const uint8_t *address,
                     unsigned port)
@@ -500,7 +530,10 @@ int bh_rule_index_match(const struct bh_rule_index *index,
     }
     if (!bit_is_set(index->port_map, port))
         return -1;
-    return family == AF_INET ? match_v4(index, bytes, port) : match_v6(index, bytes, port);
+    if (family != AF_INET)
+        return match_v6(index, bytes, port);
+    return index->cache_on ? match_v4_cached((struct bh_rule_index *)index, bytes, port)
+                           : match_v4(index, bytes, port);
 }
 
 /* Lower case, no trailing dot: the form the config stores names in. */
