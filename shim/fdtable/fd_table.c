@@ -1,9 +1,11 @@
 /* The fd table: fd -> connection, connection -> refcount and compartment.
  *
  * Shared state (this process only): two chunked arrays, allocated with mmap
- * on first use and never freed. fd_entries[fd] packs the fd's kind (2 bits)
- * and its connection id + 1 (0 = none). bh_fd_connections[id] holds a refcount
- * equal to the number of fd entries naming it, and the compartment.
+ * on first use and never freed, but for their first chunks (fds and
+ * connection ids below 4096), which are static. fd_entries[fd] packs the
+ * fd's kind (2 bits) and its connection id + 1 (0 = none).
+ * bh_fd_connections[id] holds a refcount equal to the number of fd entries
+ * naming it, and the compartment.
  *
  * Locks: none. Entries change by atomic exchange or compare-and-swap; a
  * connection's refcount by atomic add. Invariant: take the reference before
@@ -80,8 +82,8 @@ _Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
 #define fd_entries bh_fd_entries
 /* The same for connections: ids 0 to 4095 (those of fds below 4096 but
  * after a scan) are here, reached without a pointer to load and test.
- * bh_fd_table_reset names it as chunk 0 for the scans: start-up calls it
- * before anything is attached. Zero pages until a connection is. */
+ * The first attach names it as chunk 0, for the scans (reset, fork),
+ * which touch none of its pages before. */
 struct bh_fd_connection bh_fd_first_connections[CHUNK_SIZE];
 #define first_connections bh_fd_first_connections
 
@@ -387,6 +389,8 @@ attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, ui
     _Atomic uint32_t *entry = entry_for(fd, 1);
     if (!entry)
         return -1;
+    if (!atomic_load(&bh_fd_connections[0]))  /* before any id below 4096 is taken */
+        atomic_store(&bh_fd_connections[0], first_connections);
     uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns,
                                                share);
     if (!id_plus_one)
@@ -396,10 +400,11 @@ attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, ui
 
 int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns)
 {
-    /* The usual case, without a call: an fd below 4096 in a chunk in use,
-     * its own connection slot free. */
+    /* The usual case, without a call: an fd below 4096, both first chunks
+     * in use, its own connection slot free. */
     if ((unsigned)fd < CHUNK_SIZE &&
-        atomic_load_explicit(&fd_entries[0], memory_order_relaxed)) {
+        atomic_load_explicit(&fd_entries[0], memory_order_relaxed) &&
+        atomic_load_explicit(&bh_fd_connections[0], memory_order_relaxed)) {
         struct bh_fd_connection *connection = &first_connections[fd];
         uint32_t expected = 0;
         if (atomic_compare_exchange_strong(&connection->refs, &expected, 1)) {
@@ -629,7 +634,4 @@ void bh_fd_table_reset(void)
         if (!pool && chunk >= chunks)
             break;
     }
-    /* After the clearing: at start-up nothing was attached there yet,
-     * and no page of it is touched. */
-    atomic_store(&bh_fd_connections[0], first_connections);
 }
