@@ -265,8 +265,8 @@ static inline uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits,
 
 /* socket()'s fast path: an fd below 4096 whose entry holds nothing (its
  * last close cleared it) takes its kind in one compare-and-swap, the one
- * write to the table made here (a kind hint, which any process may
- * write, see fd_table.c); anything else is bh_fd_new's. */
+ * write to an entry made outside fd_table.c (a kind hint, which any
+ * process may write, see fd_table.c); anything else is bh_fd_new's. */
 static inline struct bh_fd_ended bh_fd_new_socket(int fd, enum bh_fd_kind kind)
 {
     uint32_t nothing = 0;
