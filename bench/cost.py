@@ -330,7 +330,7 @@ def cost_checks(ir_op, sc_op):
     extra = lambda m, tag, per=1: (m[tag] - m[tag.rsplit("_", 1)[0] + "_bare"]) / per
     checks = []
     x = extra(ir_op, "cc_matched")
-    checks.append((x <= 1470, f"matched connect+close instructions: {x:+.0f} (limit +1470: "
+    checks.append((x <= 960, f"matched connect+close instructions: {x:+.0f} (limit +960: "
                    f"one take of shim/permits, its give-back, the fd table, the outcome)"))
     x = sc_op["cc_deadlines"] - sc_op["cc_matched"]
     checks.append((x <= 2.005, f"matched connect+close with connect_timeout_ms and "

@@ -28,24 +28,12 @@
 
 #include "libc/libc.h"
 
-static void set_user_timeout(int fd, int ms)
+void bh_deadline_set_user_timeout(int fd, int ms)
 {
     unsigned value = (unsigned)ms;
     int saved_errno = errno;
     libc_setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &value, sizeof value);
     errno = saved_errno;
-}
-
-void bh_deadline_before_connect(int fd, const struct bh_compartment *compartment)
-{
-    if (compartment->connect_timeout_ms > 0)
-        set_user_timeout(fd, compartment->connect_timeout_ms);
-}
-
-void bh_deadline_established(int fd, const struct bh_compartment *compartment)
-{
-    if (compartment->io_timeout_ms != compartment->connect_timeout_ms)
-        set_user_timeout(fd, compartment->io_timeout_ms);
 }
 
 static long long timeval_ms(const struct timeval *value)

@@ -7,11 +7,25 @@
 
 #include "config/config.h"
 
-/* Before connect(): unanswered SYNs fail it after connect_timeout_ms. */
-void bh_deadline_before_connect(int fd, const struct bh_compartment *compartment);
+/* TCP_USER_TIMEOUT = ms; errno is kept. */
+void bh_deadline_set_user_timeout(int fd, int ms);
+
+/* Before connect(): unanswered SYNs fail it after connect_timeout_ms.
+ * Inline, as the next: a compartment without deadlines pays a test. */
+static inline void bh_deadline_before_connect(int fd,
+                                              const struct bh_compartment *compartment)
+{
+    if (compartment->connect_timeout_ms > 0)
+        bh_deadline_set_user_timeout(fd, compartment->connect_timeout_ms);
+}
+
 /* Established: unacknowledged data fails it after io_timeout_ms (or the
  * kernel's default again, when only connect_timeout_ms is set). */
-void bh_deadline_established(int fd, const struct bh_compartment *compartment);
+static inline void bh_deadline_established(int fd, const struct bh_compartment *compartment)
+{
+    if (compartment->io_timeout_ms != compartment->connect_timeout_ms)
+        bh_deadline_set_user_timeout(fd, compartment->io_timeout_ms);
+}
 /* The first receive: SO_RCVTIMEO = io_timeout_ms, unless the program's
  * own is shorter. 1 when the socket's receive timeout is now ours. */
 int bh_deadline_arm_receive(int fd, const struct bh_compartment *compartment);

@@ -23,10 +23,9 @@
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 
-static int is_inet_stream(int fd, enum bh_fd_kind kind)
+/* A socket not made through our socket() hook: ask the kernel. */
+static __attribute__((noinline)) int is_inet_stream_socket(int fd)
 {
-    if (kind != BH_FD_UNKNOWN)
-        return kind == BH_FD_INET_STREAM;
     int type = 0;
     socklen_t length = sizeof type;
     int saved_errno = errno;
@@ -35,19 +34,28 @@ static int is_inet_stream(int fd, enum bh_fd_kind kind)
     return rc == 0 && type == SOCK_STREAM;
 }
 
+static int is_inet_stream(int fd, enum bh_fd_kind kind)
+{
+    if (kind != BH_FD_UNKNOWN)
+        return kind == BH_FD_INET_STREAM;
+    return is_inet_stream_socket(fd);
+}
+
 /* Admitted: the fd holds the permits from now, watched as outcome.c says.
  * The probe's since_ns is its holding of the slot (breaker.h). */
-static int attach(int fd, const struct bh_compartment *compartment,
-                  const struct bh_permit_ask *ask, int64_t probe)
+static int attach(int fd, int local, const struct bh_permit_ask *ask, int64_t probe)
 {
+    const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     int64_t since_ns = probe;
+    uint32_t watch = bh_shim.watch[local];
     if (!probe) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         since_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    } else {
+        watch = bh_outcome_watch(compartment, 1);
     }
-    if (bh_fd_attach(fd, ask->index, ask->weight, bh_outcome_watch(compartment, probe != 0),
-                     since_ns) < 0) {
+    if (bh_fd_attach(fd, ask->index, ask->weight, watch, since_ns) < 0) {
         if (probe)
             bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ask->index), probe);
         /* another thread counted it */
@@ -73,13 +81,12 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
     int shared = bh_admit_here(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
     if (shared < 0)
         return shared;
-    return attach(fd, &bh_shim.config.compartments[rule->compartment], &admitted.ask,
-                  admitted.probe);
+    return attach(fd, rule->compartment, &admitted.ask, admitted.probe);
 }
 
 /* connect(AF_UNSPEC) dissolves a connection: if it was counted, its
  * permit goes back once the call succeeds (see bh_gate_leave). */
-static int unspec(int fd)
+static __attribute__((noinline)) int unspec(int fd)
 {
     return bh_fd_lookup(fd).compartment >= 0 ? BH_GATE_DISCONNECT : BH_GATE_PASS;
 }
@@ -96,10 +103,10 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     if (rule < 0)
         return BH_GATE_PASS;
     /* Already counted: connect() again to poll an async connect. */
-    struct bh_fd_state state = bh_fd_lookup(fd);
-    if (state.compartment >= 0)
+    uint32_t entry = bh_fd_entry(fd);
+    if (bh_fd_entry_connected(entry))
         return bh_fd_watched(fd) & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
-    if (!is_inet_stream(fd, state.kind))
+    if (!is_inet_stream(fd, bh_fd_entry_kind(entry)))
         return BH_GATE_PASS;
     return admit(fd, &bh_shim.config.rules[rule], to);
 }
@@ -125,7 +132,8 @@ static void learn_again(int fd, int call_failed)
         bh_outcome_connect_failed(fd, errno);
 }
 
-void bh_gate_leave(int fd, int entered, int call_failed)
+/* Out of line: the connect that succeeded pays no frame for these. */
+static __attribute__((noinline)) void leave_otherwise(int fd, int entered, int call_failed)
 {
     int saved_errno = errno;
     if (entered == BH_GATE_DISCONNECT) {
@@ -140,4 +148,12 @@ void bh_gate_leave(int fd, int entered, int call_failed)
         bh_give_back(bh_fd_new(fd, BH_FD_INET_STREAM)); /* drops the connection */
     }
     errno = saved_errno;
+}
+
+void bh_gate_leave(int fd, int entered, int call_failed)
+{
+    if (__builtin_expect(entered >= 0 && !call_failed, 1))
+        bh_outcome_connected(fd);  /* keeps errno */
+    else
+        leave_otherwise(fd, entered, call_failed);
 }

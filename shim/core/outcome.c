@@ -90,21 +90,6 @@ static int downstream_failure(int err)
            err == ENETUNREACH || err == ECONNRESET;
 }
 
-uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe)
-{
-    uint32_t watch = BH_WATCH_CONNECTING;
-    if (compartment->breaker_failures > 0 || probe)
-        watch |= BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL;
-    if (probe)
-        watch |= BH_WATCH_PROBE;
-    if (compartment->io_timeout_ms > 0)  /* the first send begins an exchange */
-        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE | BH_WATCH_ARM_STALL |
-                 BH_WATCH_ANSWERED;
-    if (bh_compartment_turnaround(compartment))
-        watch |= BH_WATCH_TURNAROUND | BH_WATCH_ANSWERED;
-    return watch;
-}
-
 /* The probe's holding (its since_ns, see breaker.h) if fd is the probe
  * and this process owns it; 0 otherwise. */
 static int64_t take_probe(int fd)
@@ -183,15 +168,16 @@ static void tell_success(int fd, int shared, int bytes)
 
 void bh_outcome_connected(int fd)
 {
-    if (!bh_fd_unwatch(fd, BH_WATCH_CONNECTING))
-        return;
-    struct bh_fd_state state = bh_fd_lookup(fd);
-    if (state.compartment < 0)
+    struct bh_fd_state state;
+    if (!bh_fd_unwatch_lookup(fd, BH_WATCH_CONNECTING, &state) || state.compartment < 0)
         return;
     bh_count_connect_time(&bh_shim.ns, state.compartment, monotonic_ns() - state.since_ns);
     bh_deadline_established(fd, bh_rules_of(state.compartment));
-    if (bh_fd_watched(fd) & BH_WATCH_MAY_FAIL)
+    if (state.watch & BH_WATCH_MAY_FAIL) {
+        int saved_errno = errno;  /* the breaker may log */
         tell_success(fd, state.compartment, 0);
+        errno = saved_errno;
+    }
 }
 
 void bh_outcome_connect_failed(int fd, int err)
@@ -383,47 +369,47 @@ static __attribute__((noinline)) void adaptive_hold(int shared, uint32_t watch,
 /* The hold's time in the cumulative histogram, in the window with its
  * permit time (permits/window.c) and, adaptive, as a latency sample.
  * Inlined into both callers. */
-static inline __attribute__((always_inline)) void hold_time(struct bh_fd_ended ended)
+static inline __attribute__((always_inline)) void hold_time(const struct bh_fd_ended *ended)
 {
-    if (!ended.since_ns)
+    if (!ended->since_ns)
         return;
     int64_t now = monotonic_ns();
-    bh_count_hold(&bh_shim.ns, ended.compartment, ended.weight, ended.since_ns, now);
-    if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended.compartment), 0))
-        adaptive_hold(ended.compartment, ended.watch, ended.since_ns, now - ended.since_ns);
+    bh_count_hold(&bh_shim.ns, ended->compartment, ended->weight, ended->since_ns, now);
+    if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended->compartment), 0))
+        adaptive_hold(ended->compartment, ended->watch, ended->since_ns, now - ended->since_ns);
 }
 
 /* One process's copy of a socket whose record holds the permit
  * (core/copies.c): the last copy gives it back. */
-static __attribute__((noinline)) void copy_ended(struct bh_fd_ended ended)
+static __attribute__((noinline)) void copy_ended(const struct bh_fd_ended *ended)
 {
-    if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended.compartment), ended.since_ns);
-    if (bh_socket_unref(&bh_shim.ns, ended.share))
+    if (ended->watch & BH_WATCH_PROBE)
+        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended->compartment), ended->since_ns);
+    if (bh_socket_unref(&bh_shim.ns, ended->share))
         hold_time(ended);
 }
 
 /* A turnaround connection's exchanges after its last timed one: no timed
  * send will count them, so its end does. */
-static __attribute__((noinline)) void exchanges_ended(struct bh_fd_ended ended)
+static __attribute__((noinline)) void exchanges_ended(const struct bh_fd_ended *ended)
 {
-    uint32_t begun = ended.watch >> BH_WATCH_EXCHANGE_SHIFT;
+    uint32_t begun = ended->watch >> BH_WATCH_EXCHANGE_SHIFT;
     uint32_t uncounted = begun ? (begun - 1) % BH_TURNAROUND_EVERY : 0;
     if (uncounted)
-        bh_window_count_many(bh_window_of(&bh_shim.ns, ended.compartment),
+        bh_window_count_many(bh_window_of(&bh_shim.ns, ended->compartment),
                              BH_WINDOW_TURNAROUNDS, uncounted, monotonic_ns());
 }
 
-void bh_connection_ended(struct bh_fd_ended ended)
+void bh_connection_ended(const struct bh_fd_ended *ended)
 {
-    if (__builtin_expect(ended.watch & BH_WATCH_TURNAROUND, 0))
+    if (__builtin_expect(ended->watch & BH_WATCH_TURNAROUND, 0))
         exchanges_ended(ended);
-    if (__builtin_expect(ended.share != 0, 0)) {
+    if (__builtin_expect(ended->share != 0, 0)) {
         copy_ended(ended);
         return;
     }
     hold_time(ended);
-    if (ended.watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended.compartment), ended.since_ns);
-    bh_permit_release(&bh_shim.ns, ended.compartment, ended.weight);
+    if (ended->watch & BH_WATCH_PROBE)
+        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended->compartment), ended->since_ns);
+    bh_permit_release(&bh_shim.ns, ended->compartment, ended->weight);
 }

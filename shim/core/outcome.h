@@ -43,10 +43,24 @@ enum {
 #define BH_WATCH_EXCHANGES (BH_WATCH_TURNAROUND | BH_WATCH_STALL)
 
 /* The bits a new connection of this compartment starts with. */
-uint32_t bh_outcome_watch(const struct bh_compartment *compartment, int probe);
+static inline uint32_t bh_outcome_watch(const struct bh_compartment *compartment,
+                                        int probe)
+{
+    uint32_t watch = BH_WATCH_CONNECTING;
+    if (compartment->breaker_failures > 0 || probe)
+        watch |= BH_WATCH_FIRST_BYTE | BH_WATCH_MAY_FAIL;
+    if (probe)
+        watch |= BH_WATCH_PROBE;
+    if (compartment->io_timeout_ms > 0)  /* the first send begins an exchange */
+        watch |= BH_WATCH_ARM_RECEIVE | BH_WATCH_IO_DEADLINE | BH_WATCH_ARM_STALL |
+                 BH_WATCH_ANSWERED;
+    if (bh_compartment_turnaround(compartment))
+        watch |= BH_WATCH_TURNAROUND | BH_WATCH_ANSWERED;
+    return watch;
+}
 
-/* The connect completed; it failed with err (a failure for the breaker
- * only if it says something about the downstream). */
+/* The connect completed (errno is kept); it failed with err (a failure
+ * for the breaker only if it says something about the downstream). */
 void bh_outcome_connected(int fd);
 void bh_outcome_connect_failed(int fd, int err);
 
@@ -159,14 +173,14 @@ void bh_outcome_before_exec(void);
 
 /* A connection ended: its permit goes back, and its probe slot if it
  * still held one; its hold time is counted. Async-signal-safe. */
-void bh_connection_ended(struct bh_fd_ended ended);
+void bh_connection_ended(const struct bh_fd_ended *ended);
 
 /* What every path that can end a connection calls with what the fd table
  * returned; inline, since nearly always nothing ended. */
 static inline void bh_give_back(struct bh_fd_ended ended)
 {
     if (ended.compartment >= 0)
-        bh_connection_ended(ended);
+        bh_connection_ended(&ended);
 }
 
 #endif

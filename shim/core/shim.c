@@ -19,6 +19,7 @@
 #include "adaptive/adaptive.h"
 #include "core/copies.h"
 #include "core/handoff.h"
+#include "core/outcome.h"
 #include "core/stall.h"
 #include "fdtable/fd_table.h"
 #include "log/log.h"
@@ -99,6 +100,8 @@ static int load_rules(void)
         return -1;  /* the errors said what; the program runs unlimited */
     }
     configure_log();
+    for (int i = 0; i < bh_shim.config.compartment_count; i++)
+        bh_shim.watch[i] = bh_outcome_watch(&bh_shim.config.compartments[i], 0);
     bh_shim.rules = bh_rule_index_build(&bh_shim.config);
     if (!bh_shim.rules) {
         bh_log_startup_problem("out of memory indexing %s; running without limits",

@@ -29,6 +29,9 @@ struct bh_shim {
     /* config compartment i: what this program image is in it, fixed for
      * the image's life */
     struct bh_membership membership[BH_MAX_COMPARTMENTS];
+    /* config compartment i: the watch bits its connections start with,
+     * but a probe's (bh_outcome_watch, worked out once at start-up) */
+    uint32_t watch[BH_MAX_COMPARTMENTS];
     /* under `bulkhead run`'s seccomp supervisor, with rules: set once at
      * start-up, as the marked calls are (libc.h) */
     int supervised;

@@ -1,9 +1,11 @@
 /* The fd table: fd -> connection, connection -> refcount and compartment.
  *
  * Shared state (this process only): two chunked arrays, allocated with mmap
- * on first use and never freed. fd_entries[fd] packs the fd's kind (2 bits)
- * and its connection id + 1 (0 = none). bh_fd_connections[id] holds a refcount
- * equal to the number of fd entries naming it, and the compartment.
+ * on first use and never freed, but for their first chunks (fds and
+ * connection ids below 4096), which are static. fd_entries[fd] packs the
+ * fd's kind (2 bits) and its connection id + 1 (0 = none).
+ * bh_fd_connections[id] holds a refcount equal to the number of fd entries
+ * naming it, and the compartment.
  *
  * Locks: none. Entries change by atomic exchange or compare-and-swap; a
  * connection's refcount by atomic add. Invariant: take the reference before
@@ -78,6 +80,12 @@ _Atomic uint32_t bh_fd_first[CHUNK_SIZE];
 _Atomic(_Atomic uint32_t *) bh_fd_entries[FD_CHUNKS];
 _Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
 #define fd_entries bh_fd_entries
+/* The same for connections: ids 0 to 4095 (those of fds below 4096 but
+ * after a scan) are here, reached without a pointer to load and test.
+ * The first attach names it as chunk 0, for the scans (reset, fork),
+ * which touch none of its pages before. */
+struct bh_fd_connection bh_fd_first_connections[CHUNK_SIZE];
+#define first_connections bh_fd_first_connections
 
 static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
@@ -106,12 +114,12 @@ static void *map_chunk(void *_Atomic *slot, size_t item_size)
 }
 
 /* Returns the chunk holding slot `index`, mapping it when `create`. */
-static inline void *chunk_for(void *_Atomic *chunks, unsigned index,
-                              size_t item_size, int create)
+static inline __attribute__((always_inline)) void *
+chunk_for(void *_Atomic *chunks, unsigned index, size_t item_size, int create)
 {
     void *_Atomic *slot = &chunks[index >> CHUNK_BITS];
     void *chunk = atomic_load_explicit(slot, memory_order_acquire);
-    if (chunk || !create)
+    if (__builtin_expect(chunk != NULL, 1) || !create)
         return chunk;
     return map_chunk(slot, item_size);
 }
@@ -137,7 +145,9 @@ static _Atomic uint32_t *map_fd_chunk(unsigned fd)
     return chunk;
 }
 
-static _Atomic uint32_t *entry_for(int fd, int create)
+/* Above the first chunk, out of line. */
+__attribute__((noinline))
+static _Atomic uint32_t *entry_above_first(int fd, int create)
 {
     if (fd < 0)
         return NULL;
@@ -148,8 +158,24 @@ static _Atomic uint32_t *entry_for(int fd, int create)
     return chunk ? &chunk[fd & (CHUNK_SIZE - 1)] : NULL;
 }
 
-static struct bh_fd_connection *connection_for(uint32_t id, int create)
+/* fd's entry. The first chunk's are bh_fd_first's, which hold zeros
+ * until the chunk is in use (scans reach it once fd_entries[0] names it):
+ * a reader needs no test, a writer one load. */
+static inline __attribute__((always_inline)) _Atomic uint32_t *entry_for(int fd, int create)
 {
+    if (__builtin_expect((unsigned)fd < CHUNK_SIZE, 1)) {
+        if (create && !atomic_load_explicit(&fd_entries[0], memory_order_relaxed))
+            map_fd_chunk((unsigned)fd);
+        return &bh_fd_first[fd];
+    }
+    return entry_above_first(fd, create);
+}
+
+static inline __attribute__((always_inline)) struct bh_fd_connection *
+connection_for(uint32_t id, int create)
+{
+    if (__builtin_expect(id < CHUNK_SIZE, 1))
+        return &first_connections[id];
     struct bh_fd_connection *chunk = chunk_for((void *_Atomic *)bh_fd_connections, id,
                                          sizeof *chunk, create);
     return chunk ? &chunk[id & (CHUNK_SIZE - 1)] : NULL;
@@ -160,7 +186,7 @@ static uint32_t entry_connection(uint32_t entry) { return entry >> KIND_BITS; }
 static const struct bh_fd_ended nothing_ended = { BH_FD_NOTHING_ENDED, 0, 0, 0, 0 };
 
 /* Returns the connection this ended, if it did. */
-static struct bh_fd_ended drop_reference(uint32_t entry)
+static inline __attribute__((always_inline)) struct bh_fd_ended drop_reference(uint32_t entry)
 {
     uint32_t id_plus_one = entry_connection(entry);
     if (!id_plus_one)
@@ -203,13 +229,14 @@ struct bh_fd_state bh_fd_lookup(int fd)
     _Atomic uint32_t *entry = entry_for(fd, 0);
     uint32_t value = entry ? atomic_load(entry) : 0;
     uint32_t id_plus_one = entry_connection(value);
-    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0, 0, 0 };
+    struct bh_fd_state state = { (enum bh_fd_kind)(value & KIND_MASK), -1, 0, 0, 0, 0 };
     if (id_plus_one) {
         struct bh_fd_connection *connection = connection_for(id_plus_one - 1, 0);
         state.compartment = atomic_load(&connection->compartment);
         state.weight = atomic_load(&connection->weight);
         state.since_ns = atomic_load(&connection->since_ns);
         state.share = atomic_load(&connection->share);
+        state.watch = atomic_load(&connection->watch);
     }
     return state;
 }
@@ -222,6 +249,9 @@ struct bh_fd_ended bh_fd_new(int fd, enum bh_fd_kind kind)
     uint32_t current = atomic_load(entry);
     if (current == (uint32_t)kind)
         return nothing_ended;
+    if (!entry_connection(current) &&
+        atomic_compare_exchange_strong(entry, &current, (uint32_t)kind))
+        return nothing_ended;  /* only a kind hint changed */
     if (entry_connection(current) && !owned_here())
         return nothing_ended;
     return drop_reference(atomic_exchange(entry, (uint32_t)kind));
@@ -304,6 +334,20 @@ struct bh_fd_ended bh_fd_duplicated(int oldfd, int newfd)
     return drop_reference(atomic_exchange(target, copied));
 }
 
+static inline __attribute__((always_inline)) void
+fill_connection(struct bh_fd_connection *connection, int compartment, int weight,
+                uint32_t watch, int64_t since_ns, uint32_t share)
+{
+    atomic_store(&connection->compartment, compartment);
+    atomic_store(&connection->weight, weight);
+    atomic_store(&connection->watch, watch);
+    atomic_store(&connection->since_ns, since_ns);
+    atomic_store(&connection->share, share);
+    atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
+    atomic_store(&connection->guard, 0);
+    atomic_fetch_add(&connection->generation, 1);  /* before the entry */
+}
+
 /* A free connection slot: the fd's own number first, then a scan. */
 static inline __attribute__((always_inline)) uint32_t
 allocate_connection(int fd, int compartment, int weight,
@@ -315,30 +359,18 @@ allocate_connection(int fd, int compartment, int weight,
         uint32_t expected = 0;
         if (connection && atomic_compare_exchange_strong(&connection->refs,
                                                          &expected, 1)) {
-            atomic_store(&connection->compartment, compartment);
-            atomic_store(&connection->weight, weight);
-            atomic_store(&connection->watch, watch);
-            atomic_store(&connection->since_ns, since_ns);
-            atomic_store(&connection->share, share);
-            atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
-            atomic_store(&connection->guard, 0);
-            atomic_fetch_add(&connection->generation, 1);  /* before the entry */
+            fill_connection(connection, compartment, weight, watch, since_ns, share);
             return id + 1;
         }
     }
     return 0;
 }
 
+/* The entry names the connection from now, unless it has one already
+ * (another thread won: the connection's slot goes back). */
 static inline __attribute__((always_inline)) int
-attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, uint32_t share)
+publish(_Atomic uint32_t *entry, uint32_t id_plus_one)
 {
-    _Atomic uint32_t *entry = entry_for(fd, 1);
-    if (!entry)
-        return -1;
-    uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns,
-                                               share);
-    if (!id_plus_one)
-        return -1;
     uint32_t current = atomic_load(entry);
     uint32_t wanted;
     do {
@@ -351,8 +383,35 @@ attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, ui
     return 0;
 }
 
+static __attribute__((noinline)) int
+attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, uint32_t share)
+{
+    _Atomic uint32_t *entry = entry_for(fd, 1);
+    if (!entry)
+        return -1;
+    if (!atomic_load(&bh_fd_connections[0]))  /* before any id below 4096 is taken */
+        atomic_store(&bh_fd_connections[0], first_connections);
+    uint32_t id_plus_one = allocate_connection(fd, compartment, weight, watch, since_ns,
+                                               share);
+    if (!id_plus_one)
+        return -1;
+    return publish(entry, id_plus_one);
+}
+
 int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns)
 {
+    /* The usual case, without a call: an fd below 4096, both first chunks
+     * in use, its own connection slot free. */
+    if ((unsigned)fd < CHUNK_SIZE &&
+        atomic_load_explicit(&fd_entries[0], memory_order_relaxed) &&
+        atomic_load_explicit(&bh_fd_connections[0], memory_order_relaxed)) {
+        struct bh_fd_connection *connection = &first_connections[fd];
+        uint32_t expected = 0;
+        if (atomic_compare_exchange_strong(&connection->refs, &expected, 1)) {
+            fill_connection(connection, compartment, weight, watch, since_ns, 0);
+            return publish(&bh_fd_first[fd], (uint32_t)fd + 1);
+        }
+    }
     return attach(fd, compartment, weight, watch, since_ns, 0);
 }
 
@@ -393,6 +452,13 @@ uint32_t bh_fd_unwatch(int fd, uint32_t bits)
 {
     struct bh_fd_connection *connection = connection_of(fd);
     return connection ? atomic_fetch_and(&connection->watch, ~bits) & bits : 0;
+}
+
+uint32_t bh_fd_unwatch_lookup_above(int fd, uint32_t bits, struct bh_fd_state *state)
+{
+    _Atomic uint32_t *entry = entry_for(fd, 0);
+    uint32_t value = entry ? atomic_load(entry) : 0;
+    return bh_fd_unwatch_connection(value, bits, state);
 }
 
 int bh_fd_note_send(int fd, int64_t now_ns)

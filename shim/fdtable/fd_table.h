@@ -24,8 +24,8 @@ struct bh_fd_ended {
     int compartment;
     int weight;         /* permits the connection holds */
     uint32_t watch;
-    int64_t since_ns;
     uint32_t share;     /* the caller's name for a record of copies; 0: none */
+    int64_t since_ns;
 };
 
 /* What the shim knows of an fd without asking the kernel. */
@@ -42,6 +42,7 @@ struct bh_fd_state {
     int weight;
     int64_t since_ns;   /* the connection's attach time, as the caller gave it */
     uint32_t share;
+    uint32_t watch;     /* its watch bits */
 };
 struct bh_fd_state bh_fd_lookup(int fd);
 
@@ -103,6 +104,8 @@ void bh_fd_table_keep_shared(void);
  * would cost a getpid() per outcome): a caller about to act on a bit only
  * the owner may act on asks bh_fd_table_owned_here() first. */
 uint32_t bh_fd_unwatch(int fd, uint32_t bits);
+/* bh_fd_unwatch_lookup (inline, below), for an fd above 4095. */
+uint32_t bh_fd_unwatch_lookup_above(int fd, uint32_t bits, struct bh_fd_state *state);
 /* Sets `bits` on fd's connection, if it has one. */
 void bh_fd_rewatch(int fd, uint32_t bits);
 
@@ -150,8 +153,9 @@ void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
 /* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
  * it carries no connection. One load for an fd below 4096 without a
  * connection, two more for one with. The layout below is here only for
- * these functions; fd_table.c alone writes it, but for the watch word,
- * whose bits are the caller's and which the hooks change in place. */
+ * these functions and socket()'s; fd_table.c alone writes it, but for the
+ * watch word, whose bits are the caller's and which the hooks change in
+ * place, and socket()'s kind hint. */
 enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
 struct bh_fd_connection {
     _Atomic uint32_t refs;
@@ -170,6 +174,7 @@ struct bh_fd_connection {
 extern _Atomic uint32_t bh_fd_first[];
 extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
 extern _Atomic(struct bh_fd_connection *) bh_fd_connections[];
+extern struct bh_fd_connection bh_fd_first_connections[];  /* ids below 4096 */
 /* fd's entry: its kind and its connection id + 1 above BH_FD_KIND_BITS. */
 static inline uint32_t bh_fd_entry(int fd)
 {
@@ -184,10 +189,33 @@ static inline uint32_t bh_fd_entry(int fd)
                  : 0;
 }
 
+/* What an entry says: the fd's kind, and whether it carries a counted
+ * connection. */
+static inline enum bh_fd_kind bh_fd_entry_kind(uint32_t entry)
+{
+    return (enum bh_fd_kind)(entry & ((1u << BH_FD_KIND_BITS) - 1));
+}
+static inline int bh_fd_entry_connected(uint32_t entry)
+{
+    return (entry >> BH_FD_KIND_BITS) != 0;
+}
+
 /* Nonzero when fd carries a counted connection: close's fast path. */
 static inline int bh_fd_has_connection(int fd)
 {
-    return (bh_fd_entry(fd) >> BH_FD_KIND_BITS) != 0;
+    return bh_fd_entry_connected(bh_fd_entry(fd));
+}
+
+/* The connection an entry names (it must name one). */
+static inline struct bh_fd_connection *bh_fd_entry_connection(uint32_t entry)
+{
+    enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
+    uint32_t id = (entry >> BH_FD_KIND_BITS) - 1;
+    if (__builtin_expect(id <= MASK, 1))
+        return &bh_fd_first_connections[id];
+    struct bh_fd_connection *connections = atomic_load_explicit(
+        &bh_fd_connections[id >> BH_FD_CHUNK_BITS], memory_order_acquire);
+    return &connections[id & MASK];
 }
 
 /* fd's connection's watch word, NULL when it carries none. The word is
@@ -195,13 +223,58 @@ static inline int bh_fd_has_connection(int fd)
  * bits there with atomics, without a second lookup. */
 static inline _Atomic uint32_t *bh_fd_watch_word(int fd)
 {
-    enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
-    uint32_t id_plus_one = bh_fd_entry(fd) >> BH_FD_KIND_BITS;
-    if (!id_plus_one)
+    uint32_t entry = bh_fd_entry(fd);
+    if (!bh_fd_entry_connected(entry))
         return NULL;
-    struct bh_fd_connection *connections = atomic_load_explicit(
-        &bh_fd_connections[(id_plus_one - 1) >> BH_FD_CHUNK_BITS], memory_order_acquire);
-    return &connections[(id_plus_one - 1) & MASK].watch;
+    return &bh_fd_entry_connection(entry)->watch;
+}
+
+/* What bh_fd_unwatch_lookup does with the fd's entry. */
+static inline uint32_t bh_fd_unwatch_connection(uint32_t entry, uint32_t bits,
+                                                struct bh_fd_state *state)
+{
+    if (!bh_fd_entry_connected(entry))
+        return 0;
+    struct bh_fd_connection *connection = bh_fd_entry_connection(entry);
+    uint32_t before = atomic_fetch_and(&connection->watch, ~bits);
+    if (!(before & bits))
+        return 0;
+    *state = (struct bh_fd_state){
+        .kind = bh_fd_entry_kind(entry),
+        .compartment = atomic_load(&connection->compartment),
+        .weight = atomic_load(&connection->weight),
+        .since_ns = atomic_load(&connection->since_ns),
+        .share = atomic_load(&connection->share),
+        .watch = before & ~bits,
+    };
+    return before & bits;
+}
+
+/* bh_fd_unwatch, and when any of the bits was set, *state as bh_fd_lookup
+ * would give it, from the same look (its watch: the bits left). Inline:
+ * the watch word is the caller's to change (above). */
+static inline uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits,
+                                            struct bh_fd_state *state)
+{
+    if (__builtin_expect((unsigned)fd >= (1u << BH_FD_CHUNK_BITS), 0))
+        return bh_fd_unwatch_lookup_above(fd, bits, state);
+    return bh_fd_unwatch_connection(atomic_load_explicit(&bh_fd_first[fd],
+                                                         memory_order_relaxed),
+                                    bits, state);
+}
+
+/* socket()'s fast path: an fd below 4096 whose entry holds nothing (its
+ * last close cleared it) takes its kind in one compare-and-swap, the one
+ * write to an entry made outside fd_table.c (a kind hint, which any
+ * process may write, see fd_table.c); anything else is bh_fd_new's. */
+static inline struct bh_fd_ended bh_fd_new_socket(int fd, enum bh_fd_kind kind)
+{
+    uint32_t nothing = 0;
+    if ((unsigned)fd < (1u << BH_FD_CHUNK_BITS) &&
+        atomic_load_explicit(&bh_fd_entries[0], memory_order_relaxed) &&
+        atomic_compare_exchange_strong(&bh_fd_first[fd], &nothing, (uint32_t)kind))
+        return (struct bh_fd_ended){ .compartment = BH_FD_NOTHING_ENDED };
+    return bh_fd_new(fd, kind);
 }
 
 static inline uint32_t bh_fd_watched(int fd)

@@ -21,7 +21,9 @@ static __attribute__((noinline)) int close_connection(int fd)
 {
     uint32_t detached = bh_fd_detach(fd);
     int rc = libc_close(fd);
-    bh_give_back(bh_fd_release(detached));
+    struct bh_fd_ended ended = bh_fd_release(detached);  /* not copied again */
+    if (ended.compartment >= 0)
+        bh_connection_ended(&ended);
     return rc;
 }
 

@@ -49,7 +49,8 @@ static int bh_socket(int domain, int type, int protocol)
     int inet = domain == AF_INET || domain == AF_INET6;
     int stream = (type & 0xf) == SOCK_STREAM; /* strip SOCK_NONBLOCK/CLOEXEC */
     if (fd >= 0)
-        bh_give_back(bh_fd_new(fd, inet && stream ? BH_FD_INET_STREAM : BH_FD_OTHER));
+        bh_give_back(bh_fd_new_socket(fd, inet && stream ? BH_FD_INET_STREAM
+                                                            : BH_FD_OTHER));
     return fd;
 }
 

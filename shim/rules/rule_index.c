@@ -58,6 +58,8 @@ struct name_entry {
 
 struct port_range { uint16_t lo, hi; };
 
+enum { CACHE_BITS = 6, CACHE_SLOTS = 1 << CACHE_BITS, CACHE_MAX_RULES = 65533 };
+
 /* One prefix length in use, with a 64 Ki-bit filter of the keys stored at
  * that length: a destination no rule names almost always misses the filter
  * (a multiply and a bit test) and never pays for the hash lookup. */
@@ -65,6 +67,13 @@ struct prefix_filter {
     uint8_t length;
     uint32_t mask[4];    /* the prefix as a word mask, network byte order */
     uint64_t *bits;
+    /* The entries stored at this length, open-addressed by the top bits
+     * of the filter's own hash: past the filter, a match is one probe and
+     * a compare of the address words, with no key built. NULL ends a
+     * probe sequence; 2^slot_bits slots, at least twice the entries. */
+    struct address_entry **slots;
+    unsigned slot_bits;
+    unsigned rules;      /* address rules of this length: entries at most */
 };
 
 struct family_prefixes {
@@ -87,6 +96,14 @@ struct bh_rule_index {
     pthread_rwlock_t resolved_lock;
     struct address_entry *resolved;     /* addresses of wanted names */
     _Atomic int resolved_count;
+    /* The last IPv4 destinations' rules, direct-mapped by address and
+     * port: address, port and rule + 2 in one word (0: empty), stored and
+     * loaded whole, so a thread or a signal handler sees an entry or none
+     * (the worst a race does is a miss). Only for an index that never
+     * changes (cache_on): without hostname rules, whose addresses grow at
+     * run time, and with fewer than 65,534 rules. */
+    int cache_on;
+    _Atomic uint64_t cache[CACHE_SLOTS];
 };
 
 static int list_append(struct rule_list *list, int rule)
@@ -172,9 +189,10 @@ ALWAYS_INLINE int bit_is_set(const uint64_t *bits, unsigned n)
     return (bits[n / 64] >> (n % 64)) & 1;
 }
 
-/* Fibonacci hashing of the masked address: 16 well-mixed bits, from the
- * address words as they are, with no key built. */
-ALWAYS_INLINE unsigned filter_slot(const struct prefix_filter *filter, int family,
+/* Fibonacci hashing of the masked address, from the address words as
+ * they are, with no key built: its top 16 bits are the filter's slot, its
+ * top slot_bits the entry's first probe. */
+ALWAYS_INLINE uint64_t filter_hash(const struct prefix_filter *filter, int family,
                                    const uint32_t *words)
 {
     const uint64_t golden = 0x9e3779b97f4a7c15ull;
@@ -182,7 +200,13 @@ ALWAYS_INLINE unsigned filter_slot(const struct prefix_filter *filter, int famil
     if (family == AF_INET6)
         for (int i = 1; i < 4; i++)
             mixed = (mixed * golden) ^ (words[i] & filter->mask[i]);
-    return (unsigned)((mixed * golden) >> 48);
+    return mixed * golden;
+}
+
+ALWAYS_INLINE unsigned filter_slot(const struct prefix_filter *filter, int family,
+                                   const uint32_t *words)
+{
+    return (unsigned)(filter_hash(filter, family, words) >> 48);
 }
 
 static int note_prefix(struct family_prefixes *prefixes, const struct address_key *key)
@@ -203,6 +227,7 @@ static int note_prefix(struct family_prefixes *prefixes, const struct address_ke
     }
     unsigned slot = filter_slot(filter, key->family, key->words);
     filter->bits[slot / 64] |= (uint64_t)1 << (slot % 64);
+    filter->rules++;
     long number = filter - prefixes->filters;
     if (number < 64) {
         unsigned first = ((const uint8_t *)key->words)[0];
@@ -242,6 +267,44 @@ static int index_rule(struct bh_rule_index *index, const struct bh_rule *rule, i
     return entry ? list_append(&entry->list, number) : -1;
 }
 
+static struct prefix_filter *filter_of(struct bh_rule_index *index,
+                                       const struct address_key *key)
+{
+    struct family_prefixes *prefixes = key->family == AF_INET ? &index->v4 : &index->v6;
+    for (int i = 0; i < prefixes->count; i++)
+        if (prefixes->filters[i].length == key->prefix_len)
+            return &prefixes->filters[i];
+    return NULL;
+}
+
+/* Each filter's slots, once every address rule is in the hash. */
+static int fill_slots(struct bh_rule_index *index)
+{
+    struct family_prefixes *families[2] = { &index->v4, &index->v6 };
+    for (int f = 0; f < 2; f++) {
+        for (int i = 0; i < families[f]->count; i++) {
+            struct prefix_filter *filter = &families[f]->filters[i];
+            filter->slot_bits = 1;
+            while ((1u << filter->slot_bits) < 2 * filter->rules)
+                filter->slot_bits++;
+            filter->slots = calloc(1u << filter->slot_bits, sizeof *filter->slots);
+            if (!filter->slots)
+                return -1;
+        }
+    }
+    struct address_entry *entry, *next;
+    HASH_ITER(hh, index->by_prefix, entry, next) {
+        struct prefix_filter *filter = filter_of(index, &entry->key);
+        unsigned mask = (1u << filter->slot_bits) - 1;
+        unsigned slot = (unsigned)(filter_hash(filter, entry->key.family, entry->key.words) >>
+                                   (64 - filter->slot_bits));
+        while (filter->slots[slot])
+            slot = (slot + 1) & mask;
+        filter->slots[slot] = entry;
+    }
+    return 0;
+}
+
 struct bh_rule_index *bh_rule_index_build(const struct bh_config *config)
 {
     struct bh_rule_index *index = calloc(1, sizeof *index);
@@ -260,6 +323,12 @@ struct bh_rule_index *bh_rule_index_build(const struct bh_config *config)
             return NULL;
         }
     }
+    if (fill_slots(index) < 0) {
+        bh_rule_index_free(index);
+        return NULL;
+    }
+    index->cache_on = !index->exact_names && !index->suffixes &&
+                      config->rule_count <= CACHE_MAX_RULES;
     return index;
 }
 
@@ -293,10 +362,14 @@ void bh_rule_index_free(struct bh_rule_index *index)
     free_name_table(&index->exact_names);
     free_name_table(&index->suffixes);
     pthread_rwlock_destroy(&index->resolved_lock);
-    for (int i = 0; i < index->v4.count; i++)
+    for (int i = 0; i < index->v4.count; i++) {
         free(index->v4.filters[i].bits);
-    for (int i = 0; i < index->v6.count; i++)
+        free(index->v4.filters[i].slots);
+    }
+    for (int i = 0; i < index->v6.count; i++) {
         free(index->v6.filters[i].bits);
+        free(index->v6.filters[i].slots);
+    }
     free(index->ports);
     free(index);
 }
@@ -334,24 +407,39 @@ static int match_resolved(struct bh_rule_index *index, int family,
     return best;
 }
 
-/* The first filter from `from` on that the address passes, or count.
- * Specialised per family at each call, so the v4 loop is a few
- * instructions per prefix length. */
+/* Whether a stored key (masked words) is the address under the mask. */
+ALWAYS_INLINE int same_prefix(const struct prefix_filter *filter, int family,
+                              const uint32_t *stored, const uint32_t *words)
+{
+    if (family == AF_INET)
+        return stored[0] == (words[0] & filter->mask[0]);
+    for (int i = 0; i < 4; i++)
+        if (stored[i] != (words[i] & filter->mask[i]))
+            return 0;
+    return 1;
+}
+
 /* The best rule stored under filter i's length for this address, or -1:
- * the filter's bit first, the hash lookup only when it is set. */
+ * the filter's bit first, the slots only when it is set. Specialised per
+ * family at each call, so the v4 path is a few instructions per prefix
+ * length. */
 ALWAYS_INLINE int match_length(const struct bh_rule_index *index,
                                const struct family_prefixes *prefixes, int i,
-                               int family, const uint8_t *address,
-                               const uint32_t *words, unsigned port)
+                               int family, const uint32_t *words, unsigned port)
 {
     const struct prefix_filter *filter = &prefixes->filters[i];
-    if (!bit_is_set(filter->bits, filter_slot(filter, family, words)))
+    uint64_t hash = filter_hash(filter, family, words);
+    if (!bit_is_set(filter->bits, (unsigned)(hash >> 48)))
         return -1;
-    struct address_key key;
-    size_t key_length = make_key(&key, family, address, filter->length);
-    struct address_entry *entry;
-    HASH_FIND(hh, index->by_prefix, &key, key_length, entry);
-    return entry ? first_fitting(index, &entry->list, port) : -1;
+    unsigned mask = (1u << filter->slot_bits) - 1;
+    for (unsigned slot = (unsigned)(hash >> (64 - filter->slot_bits));;
+         slot = (slot + 1) & mask) {
+        const struct address_entry *entry = filter->slots[slot];
+        if (!entry)
+            return -1;
+        if (same_prefix(filter, family, entry->key.words, words))
+            return first_fitting(index, &entry->list, port);
+    }
 }
 
 ALWAYS_INLINE int match_family(const struct bh_rule_index *index, int family,
@@ -363,32 +451,60 @@ ALWAYS_INLINE int match_family(const struct bh_rule_index *index, int family,
     for (uint64_t lengths = prefixes->by_first_byte[address[0]]; lengths;
          lengths &= lengths - 1)
         best = better(best, match_length(index, prefixes, __builtin_ctzll(lengths),
-                                         family, address, words, port));
-    for (int i = 64; i < prefixes->count; i++)  /* IPv6 with over 64 lengths */
-        best = better(best, match_length(index, prefixes, i, family, address, words,
-                                         port));
+                                         family, words, port));
+    for (int i = 64; family == AF_INET6 && i < prefixes->count; i++)  /* over 64 lengths */
+        best = better(best, match_length(index, prefixes, i, family, words, port));
     return best;
 }
 
-/* Out of line, so the port-map test before it stays a leaf's few
- * instructions. */
-__attribute__((noinline))
-static int match_address(const struct bh_rule_index *index, int family,
-                         const uint8_t *address, unsigned port)
+ALWAYS_INLINE int match_address(const struct bh_rule_index *index, int family,
+                                const uint8_t *address, const uint32_t *words,
+                                unsigned port)
 {
-    uint32_t words[4];
-    int best;
-    if (family == AF_INET) {
-        memcpy(words, address, 4);
-        best = match_family(index, AF_INET, address, words, port);
-    } else {
-        memcpy(words, address, 16);
-        best = match_family(index, AF_INET6, address, words, port);
-    }
+    int best = match_family(index, family, address, words, port);
     if (atomic_load_explicit(&index->resolved_count, memory_order_acquire) > 0)
         best = better(best, match_resolved((struct bh_rule_index *)index, family,
                                            address, port));
     return best;
+}
+
+/* Out of line, so the port-map test before them stays a leaf's few
+ * instructions; one per family, so that IPv4's is the short loop it can
+ * be (at most 33 lengths, one word). */
+__attribute__((noinline))
+static int match_v4(const struct bh_rule_index *index, const uint8_t *address,
+                    unsigned port)
+{
+    uint32_t word;
+    memcpy(&word, address, sizeof word);
+    return match_address(index, AF_INET, address, &word, port);
+}
+
+/* match_v4 through the cache: a destination seen last time in its slot
+ * costs a multiply, a load and a compare. */
+ALWAYS_INLINE int match_v4_cached(struct bh_rule_index *index, const uint8_t *address,
+                                  unsigned port)
+{
+    uint32_t word;
+    memcpy(&word, address, sizeof word);
+    uint64_t key = ((uint64_t)word << 32) | ((uint64_t)port << 16);
+    _Atomic uint64_t *slot =
+        &index->cache[(key * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS)];
+    uint64_t seen = atomic_load_explicit(slot, memory_order_relaxed);
+    if ((seen & ~(uint64_t)0xffff) == key && (seen & 0xffff))
+        return (int)(seen & 0xffff) - 2;
+    int rule = match_v4(index, address, port);
+    atomic_store_explicit(slot, key | (uint64_t)(rule + 2), memory_order_relaxed);
+    return rule;
+}
+
+__attribute__((noinline))
+static int match_v6(const struct bh_rule_index *index, const uint8_t *address,
+                    unsigned port)
+{
+    uint32_t words[4];
+    memcpy(words, address, sizeof words);
+    return match_address(index, AF_INET6, address, words, port);
 }
 
 int bh_rule_index_match(const struct bh_rule_index *index,
@@ -414,7 +530,10 @@ int bh_rule_index_match(const struct bh_rule_index *index,
     }
     if (!bit_is_set(index->port_map, port))
         return -1;
-    return match_address(index, family, bytes, port);
+    if (family != AF_INET)
+        return match_v6(index, bytes, port);
+    return index->cache_on ? match_v4_cached((struct bh_rule_index *)index, bytes, port)
+                           : match_v4(index, bytes, port);
 }
 
 /* Lower case, no trailing dot: the form the config stores names in. */

@@ -310,16 +310,53 @@ static void notes_race_matches(void **state)
     }
 }
 
-static const char *scratch_file(void)
+/* Rules without host names: an index that never changes, whose IPv4
+ * results are cached (rule_index.c). */
+static const char address_rules_text[] =
+    "[global]\n"                              /* 1 */
+    "namespace = t\n"                         /* 2 */
+    "[first]\n"                               /* 3 */
+    "limit = 1\n"                             /* 4 */
+    "match = 10.1.0.0/16:80\n"                /* 5 */
+    "match = 10.0.0.0/8:80-81\n"              /* 6 */
+    "match = 10.1.2.3:81-82\n";               /* 7 */
+
+/* Each destination's rule, asked again and again among a thousand others
+ * that share its cache slots: a cached answer is the index's own (the
+ * same address on another port, or another address on the same port,
+ * never takes it). */
+static void cached_matches(void **state)
+{
+    struct fixture *f = *state;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 1000; i++) {
+            char text[32];
+            snprintf(text, sizeof text, "10.1.%d.%d:80", i / 250, i % 250);
+            assert_int_equal(matched_line(f, text), 5);
+            snprintf(text, sizeof text, "10.2.%d.%d:80", i / 250, i % 250);
+            assert_int_equal(matched_line(f, text), 6);
+            snprintf(text, sizeof text, "11.1.%d.%d:80", i / 250, i % 250);
+            assert_int_equal(matched_line(f, text), 0);
+            snprintf(text, sizeof text, "10.1.%d.%d:81", i / 250, i % 250);
+            assert_int_equal(matched_line(f, text), 6);
+            static const int by_port[] = { 0, 5, 6, 7, 0 };  /* ports 79 to 83 */
+            snprintf(text, sizeof text, "10.1.2.3:%d", 79 + i % 5);
+            assert_int_equal(matched_line(f, text), by_port[i % 5]);
+        }
+    }
+}
+
+static const char *scratch_file(const char *text)
 {
     static char path[64];
+    size_t length = strlen(text);
     snprintf(path, sizeof path, "/tmp/bh-unit-rules.XXXXXX");
     int fd = mkstemp(path);
     if (fd < 0)
         return NULL;
-    ssize_t written = write(fd, rules_text, sizeof rules_text - 1);
+    ssize_t written = write(fd, text, length);
     close(fd);
-    return written == (ssize_t)sizeof rules_text - 1 ? path : NULL;
+    return written == (ssize_t)length ? path : NULL;
 }
 
 static void no_error_expected(void *ctx, const char *message)
@@ -329,10 +366,10 @@ static void no_error_expected(void *ctx, const char *message)
 }
 
 /* A fresh index per test: noted names stay in an index for good. */
-static int build(void **state)
+static int build_from(void **state, const char *text)
 {
     static struct fixture f;
-    const char *path = scratch_file();
+    const char *path = scratch_file(text);
     if (!path)
         return -1;
     int errors = bh_config_load(path, &f.config, no_error_expected, NULL);
@@ -342,6 +379,16 @@ static int build(void **state)
     f.index = bh_rule_index_build(&f.config);
     *state = &f;
     return f.index ? 0 : -1;
+}
+
+static int build(void **state)
+{
+    return build_from(state, rules_text);
+}
+
+static int build_addresses_only(void **state)
+{
+    return build_from(state, address_rules_text);
 }
 
 static int destroy(void **state)
@@ -361,6 +408,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(wanted_names, build, destroy),
         cmocka_unit_test_setup_teardown(resolved_names, build, destroy),
         cmocka_unit_test_setup_teardown(notes_race_matches, build, destroy),
+        cmocka_unit_test_setup_teardown(cached_matches, build_addresses_only, destroy),
     };
     return cmocka_run_group_tests_name("rules", tests, NULL, NULL);
 }
