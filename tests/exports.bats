@@ -52,8 +52,8 @@ libc_path() {
     run nm -D --defined-only "$SHIM"
     assert_success
     local f
-    for f in connect close dup dup2 dup3 sendto sendmsg getaddrinfo gethostbyname \
-        read write readv writev recv send recvfrom recvmsg getsockopt setsockopt \
+    for f in connect close dup dup2 dup3 sendto sendmsg sendmmsg getaddrinfo gethostbyname \
+        read write readv writev recv send recvfrom recvmsg recvmmsg getsockopt setsockopt \
         gethostbyname2 gethostbyname_r gethostbyname2_r; do
         assert_output --regexp "[[:space:]]$f(@|\$|[[:space:]])"
     done

@@ -14,9 +14,10 @@
  *     exit drops the reference). A failed fork leaves one reference too
  *     many: the reaper gives the permits back once the socket is gone.
  *   - sendmsg with SCM_RIGHTS: one reference per counted fd passed, before
- *     the send; a failed send drops it. The receiver's recvmsg finds the
- *     record by the socket's inode and its connection takes that
- *     reference over.
+ *     the send; a failed send drops it (sendmmsg sends messages that pass
+ *     fds one sendmsg at a time: hooks/connect.c). The receiver's recvmsg
+ *     or recvmmsg finds the record by the socket's inode and its
+ *     connection takes that reference over.
  *   - exec: the hand-off names each connection's record (handoff.c).
  * Every end of a connection with a record drops its reference instead of
  * giving the permit back; the last one gives it back (bh_connection_ended).
