@@ -61,6 +61,7 @@
 #include "breaker/breaker.h"
 #include "log/log.h"
 #include "supervisor/supervisor.h"
+#include "libc/clock.h"
 
 enum {
     FIRST_LOOK_MS = 2,
@@ -86,19 +87,6 @@ struct pending {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending *table;
 static int table_count, table_capacity;
-
-static int64_t monotonic_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-static int downstream_failure(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-           err == ENETUNREACH || err == ECONNRESET;
-}
 
 static void log_change(struct sv_state *state, int local, enum bh_breaker_change change)
 {
@@ -128,7 +116,7 @@ void sv_outcome_tell(struct sv_state *state, int shared, int local, int64_t prob
             bh_count_connect_time(&state->ns, shared, connect_ns);
         if (probe || bh_breaker_wants(breaker, 0))
             log_change(state, local, bh_breaker_success(breaker, probe));
-    } else if (downstream_failure(err)) {
+    } else if (bh_downstream_failure(err)) {
         bh_count_connect_failure(&state->ns, shared, err == ETIMEDOUT);
         log_change(state, local, bh_breaker_failure(breaker, &config, probe, 0));
     } else if (probe) {
@@ -157,7 +145,7 @@ int sv_outcome_watch(struct sv_state *state, const struct sv_connecting *connect
     struct pending entry = { .inode = connecting->inode, .pid = connecting->pid,
                              .fd = connecting->fd, .shared = connecting->shared,
                              .local = connecting->local, .probe = connecting->probe,
-                             .since_ns = monotonic_ns(), .wait_ms = FIRST_LOOK_MS };
+                             .since_ns = bh_clock_ns(CLOCK_MONOTONIC), .wait_ms = FIRST_LOOK_MS };
     entry.next_ns = entry.since_ns + FIRST_LOOK_MS * 1000000;
     int wake = -1;
     if (sv_socket_id(connecting->sock, connecting->to, &entry.id) == 0) {
@@ -186,7 +174,7 @@ int sv_outcomes_due_ms(void)
     pthread_mutex_unlock(&lock);
     if (!first)
         return -1;
-    int64_t wait = (first - monotonic_ns() + 999999) / 1000000;
+    int64_t wait = (first - bh_clock_ns(CLOCK_MONOTONIC) + 999999) / 1000000;
     return wait < 0 ? 0 : (int)wait;
 }
 
@@ -234,22 +222,10 @@ static int diag_socket(void)
  * orphan, inode 0); 0 not found (or another socket now); -1 unknown. */
 static int diag_state(const struct pending *entry)
 {
-    struct {
-        struct nlmsghdr header;
-        struct inet_diag_req_v2 request;
-    } ask = {
-        .header = { .nlmsg_len = sizeof ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-                    .nlmsg_flags = NLM_F_REQUEST },
-        .request = { .sdiag_family = (uint8_t)entry->id.family,
-                     .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
-                     .id = { .idiag_sport = entry->id.local_port,
-                             .idiag_dport = entry->id.remote_port,
-                             .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
-    };
-    memcpy(ask.request.id.idiag_src, entry->id.local, sizeof entry->id.local);
-    memcpy(ask.request.id.idiag_dst, entry->id.remote, sizeof entry->id.remote);
     static uint32_t sequence;
-    ask.header.nlmsg_seq = ++sequence;  /* an answer to an earlier ask is not this one's */
+    struct bh_sock_diag_ask ask;
+    bh_sock_diag_ask(&ask, &entry->id, ++sequence);  /* an answer to an earlier ask is
+                                                         not this one's */
     int fd = diag_socket();
     struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
     long answer[512];
@@ -357,7 +333,7 @@ void sv_outcomes_poll(struct sv_state *state)
 {
     struct pending due[LOOKS_PER_ROUND];
     int count = 0;
-    int64_t now = monotonic_ns();
+    int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
     pthread_mutex_lock(&lock);
     for (int i = 0; i < table_count && count < LOOKS_PER_ROUND;)
         if (table[i].next_ns <= now)
@@ -384,7 +360,7 @@ void sv_outcome_closing(struct sv_state *state, int fd)
         else
             i++;
     pthread_mutex_unlock(&lock);
-    int64_t now = monotonic_ns();
+    int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
     for (int i = 0; i < count; i++) {
         /* Another process's fd of that number, or a socket still
          * connecting (a copy of it may live on): the usual looks decide. */

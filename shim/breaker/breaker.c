@@ -57,6 +57,7 @@
  * compare-and-swap; the rest are atomics, clock_gettime and kill, all
  * async-signal-safe. */
 #include "breaker/breaker.h"
+#include "libc/clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -68,23 +69,16 @@
 #define FORCED_OPEN INT64_MAX
 enum { PID_BITS = 22 };  /* Linux's PID_MAX_LIMIT is 2^22 */
 
-static int64_t clock_ns(clockid_t clock)
-{
-    struct timespec now;
-    clock_gettime(clock, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
 static void changed(struct bh_breaker_shared *breaker)
 {
-    atomic_store(&breaker->changed_at_ns, clock_ns(CLOCK_REALTIME));
+    atomic_store(&breaker->changed_at_ns, bh_clock_ns(CLOCK_REALTIME));
 }
 
 static void open_for(struct bh_breaker_shared *breaker, int open_ms)
 {
     atomic_store(&breaker->open_ms, open_ms);
     atomic_store(&breaker->open_until_ns,
-                 clock_ns(CLOCK_MONOTONIC) + (int64_t)open_ms * 1000000);
+                 bh_clock_ns(CLOCK_MONOTONIC) + (int64_t)open_ms * 1000000);
     atomic_fetch_add(&breaker->opened, 1);
     changed(breaker);
 }
@@ -162,7 +156,7 @@ enum bh_breaker_admission bh_breaker_admit(struct bh_breaker_shared *breaker,
     if (until == 0)
         return BH_BREAKER_PASS;
     enum bh_breaker_admission refusal = BH_BREAKER_REFUSE_OPEN;
-    int64_t now = until != FORCED_OPEN ? clock_ns(CLOCK_MONOTONIC) : 0;
+    int64_t now = until != FORCED_OPEN ? bh_clock_ns(CLOCK_MONOTONIC) : 0;
     if (until != FORCED_OPEN && now >= until) {
         if (take_probe(breaker, now, probe_deadline_ms(compartment), taken))
             return BH_BREAKER_PROBE;
@@ -197,7 +191,7 @@ enum bh_breaker_change bh_breaker_failure(struct bh_breaker_shared *breaker,
     if (config->failures <= 0 || in_a_row < (uint32_t)config->failures)
         return BH_BREAKER_UNCHANGED;
     int64_t closed = 0;
-    int64_t until = clock_ns(CLOCK_MONOTONIC) + (int64_t)config->open_ms * 1000000;
+    int64_t until = bh_clock_ns(CLOCK_MONOTONIC) + (int64_t)config->open_ms * 1000000;
     if (!atomic_compare_exchange_strong(&breaker->open_until_ns, &closed, until))
         return BH_BREAKER_UNCHANGED;  /* already open: another process won */
     atomic_store(&breaker->open_ms, config->open_ms);
@@ -255,7 +249,7 @@ void bh_breaker_read(const struct bh_breaker_shared *breaker,
                      struct bh_breaker_view *view)
 {
     int64_t until = atomic_load(&breaker->open_until_ns);
-    int64_t now = clock_ns(CLOCK_MONOTONIC);
+    int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
     *view = (struct bh_breaker_view){
         .state = until == 0 ? BH_BREAKER_IS_CLOSED
                  : until == FORCED_OPEN || now < until ? BH_BREAKER_IS_OPEN

@@ -3,10 +3,19 @@
 #ifndef BH_BREAKER_H
 #define BH_BREAKER_H
 
+#include <errno.h>
 #include <stdint.h>
 
 #include "breaker/breaker_fields.h"
 #include "config/config.h"
+
+/* Errors that say something about the downstream, not about us: what
+ * counts as a connect failure, for the breaker and for `stat`. */
+static inline int bh_downstream_failure(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
+           err == ENETUNREACH || err == ECONNRESET;
+}
 
 /* What one process's rules say about a compartment's breaker. */
 struct bh_breaker_config {

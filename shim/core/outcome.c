@@ -75,20 +75,7 @@
 #include "core/stall.h"
 #include "core/state.h"
 #include "log/log.h"
-
-static int64_t monotonic_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-/* Errors that say something about the downstream, not about us. */
-static int downstream_failure(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-           err == ENETUNREACH || err == ECONNRESET;
-}
+#include "libc/clock.h"
 
 /* The probe's holding (its since_ns, see breaker.h) if fd is the probe
  * and this process owns it; 0 otherwise. */
@@ -138,7 +125,7 @@ static void adaptive_drop(int fd, int shared)
     if (!bh_adaptive_on(&bh_shim.ns, shared) || (bh_fd_watched(fd) & BH_WATCH_DROPPED))
         return;
     bh_fd_rewatch(fd, BH_WATCH_DROPPED);
-    if (bh_adaptive_drop(&bh_shim.ns, shared, monotonic_ns(), &change))
+    if (bh_adaptive_drop(&bh_shim.ns, shared, bh_clock_ns(CLOCK_MONOTONIC), &change))
         log_limit_change(shared, &change);
 }
 
@@ -171,7 +158,7 @@ void bh_outcome_connected(int fd)
     struct bh_fd_state state;
     if (!bh_fd_unwatch_lookup(fd, BH_WATCH_CONNECTING, &state) || state.compartment < 0)
         return;
-    bh_count_connect_time(&bh_shim.ns, state.compartment, monotonic_ns() - state.since_ns);
+    bh_count_connect_time(&bh_shim.ns, state.compartment, bh_clock_ns(CLOCK_MONOTONIC) - state.since_ns);
     bh_deadline_established(fd, bh_rules_of(state.compartment));
     if (state.watch & BH_WATCH_MAY_FAIL) {
         int saved_errno = errno;  /* the breaker may log */
@@ -185,7 +172,7 @@ void bh_outcome_connect_failed(int fd, int err)
     if (!bh_fd_unwatch(fd, BH_WATCH_CONNECTING))
         return;
     int shared = bh_fd_lookup(fd).compartment;
-    if (shared < 0 || !downstream_failure(err))
+    if (shared < 0 || !bh_downstream_failure(err))
         return;
     bh_count_connect_failure(&bh_shim.ns, shared, err == ETIMEDOUT);
     adaptive_drop(fd, shared);
@@ -251,7 +238,7 @@ static int learn_from_error(int fd, uint32_t watch, int err, int receive, int fl
         io_timed_out(fd);
         return ETIMEDOUT;
     }
-    if (!downstream_failure(err) && err != EPIPE)
+    if (!bh_downstream_failure(err) && err != EPIPE)
         return err;
     if (watch & BH_WATCH_CONNECTING)
         bh_outcome_connect_failed(fd, err == EPIPE ? ECONNRESET : err);
@@ -274,7 +261,7 @@ static int learn_from_error(int fd, uint32_t watch, int err, int receive, int fl
 void bh_outcome_timed_send(int fd, uint32_t number)
 {
     int saved_errno = errno;
-    int64_t now = monotonic_ns();
+    int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
     int shared = bh_fd_note_send(fd, now);
     if (shared >= 0)  /* the exchanges since the last timed one, this one included */
         bh_window_count_many(bh_window_of(&bh_shim.ns, shared), BH_WINDOW_TURNAROUNDS,
@@ -288,7 +275,7 @@ void bh_outcome_timed_answer(int fd)
     int shared = -1;
     int64_t sent = bh_fd_take_send(fd, &shared);
     if (sent && shared >= 0) {
-        int64_t now = monotonic_ns();
+        int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
         struct bh_adaptive_change change;
         bh_window_turnaround(bh_window_of(&bh_shim.ns, shared), now - sent, now);
         if (bh_adaptive_on(&bh_shim.ns, shared) &&
@@ -373,7 +360,7 @@ static inline __attribute__((always_inline)) void hold_time(const struct bh_fd_e
 {
     if (!ended->since_ns)
         return;
-    int64_t now = monotonic_ns();
+    int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
     bh_count_hold(&bh_shim.ns, ended->compartment, ended->weight, ended->since_ns, now);
     if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended->compartment), 0))
         adaptive_hold(ended->compartment, ended->watch, ended->since_ns, now - ended->since_ns);
@@ -397,7 +384,7 @@ static __attribute__((noinline)) void exchanges_ended(const struct bh_fd_ended *
     uint32_t uncounted = begun ? (begun - 1) % BH_TURNAROUND_EVERY : 0;
     if (uncounted)
         bh_window_count_many(bh_window_of(&bh_shim.ns, ended->compartment),
-                             BH_WINDOW_TURNAROUNDS, uncounted, monotonic_ns());
+                             BH_WINDOW_TURNAROUNDS, uncounted, bh_clock_ns(CLOCK_MONOTONIC));
 }
 
 void bh_connection_ended(const struct bh_fd_ended *ended)

@@ -84,19 +84,13 @@
 #include "core/state.h"
 #include "fdtable/fd_table.h"
 #include "log/log.h"
+#include "libc/clock.h"
 
 enum { NOT_STARTED = 0, STARTING = 1, RUNNING = 2, CANNOT_START = 3 };
 enum { STACK_BYTES = 64 * 1024, PERIOD_MIN_MS = 10, PERIOD_MAX_MS = 250 };
 
 static _Atomic int state;
 static _Atomic uint32_t idle;
-
-static int64_t monotonic_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
 
 /* The scan period: an eighth of the shortest io_timeout_ms, bounded. */
 static int period_ms(void)
@@ -180,7 +174,7 @@ static void *watch_exchanges(void *unused)
     int64_t period_ns = (int64_t)period_ms() * 1000000;
     for (;;) {
         atomic_store(&idle, 1);
-        struct scan scan = { monotonic_ns(), 0, period_ns };
+        struct scan scan = { bh_clock_ns(CLOCK_MONOTONIC), 0, period_ns };
         bh_fd_for_each(visit, &scan);
         if (scan.timing == 0) {
             syscall(SYS_futex, &idle, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);

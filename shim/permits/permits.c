@@ -82,6 +82,7 @@
 #include <unistd.h>
 
 #include "libc/libc.h"
+#include "libc/clock.h"
 
 key_t bh_namespace_key(uid_t uid, const char *namespace_name)
 {
@@ -563,9 +564,7 @@ static void read_histogram(struct bh_histogram *histogram,
 /* The agent renews the lease while it runs; 0 is one a connect lapsed. */
 static int fleet_lease_over(int64_t until_ns)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return until_ns == 0 || (int64_t)now.tv_sec * 1000000000 + now.tv_nsec > until_ns;
+    return until_ns == 0 || bh_clock_ns(CLOCK_MONOTONIC) > until_ns;
 }
 
 int bh_compartment_read(struct bh_namespace *ns, int index,

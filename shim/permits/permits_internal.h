@@ -18,7 +18,6 @@
 enum { BH_SEM_VALUE_MAX = 32767 };
 
 int bh_sem_op(int semid, unsigned short num, short delta, short flags);
-int64_t bh_monotonic_ns(void);
 static inline int64_t bh_ms_to_ns(int ms) { return (int64_t)ms * 1000000; }
 
 /* The namespace lock (sem 0, SEM_UNDO): registration, limits, reserves. */

@@ -59,6 +59,7 @@
  *
  * Releasing is async-signal-safe: atomics and semops, no lock. */
 #include "permits/permits_internal.h"
+#include "libc/clock.h"
 
 #include <errno.h>
 #include <string.h>
@@ -256,7 +257,7 @@ static void count_waited(struct bh_namespace *ns, int index, struct bh_grant *gr
 void bh_permit_count_rejected(struct bh_namespace *ns, int index)
 {
     atomic_fetch_add_explicit(&shared_of(ns, index)->rejected, 1, memory_order_relaxed);
-    bh_window_count(bh_window_of(ns, index), BH_WINDOW_REFUSED, bh_monotonic_ns());
+    bh_window_count(bh_window_of(ns, index), BH_WINDOW_REFUSED, bh_clock_ns(CLOCK_MONOTONIC));
 }
 
 void bh_permit_count_per_process(struct bh_namespace *ns, int index)
@@ -360,7 +361,7 @@ static int take_common_within(struct bh_namespace *ns, int index, int weight,
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     for (;;) {
-        int64_t left = deadline - bh_monotonic_ns();
+        int64_t left = deadline - bh_clock_ns(CLOCK_MONOTONIC);
         if (left <= 0) {
             errno = EAGAIN;
             return -1;
@@ -390,7 +391,7 @@ static int take_reserved_within(struct bh_namespace *ns, const struct bh_permit_
     int counted = bh_sem_op(ns->semid, waiting, +1, SEM_UNDO) == 0;
     int rc = take_now(ns, ask, got);  /* after RWAIT: nothing given back is missed */
     while (rc < 0 && errno == EAGAIN) {
-        int64_t left = deadline - bh_monotonic_ns();
+        int64_t left = deadline - bh_clock_ns(CLOCK_MONOTONIC);
         if (left <= 0)
             break;
         struct timespec wait = until(left);
@@ -425,7 +426,7 @@ enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_pe
     int saved_errno = errno;
     enum bh_acquire_result result = BH_REJECTED;
     struct bh_shared_compartment *shared = shared_of(ns, ask->index);
-    int64_t started = bh_monotonic_ns(), deadline = started + bh_ms_to_ns(wait_ms);
+    int64_t started = bh_clock_ns(CLOCK_MONOTONIC), deadline = started + bh_ms_to_ns(wait_ms);
     *grant = (struct bh_grant){ { (uint32_t)ask->weight, 0, -1 }, 0 };
     /* Two callers checking at once may both get in. */
     if (bh_waiters(ns, ask->index) >= max_waiters) {
@@ -438,12 +439,12 @@ enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_pe
         : take_common_within(ns, ask->index, ask->weight, deadline);
     if (rc == 0) {
         result = BH_ACQUIRED;
-        count_waited(ns, ask->index, grant, bh_monotonic_ns() - started);
+        count_waited(ns, ask->index, grant, bh_clock_ns(CLOCK_MONOTONIC) - started);
     } else if (errno == EAGAIN) {
         result = BH_TIMED_OUT;
         atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);
         bh_window_count(bh_window_of(ns, ask->index), BH_WINDOW_TIMED_OUT,
-                        bh_monotonic_ns());
+                        bh_clock_ns(CLOCK_MONOTONIC));
     } else {
         /* EINTR: a signal ends the wait, as it ends a blocking connect(). */
         result = errno == EINTR ? BH_INTERRUPTED : unreachable_result();

@@ -8,6 +8,7 @@
  * clock_gettime). A process that dies holding the lock: the kernel gives
  * it back (SEM_UNDO). */
 #include "permits/permits_internal.h"
+#include "libc/clock.h"
 
 #include <errno.h>
 #include <sys/ipc.h>
@@ -22,13 +23,6 @@ int bh_sem_op(int semid, unsigned short num, short delta, short flags)
     return semop(semid, &op, 1);
 }
 
-int64_t bh_monotonic_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
 /* The lock is free at 0: taking it waits for zero and adds one, with
  * SEM_UNDO, in one atomic semop. A fresh set is therefore born unlocked,
  * and a holder that dies gives the lock back through the kernel: no
@@ -40,9 +34,9 @@ int bh_lock_namespace(struct bh_namespace *ns)
         { .sem_num = BH_SEM_LOCK, .sem_op = 0, .sem_flg = 0 },
         { .sem_num = BH_SEM_LOCK, .sem_op = +1, .sem_flg = SEM_UNDO },
     };
-    int64_t deadline = bh_monotonic_ns() + bh_ms_to_ns(LOCK_TIMEOUT_MS);
+    int64_t deadline = bh_clock_ns(CLOCK_MONOTONIC) + bh_ms_to_ns(LOCK_TIMEOUT_MS);
     for (;;) {
-        int64_t left = deadline - bh_monotonic_ns();
+        int64_t left = deadline - bh_clock_ns(CLOCK_MONOTONIC);
         if (left <= 0) {
             errno = EAGAIN;
             return -1;

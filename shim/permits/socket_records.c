@@ -269,22 +269,26 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index, int
     return 0;
 }
 
-int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode)
+void bh_sock_diag_ask(struct bh_sock_diag_ask *ask, const struct bh_sock_id *id,
+                      uint32_t sequence)
 {
-    struct {
-        struct nlmsghdr header;
-        struct inet_diag_req_v2 request;
-    } ask = {
-        .header = { .nlmsg_len = sizeof ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-                    .nlmsg_flags = NLM_F_REQUEST },
+    *ask = (struct bh_sock_diag_ask){
+        .header = { .nlmsg_len = sizeof *ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                    .nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = sequence },
         .request = { .sdiag_family = (uint8_t)id->family,
                      .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
                      .id = { .idiag_sport = id->local_port,
                              .idiag_dport = id->remote_port,
                              .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
     };
-    memcpy(ask.request.id.idiag_src, id->local, sizeof id->local);
-    memcpy(ask.request.id.idiag_dst, id->remote, sizeof id->remote);
+    memcpy(ask->request.id.idiag_src, id->local, sizeof id->local);
+    memcpy(ask->request.id.idiag_dst, id->remote, sizeof id->remote);
+}
+
+int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode)
+{
+    struct bh_sock_diag_ask ask;
+    bh_sock_diag_ask(&ask, id, 0);
     int fd = libc_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (fd < 0)
         return -1;

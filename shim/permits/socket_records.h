@@ -5,6 +5,8 @@
 #ifndef BH_SOCKET_RECORDS_H
 #define BH_SOCKET_RECORDS_H
 
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -38,6 +40,13 @@ struct bh_sock_id {
     uint16_t local_port, remote_port;
     uint32_t local[4], remote[4];
 };
+/* A sock_diag request for the TCP socket with this id, in any state. */
+struct bh_sock_diag_ask {
+    struct nlmsghdr header;
+    struct inet_diag_req_v2 request;
+};
+void bh_sock_diag_ask(struct bh_sock_diag_ask *ask, const struct bh_sock_id *id,
+                      uint32_t sequence);
 /* The kernel's word: 1 the socket with this id is open in some process
  * (it shows this inode), 0 it is not (gone, or only an orphan finishing
  * its close: inode 0), -1 unknown. Unprivileged, as `ss` is; one netlink

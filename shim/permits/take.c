@@ -37,6 +37,7 @@
 #include <sys/sem.h>
 
 #include "breaker/breaker.h"
+#include "libc/clock.h"
 
 /* ---- what a take asks of the compartment: its fleet share, its size ---- */
 
@@ -53,7 +54,7 @@ int bh_fleet_lapse_if_over(struct bh_namespace *ns, int index)
 {
     int64_t until = atomic_load_explicit(&ns->state->compartments[index].fleet.lease_until_ns,
                                          memory_order_relaxed);
-    return until != 0 && bh_monotonic_ns() > until && bh_fleet_lapse(ns, index, until);
+    return until != 0 && bh_clock_ns(CLOCK_MONOTONIC) > until && bh_fleet_lapse(ns, index, until);
 }
 
 int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask)
