@@ -31,6 +31,8 @@ setup() {
         static_build
     FASTOPEN="$BH_ROOT/build/tests/fastopen_fallback"
     build_if_stale "$FASTOPEN" "$BH_ROOT/tests/clients/static/fastopen_fallback.c" static_build
+    REUSE="$BH_ROOT/build/tests/reuse_number"
+    build_if_stale "$REUSE" "$BH_ROOT/tests/clients/static/reuse_number.c" static_build
     FLOOD="$BH_ROOT/build/tests/connect_flood"
     build_if_stale "$FLOOD" "$BH_ROOT/tests/clients/static/connect_flood.c" static_build
 }
@@ -312,6 +314,19 @@ except OSError as error:
     assert_equal "$SV_STATUS" 0
     assert_equal "$(cat "$T/py")" EOPNOTSUPP
     assert_equal "$(server_stat s total)" 1
+}
+
+@test "seccomp: one fd number reused by three sockets (dup2 over a counted one, then close and socket again) at limit 1: each connects, each counted once; the pool is whole after" {
+    start_server s -1
+    compartment_rules 1
+    sv_run "$T/out" -- "$REUSE" "$SERVER_PORT"
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(cat "$T/out")" $'first=ok\ndup2=ok\nsame=yes\nreopen=ok'
+    assert_equal "$(server_stat s total)" 3
+    # neither given back twice (the next tree would get 2) nor kept
+    sv_run "$T/next" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 2 0
+    assert_equal "$(count ok "$T/next")" 1
+    assert_equal "$(count ECONNREFUSED "$T/next")" 1
 }
 
 # rss_kb PID / fds_of PID: the kernel's count of a process's resident
