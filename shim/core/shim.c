@@ -261,7 +261,9 @@ static void start_once_per_image(void)
 {
     starting_here = 1;
     bh_log_remember_stderr();
-    int active = load_rules() == 0;
+    /* Rules with no compartment (the packaged /etc/bulkhead/rules.ini is
+     * [global] alone) count nothing: no namespace is made for them. */
+    int active = load_rules() == 0 && bh_shim.config.compartment_count > 0;
     if (active) {
         join_namespace();
         bh_fd_table_reset();
