@@ -11,26 +11,11 @@
 
 load helpers/common
 load helpers/check
+load helpers/fleet
 
 
 setup() { check_setup; }
 teardown() { bh_teardown; }
-
-# start_redis [PASSWORD]: a redis-server on $REDIS_PORT, gone at teardown.
-start_redis() {
-    command -v redis-server >/dev/null || skip "redis-server is not installed"
-    REDIS_PORT=$(free_port)
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-        ${1:+--requirepass "$1"} >"$T/redis.log" 2>&1 3>&- &
-    track_pid $!
-    REDIS_PASSWORD=${1:-}
-    wait_for redis_up || fail "redis-server did not start: $(cat "$T/redis.log")"
-}
-
-redis_up() {
-    [[ "$(redis-cli -p "$REDIS_PORT" ${REDIS_PASSWORD:+-a "$REDIS_PASSWORD"} \
-          --no-auth-warning ping 2>/dev/null)" == PONG ]]
-}
 
 # Lines 1-2 are [global] and its namespace; rules_with adds its argument
 # from line 3 on, then compartment [c] (limit, match) follows it. The
@@ -43,7 +28,8 @@ rules_with() {
 
 @test "check: every fleet key is accepted and shown, the password never" {
     local password="s3cret-$$"
-    start_redis "$password"
+    REDIS_PASSWORD=$password
+    start_redis
     printf '%s\n' "$password" >"$T/redis.pass"
     chmod 600 "$T/redis.pass"
     write_rules "$RULES" <<EOF
@@ -293,7 +279,8 @@ bulkhead: $RULES: 1 error"
 
 @test "check: a password file others may read is one line; chmod 600 makes it valid" {
     local password="pw-$$"
-    start_redis "$password"
+    REDIS_PASSWORD=$password
+    start_redis
     printf '%s\n' "$password" >"$T/redis.pass"
     rules_with "fleet = redis://127.0.0.1:$REDIS_PORT
 fleet_password_file = $T/redis.pass
@@ -316,7 +303,8 @@ bulkhead: $RULES: 1 error"
 @test "check: a Sentinel fleet with passwords for Redis and for the sentinels: shown, looked at, and reached through the sentinel" {
     command -v redis-sentinel >/dev/null || skip "redis-sentinel is not installed"
     local redis_pw="r-$$" sentinel_pw="s-$$" sentinel_port
-    start_redis "$redis_pw"
+    REDIS_PASSWORD=$redis_pw
+    start_redis
     sentinel_port=$(free_port)
     printf '%s\n' "port $sentinel_port" "bind 127.0.0.1" "dir $T" "requirepass $sentinel_pw" \
         "sentinel monitor shop 127.0.0.1 $REDIS_PORT 1" "sentinel auth-pass shop $redis_pw" \

@@ -80,11 +80,6 @@ count() {
     grep -cx -- "$1" "$2" || true
 }
 
-# server_open_is NAME N: the server holds N connections open now.
-server_open_is() {
-    [[ "$(server_stat "$1" open)" == "$2" ]]
-}
-
 # server_has_open NAME N: the server holds at least N connections open now.
 server_has_open() {
     (("$(server_stat "$1" open)" >= $2))
@@ -329,9 +324,7 @@ except OSError as error:
     assert_equal "$(count ECONNREFUSED "$T/next")" 1
 }
 
-# rss_kb PID / fds_of PID: the kernel's count of a process's resident
-# memory (kB) and open files.
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+# fds_of PID: the kernel's count of a process's open files.
 fds_of() { ls "/proc/$1/fd" | wc -l; }
 
 @test "seccomp: a flood of 2 x 2,000 connect+close at limit 4 leaves the supervisor's memory and open files where the first 2,000 left them" {
@@ -478,9 +471,9 @@ fds_of() { ls "/proc/$1/fd" | wc -l; }
     assert_equal "$(server_stat s max)" 3
 }
 
-# reserve_rules: limit 2, of which a reserve of 1 for program=member (the
+# member_rules: limit 2, of which a reserve of 1 for program=member (the
 # static client under another name, $MEMBER); the common pool is 1.
-reserve_rules() {
+member_rules() {
     compartment_rules 2 'reserve=1 for program=member'
     mkdir -p "$T/bin"
     ln -sf "$FORK_SHARE" "$T/bin/member"
@@ -502,7 +495,7 @@ pools_are_exact() {
 
 @test "seccomp: one run holding a reserve member's and a non-member's permits gives each back to the pool it came from: the member gets its reserve again, the other is refused past the common pool" {
     start_server s -1
-    reserve_rules
+    member_rules
     # the other program holds the common pool's permit; the member takes
     # its reserve's and closes. Given back to the common pool (the order
     # one process's counts would guess), the other's second connect would
@@ -529,7 +522,7 @@ pools_are_exact() {
 
 @test "seccomp: SIGKILL of bulkhead run holding a reserve member's and a non-member's permits, after giving one back, returns each to its own pool" {
     start_server s -1
-    reserve_rules
+    member_rules
     bg_tree "$T/tree" --seccomp -c "$RULES" -- sh -c "
         '$FORK_SHARE' 127.0.0.1 $SERVER_PORT 1 60000 >'$T/other1' &
         until grep -q . '$T/other1'; do sleep 0.02; done
@@ -600,9 +593,9 @@ EOF
 # kernel refuses, 111). The compartment refuses with EHOSTUNREACH (113),
 # so the client's errno tells the breaker's refusal from the kernel's.
 
-# down_rules OPEN_MS [LINE...]: [down], breaker_failures 3, on PORT 7 and
-# 8080 of the namespace.
-down_rules() {
+# closed_port_rules OPEN_MS [LINE...]: [down], breaker_failures 3, on
+# port 7 and 8080 of the namespace.
+closed_port_rules() {
     local open_ms=$1
     shift
     {
@@ -630,7 +623,7 @@ ns_dial() {
 
 @test "seccomp: a Go client's refused non-blocking connects open the breaker: the next ones fail at once with its errno and send no SYN" {
     netns_start
-    down_rules 60000
+    closed_port_rules 60000
     local before middle
     before=$(active_opens)
     ns_dial "$T/first" "127.0.0.1:$CLOSED_PORT" 3
@@ -647,7 +640,7 @@ ns_dial() {
     netns_start
     # a full accept queue: SYNs to it are dropped, nothing answers
     ns_py_server hole "$BLACKHOLE" --lifetime 60
-    down_rules 60000 "connect_timeout_ms = 1000" "match = 127.0.0.1:$SERVER_PORT"
+    closed_port_rules 60000 "connect_timeout_ms = 1000" "match = 127.0.0.1:$SERVER_PORT"
     sed -i 's/^breaker_failures = 3$/breaker_failures = 2/' "$RULES"
     local before middle
     before=$(active_opens)
@@ -662,7 +655,7 @@ ns_dial() {
 
 @test "seccomp: a Go client's failed probe opens the breaker again: the connect right after it sends no SYN" {
     netns_start
-    down_rules 1000
+    closed_port_rules 1000
     ns_dial "$T/open" "127.0.0.1:$CLOSED_PORT" 3
     assert_equal "$(cat "$T/open")" "111 111 111"
     local before
@@ -676,7 +669,7 @@ ns_dial() {
 
 @test "seccomp: a Go client's successful probe closes the breaker: the server sees every connect again, and the failures count from zero" {
     netns_start
-    down_rules 300
+    closed_port_rules 300
     ns_dial "$T/open" 127.0.0.1:8080 3
     assert_equal "$(cat "$T/open")" "111 111 111"
     ns_holdserver s 0 8080
@@ -700,7 +693,7 @@ ns_dial() {
     netns_start
     ns_py_server hole "$BLACKHOLE" --lifetime 60
     local hole=$SERVER_PORT
-    down_rules 300 "connect_timeout_ms = 1000" "match = 127.0.0.1:$hole"
+    closed_port_rules 300 "connect_timeout_ms = 1000" "match = 127.0.0.1:$hole"
     ns_dial "$T/open" "127.0.0.1:$CLOSED_PORT" 3
     assert_equal "$(cat "$T/open")" "111 111 111"
     local before

@@ -30,8 +30,6 @@ redis_calls() {
 redis_calls_past() { (($(redis_calls "$1" "$2") > $3)); }
 
 # meta_key / leases_key: the compartment [db]'s keys in Redis.
-meta_key() { echo "bulkhead:{$NS/db}:meta"; }
-leases_key() { echo "bulkhead:{$NS/db}:leases"; }
 
 # one_agent [agent options...]: Redis, a server and host a's agent, which
 # has set its first limit.
@@ -277,9 +275,6 @@ agent_sockets() { find "/proc/$1/fd" -lname 'socket:*' | wc -l; }
 }
 
 HTTP_ATTACK="$BH_ROOT/tests/clients/http_attack.py"
-
-# rss_kb PID: the process's resident memory (VmRSS), as the kernel counts it.
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
 # attack_stat KEY: KEY's figure in http_attack's stats file.
 attack_stat() { sed -n "s/.*\\b$1=\\([0-9]*\\).*/\\1/p" "$T/attack.stats"; }

@@ -12,8 +12,6 @@ load helpers/fleet
 setup() { fleet_setup; }
 teardown() { bh_teardown; }
 
-leases_key() { echo "bulkhead:{$NS/db}:leases"; }
-meta_key() { echo "bulkhead:{$NS/db}:meta"; }
 
 # lease_of PORT HOST: HOST's lease as the Redis at PORT holds it
 # ("want holding grant expires_ms satisfied owed"); empty if none.

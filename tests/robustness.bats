@@ -163,11 +163,12 @@ print(\"ok=%d\" % ok)" "$3" 2>&1' _ "$SHIM" "$RULES" "$SERVER_PORT"
     [[ ! -s "$T/holder.err" ]] || fail "holder said: $(cat "$T/holder.err")"
 }
 
-@test "rules with no compartment (the packaged /etc/bulkhead/rules.ini is [global] alone) make no namespace: curl connects, and the kernel holds no semaphore set or segment under its key" {
+@test "rules with no compartment (the packaged /etc/bulkhead/rules.ini is [global] alone) make no namespace: a client connects, and the kernel holds no semaphore set or segment under its key" {
     start_server web -1
     printf '[global]\nnamespace = %s\nlog = warn\n' "$NS" >"$RULES"
-    run run_shim curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$SERVER_PORT/"
+    run run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_success
+    assert_line ok
     assert_equal "$(server_stat web total)" 1
     ! ipc_under_key "$(ns_key "$NS")" || fail "a namespace was made for rules that count nothing"
 }

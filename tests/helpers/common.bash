@@ -276,6 +276,10 @@ server_stat() {
     sed -n "s/.*\\b$2=\\([0-9]*\\).*/\\1/p" "$T/$1.stats"
 }
 
+# rss_kb PID: the process's resident memory (VmRSS, kB), as the kernel
+# counts it.
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
 # server_open_is NAME N: the server has exactly N connections open (for
 # wait_for).
 server_open_is() {

@@ -13,7 +13,10 @@ fleet_setup() {
     [[ -x "$BH_ROOT/build/bulkhead-agent" ]] || fail "missing build/bulkhead-agent: run make"
 }
 
+# start_redis: a redis-server on $REDIS_PORT (with $REDIS_PASSWORD, if
+# set), gone at teardown; a machine without redis-server skips.
 start_redis() {
+    command -v redis-server >/dev/null || skip "redis-server is not installed"
     REDIS_PORT=$(free_port)
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" \
         ${REDIS_PASSWORD:+--requirepass "$REDIS_PASSWORD"} >"$T/redis.log" 2>&1 3>&- &
@@ -26,6 +29,10 @@ redis_up() {
     [[ "$(redis-cli -p "$REDIS_PORT" ${REDIS_PASSWORD:+-a "$REDIS_PASSWORD"} \
           --no-auth-warning ping 2>/dev/null)" == PONG ]]
 }
+
+# The keys of compartment db of fleet $NS in Redis (docs/fleet.md).
+meta_key() { echo "bulkhead:{$NS/db}:meta"; }
+leases_key() { echo "bulkhead:{$NS/db}:leases"; }
 
 # host NAME LIMIT PORT [extra global lines]: host NAME's rules in $T/NAME.ini,
 # one compartment [db] over PORT (its wait_ms: $DB_WAIT_MS, default 60000).
