@@ -40,52 +40,41 @@ def seccomp_section(sink, cfg_m, cfg_u, quick):
         ("trapped, unmatched", under_run(cfg_u, static_client), None),
         ("trapped, matched", under_run(cfg_m, static_client), None),
     ]
-    values = {label: [] for label, _, _ in variants}
-    for r in range(-1, rounds):  # round -1 warms up, untimed
-        for label, cmd, cfg in variants:
-            out = run(cmd + ["connect_close", "127.0.0.1", str(sink),
-                             str(n if r >= 0 else max(200, n // 4))],
-                      env_for(cfg), cpus=CLIENT_CPU)
-
-            if r >= 0:
-                v = float(kv(out)["ns_per_op"]) / 1000.0
-                values[label].append(v)
-                record("seccomp", label, r, "us_per_op", f"{v:.3f}")
-    bare = median(values["bare"])
-    lines = [f"connect+close to loopback, {rounds} rounds x {n}, median us per "
-             f"operation (and over bare)"]
-    for label, _, _ in variants:
-        m = median(values[label])
-        lines.append(f"  {label:<24} {m:8.2f} us  {m - bare:+8.2f}")
+    values, lines = timed("connect_close", sink, rounds, n, variants, "",
+                          f"connect+close to loopback, {rounds} rounds x {n}, median us per "
+                          f"operation (and over bare)")
     checks = [(median(values["trapped, unmatched"]) < median(values["trapped, matched"]),
                "an unmatched trapped connect (CONTINUE at once) costs less than a "
                "matched one (admission, the connect done by the supervisor)")]
-    lines += fastopen_lines(sink, rounds, n, [
+    # A MSG_FASTOPEN sendto on a connected socket (it fails, sending
+    # nothing: EISCONN, or the supervisor's EOPNOTSUPP to a matched
+    # destination): the round trip every such send costs under the filter.
+    lines += timed("fastopen", sink, rounds, n, [
         ("bare", [static_client], None),
         ("trapped, unmatched", under_run(cfg_u, static_client), None),
         ("trapped, matched", under_run(cfg_m, static_client), None),
-    ])
+    ], "fastopen ", f"sendto with MSG_FASTOPEN on a connected socket, {rounds} rounds x "
+       f"{n}, median us per call (and over bare)")[1]
     return lines, checks
 
 
-def fastopen_lines(sink, rounds, n, variants):
-    """A MSG_FASTOPEN sendto on a connected socket (it fails, sending
-    nothing: EISCONN, or the supervisor's EOPNOTSUPP to a matched
-    destination): the round trip every such send costs under the filter."""
+def timed(mode, sink, rounds, n, variants, tag, title):
+    """bench_client MODE under each variant, alternating, `rounds` timed
+    rounds after one warm-up: ({label: [us per operation]}, report lines
+    of the medians over bare)."""
     values = {label: [] for label, _, _ in variants}
-    for r in range(-1, rounds):
+    for r in range(-1, rounds):  # round -1 warms up, untimed
         for label, cmd, cfg in variants:
-            out = run(cmd + ["fastopen", "127.0.0.1", str(sink),
+            out = run(cmd + [mode, "127.0.0.1", str(sink),
                              str(n if r >= 0 else max(200, n // 4))],
                       env_for(cfg), cpus=CLIENT_CPU)
             if r >= 0:
                 v = float(kv(out)["ns_per_op"]) / 1000.0
                 values[label].append(v)
-                record("seccomp", "fastopen " + label, r, "us_per_op", f"{v:.3f}")
+                record("seccomp", tag + label, r, "us_per_op", f"{v:.3f}")
     bare = median(values["bare"])
-    lines = [f"sendto with MSG_FASTOPEN on a connected socket, {rounds} rounds x {n}, "
-             f"median us per call (and over bare)"]
+    lines = [title]
     for label, _, _ in variants:
         m = median(values[label])
         lines.append(f"  {label:<24} {m:8.2f} us  {m - bare:+8.2f}")
-    return lines
+    return values, lines

@@ -14,8 +14,11 @@
  * connect_timeout_ms itself:
  *   ESTABLISHED, or any state past it (FIN_WAIT, CLOSE_WAIT, TIME_WAIT..)
  *     the breaker's success;
- *   SYN_SENT past connect_timeout_ms    a timeout (the kernel fails it at
- *     its next SYN retransmit: TCP_USER_TIMEOUT, core/deadline.c);
+ *   SYN_SENT (or SYN_RECV)   still pending, past connect_timeout_ms too:
+ *     the kernel fails it at its next SYN retransmission (TCP_USER_TIMEOUT,
+ *     core/deadline.c), and a SYN-ACK before that connects it, so only the
+ *     kernel's verdict is counted, as the shim counts what the program is
+ *     told;
  *   not found: failed (a failed connect leaves the kernel's tables) or
  *     closed. The program's fd tells which: copied for a moment
  *     (pidfd_getfd), the same inode, TCP_INFO (which, unlike SO_ERROR,
@@ -286,21 +289,15 @@ static enum verdict ask_fd(const struct pending *entry)
 }
 
 /* One look at a socket the main thread took out of the table. */
-static enum verdict look(struct sv_state *state, const struct pending *entry, int64_t now)
+static enum verdict look(const struct pending *entry)
 {
-    int timeout_ms = state->config.compartments[entry->local].connect_timeout_ms;
     int tcp_state = diag_state(entry);
     if (tcp_state > 0 && connected_state(tcp_state))
         return CONNECTED;
-    if (tcp_state != STATE_SYN_SENT && tcp_state != STATE_SYN_RECV) {
-        /* not found, CLOSE, or sock_diag could not say: the fd will */
-        enum verdict verdict = ask_fd(entry);
-        if (verdict != PENDING)
-            return verdict;
-    }
-    if (timeout_ms > 0 && now - entry->since_ns >= (int64_t)timeout_ms * 1000000)
-        return FAILED;  /* still SYN_SENT at the deadline */
-    return PENDING;
+    if (tcp_state == STATE_SYN_SENT || tcp_state == STATE_SYN_RECV)
+        return PENDING;  /* past connect_timeout_ms too: the kernel decides */
+    /* not found, CLOSE, or sock_diag could not say: the fd will */
+    return ask_fd(entry);
 }
 
 /* The next look: after twice the last wait, or at connect_timeout_ms if
@@ -342,7 +339,7 @@ void sv_outcomes_poll(struct sv_state *state)
             i++;
     pthread_mutex_unlock(&lock);
     for (int i = 0; i < count; i++) {
-        enum verdict verdict = look(state, &due[i], now);
+        enum verdict verdict = look(&due[i]);
         if (verdict == PENDING)
             wait_longer(state, &due[i], now);
         settle(state, &due[i], verdict, now);
