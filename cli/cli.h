@@ -87,9 +87,11 @@ struct cli_target {
     { "namespace", required_argument, NULL, 'n' },        \
     { "user", required_argument, NULL, 'u' }
 #define CLI_TARGET_SHORT "c:n:u:"
+#define CLI_TARGET_HELP_NAMESPACE                                        \
+    "  -c, --config FILE     the namespace of FILE's [global] section\n" \
+    "  -n, --namespace NAME  that namespace\n"
 #define CLI_TARGET_HELP                                                       \
-    "  -c, --config FILE     the namespace of FILE's [global] section\n"      \
-    "  -n, --namespace NAME  that namespace\n"                                \
+    CLI_TARGET_HELP_NAMESPACE                                                 \
     "  -u, --user USER       USER's namespace (a name or a uid; root only,\n" \
     "                        unless USER is yourself)\n"
 /* Keeps the argument of -c, -n or -u in target: 1 when option was one of
