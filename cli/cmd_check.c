@@ -118,14 +118,21 @@ static int common_pool(const struct bh_compartment *compartment)
 }
 
 /* A rule heavier than the common pool: only a reserve's members can ever
- * connect through it. Valid (they can), but said on stderr. */
+ * connect through it. Heavier than per_process: nobody can, since one
+ * connection would already hold more than a process may. The file stays
+ * valid (limit = 0 switches such rules off too), but each is said on stderr. */
 static void warn_heavy_rules(const struct bh_config *config)
 {
     for (int i = 0; i < config->rule_count; i++) {
         const struct bh_rule *rule = &config->rules[i];
         const struct bh_compartment *c = &config->compartments[rule->compartment];
         int common = common_pool(c);
-        if (c->limit > 0 && rule->weight > common)
+        if (c->limit > 0 && c->per_process && rule->weight > c->per_process)
+            fprintf(stderr, "bulkhead: %s:%d: warning: match: weight=%d exceeds "
+                    "[%s]'s per_process = %d: every connect through it is "
+                    "refused\n", config->path, rule->line, rule->weight, c->name,
+                    c->per_process);
+        else if (c->limit > 0 && rule->weight > common)
             fprintf(stderr, "bulkhead: %s:%d: warning: match: weight=%d exceeds "
                     "the %d permit%s of [%s]'s common pool: only its reserves' "
                     "members can connect through it\n", config->path, rule->line,
@@ -294,7 +301,8 @@ const struct cli_command cli_check_command = {
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not. A\n"
         "valid file may still draw a warning on stderr: a match weight above\n"
-        "its common pool (only the reserves' members can connect through it).\n",
+        "its common pool (only the reserves' members can connect through it)\n"
+        "or above per_process (nobody can).\n",
     .run = check,
 };
 
