@@ -1366,7 +1366,8 @@ static void open_section(struct parser *p, const char *header)
 
     close_section(p);
     if (!close) {
-        report(p, p->line, "syntax error");
+        report(p, p->line, "\"[%.*s\": a section header needs its closing ]",
+               (int)(length > 40 ? 40 : length), name);
     } else if (!ends_header(close + 1)) {
         report(p, p->line, "unexpected text after [%.*s]", (int)length, name);
     } else if (!is_valid_name(name, length)) {
@@ -1432,11 +1433,17 @@ static int handle_key(void *user, const char *section_name, const char *key,
     return 0;
 }
 
-/* Runs before the next line is read, so inih is done with this one. */
+/* Runs before the next line is read, so inih is done with this one (and
+ * raw_line still holds it). */
 static void finish_line(struct parser *p)
 {
-    if (p->expects_key && !p->key_handled)
-        report(p, p->line, "syntax error");
+    if (p->expects_key && !p->key_handled) {
+        const char *text = skip_space(p->raw_line);
+        int length = (int)strcspn(text, "\r\n");
+        report(p, p->line, "\"%.*s%s\" is not a key = value line, a [section] "
+               "header or a comment", length > 40 ? 40 : length, text,
+               length > 40 ? "..." : "");
+    }
     p->expects_key = false;
     p->key_handled = false;
 }
