@@ -733,7 +733,7 @@ static int reset_command(int argc, char **argv)
 
 const struct cli_command cli_reset_command = {
     .name = "reset",
-    .synopsis = "bulkhead reset [-c rules.ini | -n NAMESPACE] [-u USER] [--force] "
+    .synopsis = "bulkhead reset [-c rules.ini | -n NAMESPACE] [-u USER] [-f | --force] "
                 "[COMPARTMENT...]",
     .help =
         "Without COMPARTMENT: removes the namespace's shared state (its one\n"
