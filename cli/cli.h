@@ -155,8 +155,10 @@ int cli_holders_collect(struct bh_namespace *ns, struct cli_holders *holders);
 const struct cli_holder *cli_holders_of(const struct cli_holders *holders, int index,
                                         int *count);
 void cli_holders_free(struct cli_holders *holders);
-/* "1234(2),1240(1)": pids with the permits each holds; "-" for none.
- * malloc'd (NULL: out of memory). */
-char *cli_format_holders(const struct cli_holder *holders, int count);
+/* "1234(2),1240(1),shared(1)": pids with the permits each holds, then the
+ * permits of sockets several processes share (held until the last copy
+ * closes, by no one pid); "-" for none. malloc'd (NULL: out of memory). */
+char *cli_format_holders(const struct cli_holder *holders, int count,
+                         int shared_permits);
 
 #endif

@@ -561,7 +561,7 @@ static void describe_use(struct bh_namespace *ns, int index,
     char *holders = NULL;
     if (cli_holders_collect(ns, &all) == 0) {
         const struct cli_holder *first = cli_holders_of(&all, index, &count);
-        holders = cli_format_holders(first, count);
+        holders = cli_format_holders(first, count, view->shared_permits);
     }
     size_t used = strlen(text);
     snprintf(text + used, textlen - used, "%s%s: %d permit%s held by %s, %d waiting",

@@ -93,9 +93,10 @@ void cli_holders_free(struct cli_holders *holders)
     *holders = (struct cli_holders){ NULL, 0, 0 };
 }
 
-char *cli_format_holders(const struct cli_holder *holders, int count)
+char *cli_format_holders(const struct cli_holder *holders, int count,
+                         int shared_permits)
 {
-    char *text = malloc((size_t)count * 32 + 2);
+    char *text = malloc((size_t)count * 32 + 32);
     if (!text)
         return NULL;
     size_t used = 0;
@@ -104,6 +105,8 @@ char *cli_format_holders(const struct cli_holder *holders, int count)
         used += (size_t)sprintf(text + used, "%s%d(%" PRIu32 "%s)", i ? "," : "",
                                 (int)holders[i].pid, holders[i].permits,
                                 holders[i].waiting ? "+waits" : "");
+    if (shared_permits > 0)
+        sprintf(text + used, "%sshared(%d)", count ? "," : "", shared_permits);
     return text;
 }
 
@@ -549,7 +552,8 @@ static void print_table(const struct snapshot *snapshot)
     print_table_line(cells[0], widths, "HOLDERS");
     for (int row = 0; row < snapshot->count; row++) {
         const struct compartment_row *data = &snapshot->rows[row];
-        char *holders = cli_format_holders(data->holders, data->holder_count);
+        char *holders = cli_format_holders(data->holders, data->holder_count,
+                                           data->stat.view.shared_permits);
         print_table_line(cells[row + 1], widths, holders ? holders : "?");
         free(holders);
     }
@@ -831,7 +835,8 @@ const struct cli_command cli_stat_command = {
         "calls refused at once), TIMED_OUT (calls that waited wait_ms, then\n"
         "were refused), WAIT_MEAN_MS and WAIT_MAX_MS (over the connects that\n"
         "waited and got a permit) and HOLDERS (pid(permits) of the processes\n"
-        "holding permits). REJECTED and TIMED_OUT count calls, not connections\n"
+        "holding permits; shared(N): permits of sockets several processes\n"
+        "share, held until the last copy closes). REJECTED and TIMED_OUT count calls, not connections\n"
         "nor processes: a client that retries counts each refused attempt.\n"
         "Below it, for compartments that have seen connections or whose\n"
         "breaker ever left closed: BREAKER (closed, open (Ns left), open\n"

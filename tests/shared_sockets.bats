@@ -135,6 +135,9 @@ EOF
     run "$BULKHEAD" stat -c "$RULES" --json
     assert_output --partial '"in_use": 1,'
     assert_output --partial '"shared": 1, "shared_permits": 1,'
+    # The table's HOLDERS says who holds the permit in use: the share.
+    run "$BULKHEAD" stat -c "$RULES"
+    assert_line --regexp ' shared\(1\)$'
     touch "$T/go"
     wait_pid "$receiver"
     run cat "$T/receiver.out"
