@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bulkhead.ini(5) is the reference for every key of the rules file: checks
-# that each key the parser's table holds has an entry there (a .TP item
-# whose first word is the key), and that the real parser (build/bulkhead
-# check) accepts each key with an entry, in [global] or in a compartment.
+# that each key the parser's tables (shim/config/*.c) hold has an entry
+# there (a .TP item whose first word is the key), and that the real parser
+# (build/bulkhead check) accepts each key with an entry, in [global] or in
+# a compartment.
 # Entries are read from .SH GLOBAL KEYS to the next section but
 # COMPARTMENT KEYS.
 # One line per key that is off; exit 1 if any.
@@ -15,7 +16,7 @@ page=${1:-$top/man/bulkhead.ini.5}
 bulkhead=$top/build/bulkhead
 [[ -x $bulkhead ]] || { echo "check-keys: missing $bulkhead: run make" >&2; exit 1; }
 
-parsed=$(sed -n 's/^ *{ "\([a-z_]*\)", KEY_.*/\1/p' "$top/shim/config/config_parse.c" | sort -u)
+parsed=$(sed -n 's/^ *{ "\([a-z_]*\)", KEY_.*/\1/p' "$top"/shim/config/*.c | sort -u)
 documented=$(awk '
     /^\.SH / { keys = ($0 == ".SH GLOBAL KEYS" || $0 == ".SH COMPARTMENT KEYS") }
     keys && prev == ".TP" && /^\.B[IR]? / { gsub(/"/, "", $2); print $2 }
