@@ -25,6 +25,7 @@ struct snapshot {
     int count;
     struct compartment_row rows[BH_MAX_COMPARTMENTS];
     struct cli_holders holders;
+    struct bh_socket_table_view records;  /* shared-socket records */
 };
 
 enum output_format { FORMAT_TABLE, FORMAT_JSON, FORMAT_PROMETHEUS };
@@ -146,6 +147,7 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
         bh_namespace_close(&ns);
         return -1;
     }
+    bh_socket_table_read(&ns, &snapshot->records);
     for (int i = 0; i < snapshot->count; i++)
         snapshot->rows[i].holders = cli_holders_of(&snapshot->holders, i,
                                                    &snapshot->rows[i].holder_count);
@@ -453,9 +455,17 @@ static void print_policy(const struct snapshot *snapshot)
 }
 
 /* Connections whose fds several processes hold (fork, SCM_RIGHTS): their
- * permits stay in use until the socket's last copy closes. */
+ * permits stay in use until the socket's last copy closes. The records
+ * that hold them are the namespace's, all compartments together. */
 static void print_shared(const struct snapshot *snapshot)
 {
+    const struct bh_socket_table_view *records = &snapshot->records;
+    if (records->in_use || records->refused)
+        printf("\nshared-socket records: %d of %d in use%s", records->in_use,
+               records->capacity, records->refused ? "" : "\n");
+    if (records->refused)
+        printf(", %" PRIu64 " refused: table full (those sockets' permits stayed "
+               "with the process that connected)\n", records->refused);
     int any = 0;
     for (int i = 0; i < snapshot->count; i++)
         any |= snapshot->rows[i].stat.view.shared > 0;
@@ -705,7 +715,9 @@ static void print_json(const struct snapshot *snapshot)
         printf("%s\n  ", i ? "," : "");
         print_json_compartment(&snapshot->rows[i]);
     }
-    printf("%s]}\n", snapshot->count ? "\n" : "");
+    printf("%s], \"socket_records\": {\"in_use\": %d, \"capacity\": %d, "
+           "\"refused\": %" PRIu64 "}}\n", snapshot->count ? "\n" : "",
+           snapshot->records.in_use, snapshot->records.capacity, snapshot->records.refused);
 }
 
 static void print_prometheus(const struct snapshot *snapshot)
@@ -713,7 +725,8 @@ static void print_prometheus(const struct snapshot *snapshot)
     struct bh_stat_row rows[BH_MAX_COMPARTMENTS];
     for (int i = 0; i < snapshot->count; i++)
         rows[i] = snapshot->rows[i].stat;
-    bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count);
+    bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count,
+                       &snapshot->records);
 }
 
 static int show_once(const struct cli_target *target, enum output_format format,
