@@ -405,23 +405,31 @@ enum {
     NEW_SYN_RECV = 12,      /* a request socket (the kernel's TCP_NEW_SYN_RECV) */
 };
 
-/* A live record to check: its inode and slot; `open` once a dump shows
- * it. A hash set of them, in memory mapped for one reap. */
-struct candidate {
+/* The sockets of the live records, each once, with `open` once a dump
+ * shows it (a hash set), and the records to check (slot and the inode
+ * it had): both in memory mapped for one reap. */
+struct seen {
     uint64_t inode;
-    uint32_t slot;
-    uint32_t open;
+    uint64_t open;
+};
+
+struct pending {
+    uint64_t inode;
+    uint64_t slot;
 };
 
 struct reap {
-    struct candidate *set;
+    struct seen *set;
     uint32_t mask;          /* set size - 1, a power of two */
+    uint32_t count;         /* records to check */
+    struct pending *records;
     int families;           /* 1: AF_INET, 2: AF_INET6 */
-    char *buffer;           /* DUMP_BUFFER bytes, after the set */
+    char *buffer;           /* DUMP_BUFFER bytes */
     size_t mapped;
 };
 
-static struct candidate *slot_for(const struct reap *reap, uint64_t inode)
+/* The socket's place in the set: its own, or the empty one it would take. */
+static struct seen *seen_of(const struct reap *reap, uint64_t inode)
 {
     uint32_t at = (uint32_t)(inode * 0x9e3779b97f4a7c15ull >> 32) & reap->mask;
     while (reap->set[at].inode && reap->set[at].inode != inode)
@@ -430,7 +438,7 @@ static struct candidate *slot_for(const struct reap *reap, uint64_t inode)
 }
 
 /* The live records of this net namespace with a known address (the only
- * ones the kernel can be asked about), in a set mapped for this reap;
+ * ones the kernel can be asked about), in memory mapped for this reap;
  * 0, or -1 (no memory). */
 static int gather(struct bh_socket_records *table, struct reap *reap)
 {
@@ -438,13 +446,15 @@ static int gather(struct bh_socket_records *table, struct reap *reap)
     while (size < 2 * used)
         size *= 2;
     reap->mask = size - 1;
-    reap->mapped = size * sizeof *reap->set + DUMP_BUFFER;
+    reap->mapped = size * sizeof *reap->set + used * sizeof *reap->records + DUMP_BUFFER;
     void *memory = mmap(NULL, reap->mapped, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED)
         return -1;
     reap->set = memory;
-    reap->buffer = (char *)memory + size * sizeof *reap->set;
+    reap->records = (struct pending *)(reap->set + size);
+    reap->buffer = (char *)(reap->records + used);
+    reap->count = 0;
     reap->families = 0;
     uint64_t here = net_namespace();
     for (uint32_t slot = 0; slot < used; slot++) {
@@ -453,8 +463,8 @@ static int gather(struct bh_socket_records *table, struct reap *reap)
         if (!(atomic_load(&record->state) & LIVE) || record->family == 0 ||
             record->netns != here || inode == 0)
             continue;
-        struct candidate *candidate = slot_for(reap, inode);
-        *candidate = (struct candidate){ inode, slot, 0 };
+        seen_of(reap, inode)->inode = inode;
+        reap->records[reap->count++] = (struct pending){ inode, slot };
         reap->families |= record->family == AF_INET6 ? 2 : 1;
     }
     return 0;
@@ -472,8 +482,8 @@ static int mark(struct reap *reap, ssize_t length)
             return -1;
         const struct inet_diag_msg *socket = NLMSG_DATA(header);
         if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY && socket->idiag_inode) {
-            struct candidate *candidate = slot_for(reap, socket->idiag_inode);
-            candidate->open = candidate->inode != 0;
+            struct seen *seen = seen_of(reap, socket->idiag_inode);
+            seen->open = seen->inode != 0;
         }
     }
     return 0;
@@ -513,13 +523,13 @@ static int dump(struct reap *reap, int family)
 static int give_back_unseen(struct bh_namespace *ns, const struct reap *reap, int index)
 {
     int given = 0;
-    for (uint32_t at = 0; at <= reap->mask; at++) {
-        const struct candidate *candidate = &reap->set[at];
-        if (!candidate->inode || candidate->open)
+    for (uint32_t i = 0; i < reap->count; i++) {
+        const struct pending *pending = &reap->records[i];
+        if (seen_of(reap, pending->inode)->open)
             continue;
-        struct bh_socket_record *record = &ns->state->sockets.records[candidate->slot];
+        struct bh_socket_record *record = &ns->state->sockets.records[pending->slot];
         uint64_t state = atomic_load(&record->state);
-        if (!(state & LIVE) || atomic_load(&record->inode) != candidate->inode ||
+        if (!(state & LIVE) || atomic_load(&record->inode) != pending->inode ||
             socket_open(record) != 0)
             continue;
         uint32_t generation = generation_of(state);
