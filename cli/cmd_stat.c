@@ -886,7 +886,10 @@ const struct cli_command cli_stat_command = {
         "                        [{\"who\", \"permits\", \"in_use\", \"free\",\n"
         "                        \"owes\", \"waiting\"}], \"common_free\",\n"
         "                        \"common_owes\",\n"
-        "                        \"fleet\" (fleet compartments)}]}\n"
+        "                        \"fleet\" (fleet compartments)}],\n"
+        "                        \"socket_records\": {\"in_use\", \"capacity\",\n"
+        "                        \"refused\" (sockets copied with every record\n"
+        "                        taken)}}\n"
         "      --prometheus      Prometheus text exposition, labels namespace and\n"
         "                        compartment. Gauges bulkhead_permits_limit,\n"
         "                        _permits_in_use, _waiters, _permits_peak,\n"
@@ -905,7 +908,10 @@ const struct cli_command cli_stat_command = {
         "                        a permit); the histograms bulkhead_connect_seconds\n"
         "                        and bulkhead_hold_seconds (_bucket by le in seconds,\n"
         "                        cumulative up to +Inf, _sum, _count);\n"
-        "                        bulkhead_fleet_* for fleet compartments.\n"
+        "                        bulkhead_fleet_* for fleet compartments; labelled\n"
+        "                        namespace alone, gauges bulkhead_socket_records,\n"
+        "                        _socket_records_capacity and the counter\n"
+        "                        _socket_records_refused_total.\n"
         "      --watch SECONDS   redraw the table every SECONDS until Ctrl-C\n",
     .run = stat_command,
 };
