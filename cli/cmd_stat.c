@@ -715,9 +715,12 @@ static void print_json(const struct snapshot *snapshot)
         printf("%s\n  ", i ? "," : "");
         print_json_compartment(&snapshot->rows[i]);
     }
-    printf("%s], \"socket_records\": {\"in_use\": %d, \"capacity\": %d, "
-           "\"refused\": %" PRIu64 "}}\n", snapshot->count ? "\n" : "",
-           snapshot->records.in_use, snapshot->records.capacity, snapshot->records.refused);
+    printf("%s]", snapshot->count ? "\n" : "");
+    if (snapshot->present)  /* no records without shared state */
+        printf(", \"socket_records\": {\"in_use\": %d, \"capacity\": %d, "
+               "\"refused\": %" PRIu64 "}", snapshot->records.in_use,
+               snapshot->records.capacity, snapshot->records.refused);
+    printf("}\n");
 }
 
 static void print_prometheus(const struct snapshot *snapshot)
@@ -726,7 +729,7 @@ static void print_prometheus(const struct snapshot *snapshot)
     for (int i = 0; i < snapshot->count; i++)
         rows[i] = snapshot->rows[i].stat;
     bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count,
-                       &snapshot->records);
+                       snapshot->present ? &snapshot->records : NULL);
 }
 
 static int show_once(const struct cli_target *target, enum output_format format,

@@ -315,7 +315,8 @@ static void print_adaptive(FILE *out, const char *namespace_name,
     }
 }
 
-/* The namespace's shared-socket records: one sample each. */
+/* The namespace's shared-socket records: one sample each, none when
+ * records is NULL (no shared state yet). */
 static void print_socket_records(FILE *out, const char *namespace_name,
                                  const struct bh_socket_table_view *records)
 {
@@ -330,12 +331,16 @@ static void print_socket_records(FILE *out, const char *namespace_name,
           "Sockets copied to another process with every record taken: their "
           "permits stayed with the process that connected." },
     };
-    int64_t values[] = { records->in_use, records->capacity, (int64_t)records->refused };
     for (int f = 0; f < 3; f++) {
-        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s{namespace=\"", families[f].family,
-                families[f].help, families[f].family, families[f].type, families[f].family);
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", families[f].family, families[f].help,
+                families[f].family, families[f].type);
+        if (!records)
+            continue;
+        int64_t value = f == 0 ? records->in_use : f == 1 ? records->capacity
+                                                           : (int64_t)records->refused;
+        fprintf(out, "%s{namespace=\"", families[f].family);
         print_label_value(out, namespace_name);
-        fprintf(out, "\"} %" PRId64 "\n", values[f]);
+        fprintf(out, "\"} %" PRId64 "\n", value);
     }
 }
 

@@ -36,9 +36,9 @@
  *   - reap_after_ns: no reap starts before it. A reaper moves it a second
  *     ahead by compare-and-swap (so one process reaps at a time; a reaper
  *     killed mid-way delays the next by that second), then, done, to its
- *     end plus ten times what it took, at least REAP_EVERY_MS: reaping
- *     costs at most a tenth of one CPU per namespace, however many refused
- *     connects ask for it.
+ *     end plus ten times what it took, at least REAP_EVERY_MS and at most
+ *     that second: reaping costs about a tenth of one CPU per namespace at
+ *     most, however many refused connects ask for it.
  * Writers: whoever holds a reference (fork, sendmsg, recvmsg, close, exec
  * hand-off in any process of the user running the shim), and any reaper
  * (a connect that found its compartment full, `bulkhead stat`).
@@ -544,19 +544,23 @@ static int give_back_unseen(struct bh_namespace *ns, const struct reap *reap, in
 }
 
 /* Whether this process reaps now: none has within the interval, and no
- * other is reaping. */
+ * other is reaping. A time further ahead than any reaper sets is another
+ * clock's (a time namespace's): not waited for. */
 static int may_reap(struct bh_socket_records *table, int64_t now)
 {
     int64_t after = atomic_load(&table->reap_after_ns);
-    return now >= after && atomic_compare_exchange_strong(
-        &table->reap_after_ns, &after, now + bh_ms_to_ns(REAP_LEASE_MS));
+    return (now >= after || after - now > bh_ms_to_ns(REAP_LEASE_MS)) &&
+           atomic_compare_exchange_strong(&table->reap_after_ns, &after,
+                                          now + bh_ms_to_ns(REAP_LEASE_MS));
 }
 
 int bh_socket_reap(struct bh_namespace *ns, int index)
 {
     struct bh_socket_records *table = table_of(ns);
+    if (!table || !atomic_load(&table->live))
+        return 0;
     int64_t start = bh_clock_ns(CLOCK_MONOTONIC);
-    if (!table || !atomic_load(&table->live) || !may_reap(table, start))
+    if (!may_reap(table, start))
         return 0;
     int saved_errno = errno, given = 0;
     struct reap reap;
@@ -569,6 +573,8 @@ int bh_socket_reap(struct bh_namespace *ns, int index)
     int64_t end = bh_clock_ns(CLOCK_MONOTONIC), pause = REAP_SHARE * (end - start);
     if (pause < bh_ms_to_ns(REAP_EVERY_MS))
         pause = bh_ms_to_ns(REAP_EVERY_MS);
+    if (pause > bh_ms_to_ns(REAP_LEASE_MS))
+        pause = bh_ms_to_ns(REAP_LEASE_MS);
     atomic_store(&table->reap_after_ns, end + pause);
     errno = saved_errno;
     return given;
