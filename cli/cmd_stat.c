@@ -25,6 +25,7 @@ struct snapshot {
     int count;
     struct compartment_row rows[BH_MAX_COMPARTMENTS];
     struct cli_holders holders;
+    struct bh_socket_table_view records;  /* shared-socket records */
 };
 
 enum output_format { FORMAT_TABLE, FORMAT_JSON, FORMAT_PROMETHEUS };
@@ -149,6 +150,7 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
         bh_namespace_close(&ns);
         return -1;
     }
+    bh_socket_table_read(&ns, &snapshot->records);
     for (int i = 0; i < snapshot->count; i++)
         snapshot->rows[i].holders = cli_holders_of(&snapshot->holders, i,
                                                    &snapshot->rows[i].holder_count);
@@ -456,9 +458,17 @@ static void print_policy(const struct snapshot *snapshot)
 }
 
 /* Connections whose fds several processes hold (fork, SCM_RIGHTS): their
- * permits stay in use until the socket's last copy closes. */
+ * permits stay in use until the socket's last copy closes. The records
+ * that hold them are the namespace's, all compartments together. */
 static void print_shared(const struct snapshot *snapshot)
 {
+    const struct bh_socket_table_view *records = &snapshot->records;
+    if (records->in_use || records->refused)
+        printf("\nshared-socket records: %d of %d in use%s", records->in_use,
+               records->capacity, records->refused ? "" : "\n");
+    if (records->refused)
+        printf(", %" PRIu64 " refused: table full (those sockets' permits stayed "
+               "with the process that connected)\n", records->refused);
     int any = 0;
     for (int i = 0; i < snapshot->count; i++)
         any |= snapshot->rows[i].stat.view.shared > 0;
@@ -709,7 +719,12 @@ static void print_json(const struct snapshot *snapshot)
         printf("%s\n  ", i ? "," : "");
         print_json_compartment(&snapshot->rows[i]);
     }
-    printf("%s]}\n", snapshot->count ? "\n" : "");
+    printf("%s]", snapshot->count ? "\n" : "");
+    if (snapshot->present)  /* no records without shared state */
+        printf(", \"socket_records\": {\"in_use\": %d, \"capacity\": %d, "
+               "\"refused\": %" PRIu64 "}", snapshot->records.in_use,
+               snapshot->records.capacity, snapshot->records.refused);
+    printf("}\n");
 }
 
 static void print_prometheus(const struct snapshot *snapshot)
@@ -717,7 +732,8 @@ static void print_prometheus(const struct snapshot *snapshot)
     struct bh_stat_row rows[BH_MAX_COMPARTMENTS];
     for (int i = 0; i < snapshot->count; i++)
         rows[i] = snapshot->rows[i].stat;
-    bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count);
+    bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count,
+                       snapshot->present ? &snapshot->records : NULL);
 }
 
 static int show_once(const struct cli_target *target, enum output_format format,
@@ -889,7 +905,9 @@ const struct cli_command cli_stat_command = {
         "                        \"max_limit\", \"latency_ms\", \"estimate\",\n"
         "                        \"baseline_ms\", \"recent_ms\", \"windows\",\n"
         "                        \"changes\", \"last_change\": {\"from\", \"to\",\n"
-        "                        \"why\", \"at\"}}}]}\n"
+        "                        \"why\", \"at\"}}}], \"socket_records\":\n"
+        "                        {\"in_use\", \"capacity\", \"refused\" (sockets\n"
+        "                        copied while every record was taken)}}\n"
         "      --prometheus      Prometheus text exposition, labels namespace and\n"
         "                        compartment. Gauges bulkhead_permits_limit,\n"
         "                        bulkhead_permits_in_use, bulkhead_waiters,\n"
@@ -931,6 +949,10 @@ const struct cli_command cli_stat_command = {
         "                        compartments: bulkhead_fleet_limit,\n"
         "                        bulkhead_fleet_grant, bulkhead_fleet_in_use,\n"
         "                        bulkhead_fleet_hosts and bulkhead_fleet_state.\n"
+        "                        Labelled namespace alone: the gauges\n"
+        "                        bulkhead_socket_records and\n"
+        "                        bulkhead_socket_records_capacity, the counter\n"
+        "                        bulkhead_socket_records_refused_total.\n"
         "      --watch SECONDS   redraw the table every SECONDS until Ctrl-C\n",
     .run = stat_command,
 };

@@ -80,9 +80,9 @@ metric_names_in() {
 }
 
 # JSON keys: the quoted names of the text's stat document, from
-# {"namespace" to the }]} that closes it.
+# {"namespace" to its last part, "socket_records" {..., "capacity", ...}.
 json_names_in() {
-    sed -n '/{"namespace"/,/}]}/p' | grep -o '"[a-z0-9_]*"' | tr -d '"' | sort -u
+    sed -n '/{"namespace"/,/"capacity"/p' | grep -o '"[a-z0-9_]*"' | tr -d '"' | sort -u
 }
 
 # names_match PRINTED EXTRACT: each of PRINTED in the help and in the man

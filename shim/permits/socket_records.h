@@ -56,4 +56,14 @@ int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode);
 /* Live records of compartment `index` and the permits they hold. */
 int bh_socket_count(struct bh_namespace *ns, int index, int *permits);
 
+/* The whole table: records live, how many there can be, and shares
+ * refused because every one was taken (their sockets' permits stayed
+ * with the process that connected). */
+struct bh_socket_table_view {
+    int in_use;
+    int capacity;
+    uint64_t refused;
+};
+void bh_socket_table_read(struct bh_namespace *ns, struct bh_socket_table_view *view);
+
 #endif
