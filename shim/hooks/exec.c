@@ -11,6 +11,7 @@
 
 #include "core/handoff.h"
 #include "core/outcome.h"
+#include "core/reach.h"
 #include "hooks/export.h"
 #include "libc/libc.h"
 
@@ -30,6 +31,7 @@ static int bh_exec(enum exec_kind kind, const char *name, int fd,
                    char *const argv[], char *const envp[])
 {
     struct bh_handoff handoff;
+    bh_reach_before_exec(name, kind == BY_SEARCH, fd);
     bh_outcome_before_exec();
     if (!bh_handoff_encode(&handoff, envp))
         return exec_real(kind, name, fd, argv, envp);
