@@ -43,6 +43,10 @@ teardown() {
             kill -KILL -- "-$tree" 2>/dev/null || true
         done <"$T/trees"
     fi
+    if [[ -f "$T/nobody_dir" ]]; then  # a test's tree run by nobody, and its namespace
+        timeout 10 "$BULKHEAD" reset --force -n "$NS" -u nobody >/dev/null 2>&1 || true
+        rm -rf "$(cat "$T/nobody_dir")"
+    fi
     bh_teardown
 }
 
@@ -756,6 +760,25 @@ capped_behind() {
 @test "seccomp: a Go and a static client behind nice and a uid change to nobody with LD_PRELOAD dropped (as sudo -u does) under root's run: 3 of 8 at limit 3" {
     require_other_user
     capped_behind nice env -u LD_PRELOAD setpriv --reuid 65534 --regid 65534 --clear-groups
+}
+
+@test "seccomp: run by a user without CAP_SYS_ADMIN (its tree under no_new_privs), a Go and a static client behind env: 3 of 8 at limit 3" {
+    require_other_user
+    local dir
+    dir=$(mktemp -d /tmp/bh-seccomp-nobody.XXXXXX)
+    echo "$dir" >"$T/nobody_dir"
+    chmod 755 "$dir"
+    start_server s 1000
+    compartment_rules 3
+    install -m 644 "$RULES" "$dir/rules.ini"
+    as_nobody "$BULKHEAD" run -c "$dir/rules.ini" -- env X=1 "$GOHTTP" \
+        "http://127.0.0.1:$SERVER_PORT/" 8 0 >"$T/go" 2>"$T/go.err" 3>&-
+    assert_equal "$(count ok "$T/go")" 3
+    as_nobody "$BULKHEAD" run -c "$dir/rules.ini" -- env X=1 "$FORK_SHARE" \
+        127.0.0.1 "$SERVER_PORT" 8 500 >"$T/static" 2>"$T/static.err" 3>&-
+    assert_equal "$(count ok "$T/static")" 3
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(server_stat s total)" 6
 }
 
 # ---- without run: the shim says what it cannot reach
