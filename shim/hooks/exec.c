@@ -2,7 +2,8 @@
  *
  * glibc's execv, execvp, execl... call an internal execve alias, so each
  * one is hooked, not just execve. Every hook adds the hand-off variable
- * (see core/handoff.c) to the environment the new image starts with. No
+ * (see core/handoff.c) to the environment the new image starts with, and
+ * first says when that image is one the shim cannot reach (core/reach.c). No
  * malloc (exec may run in a vfork child, or a signal handler) and little
  * stack (a handler's alternate stack may be small). */
 #include <errno.h>
