@@ -781,6 +781,16 @@ capped_behind() {
     assert_equal "$(server_stat s total)" 6
 }
 
+@test "seccomp: a run inside a supervised tree cannot have a listener of its own: the outer supervisor caps its Go client, and its line says so" {
+    start_server s 1000
+    compartment_rules 3
+    sv_run "$T/go" -- "$BULKHEAD" run -c "$RULES" -- "$GOHTTP" "http://127.0.0.1:$SERVER_PORT/" 8 0
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count ok "$T/go")" 3
+    assert_equal "$(server_stat s max)" 3
+    grep -qx "bulkhead: run: the kernel refused the seccomp filter (Device or resource busy): $GOHTTP is a Go program: Go makes its own system calls, which the shim never sees; an outer bulkhead run's supervisor caps it, by its rules" "$T/go.err"
+}
+
 # ---- without run: the shim says what it cannot reach
 
 @test "seccomp: without run, a shimmed process exec'ing a Go or a static program says so in one line naming bulkhead run; a dynamic one, none; under run, none" {
