@@ -137,6 +137,8 @@ static int prepare_environment(const char *rules, int strict)
     return 0;
 }
 
+enum supervision { NEVER, BY_DEFAULT, ALWAYS };
+
 /* CMD under the seccomp supervisor, which caps every static and Go
  * program of the tree however deep (the shim marks its own calls, which
  * the filter lets through); CMD's exit status, or -1 to exec it without
@@ -144,8 +146,6 @@ static int prepare_environment(const char *rules, int strict)
  * --no-seccomp or the rules cap nothing; not by default when CMD is set-ID
  * and the filter would cost it its privilege (no_new_privs, which only
  * CAP_SYS_ADMIN spares); not where the kernel has no user notification. */
-enum supervision { NEVER, BY_DEFAULT, ALWAYS };
-
 static int supervised(enum supervision supervise, int compartments, const char *rules,
                       char **command, enum cli_reach reach, const char *warning,
                       int *said)
@@ -230,7 +230,7 @@ const struct cli_command cli_run_command = {
         "2 without starting CMD. Then the shim goes first in LD_PRELOAD (the\n"
         "entries already there are kept, and no libbulkhead.so is added\n"
         "twice), BULKHEAD_CONFIG is set to the rules file's absolute path, and\n"
-        "CMD replaces bulkhead, so the exit status is CMD's own.\n"
+        "CMD starts, as below; the exit status is CMD's own.\n"
         "\n"
         "CMD is looked up along PATH as execvp does. run stays as CMD's\n"
         "parent and supervises the whole tree through seccomp user\n"
