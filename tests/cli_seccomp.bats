@@ -807,7 +807,10 @@ capped_behind() {
     chmod +x "$T/script"
     run_shim sh -c "exec '$T/script'" >/dev/null 2>"$T/script.err" || true
     assert_equal "$(grep bulkhead "$T/script.err")" "bulkhead: exec $T/script: a script for $FORK_SHARE, a statically linked program, $tail"
-    run_shim sh -c "exec env true" 2>"$T/dynamic.err"
+    local loader
+    loader=$(readelf -lW /bin/true | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+    run_shim sh -c "env true; exec '$loader' /bin/true" 2>"$T/dynamic.err"
+    run_shim "$loader" /bin/sh -c "exec '$loader' /bin/true" 2>>"$T/dynamic.err"
     assert_equal "$(cat "$T/dynamic.err")" ""
     sv_run "$T/run" -- sh -c "exec '$GOHTTP' http://127.0.0.1:$SERVER_PORT/ 1 0"
     assert_equal "$SV_STATUS" 0

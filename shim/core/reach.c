@@ -99,11 +99,14 @@ static int is_our_loader(int fd)
     const ElfW(Phdr) *headers = (const ElfW(Phdr) *)getauxval(AT_PHDR);
     size_t count = getauxval(AT_PHNUM);
     uintptr_t bias = 0;
+    int placed = 0;  /* without PT_PHDR the load address is not known here */
     const char *loader = NULL;
     for (size_t i = 0; headers && i < count; i++)
-        if (headers[i].p_type == PT_PHDR)
+        if (headers[i].p_type == PT_PHDR) {
             bias = (uintptr_t)headers - headers[i].p_vaddr;
-    for (size_t i = 0; headers && i < count; i++)
+            placed = 1;
+        }
+    for (size_t i = 0; placed && i < count; i++)
         if (headers[i].p_type == PT_INTERP)
             loader = (const char *)(bias + headers[i].p_vaddr);
     struct stat ours, theirs;
