@@ -10,6 +10,7 @@
  * call of another architecture's ABI, is allowed in the kernel. */
 #include <errno.h>
 #include <linux/audit.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -31,7 +32,22 @@
 
 int sv_filter_supported(void)
 {
-    return SV_ARCH != 0;
+    uint32_t action = SECCOMP_RET_USER_NOTIF;
+    if (SV_ARCH == 0) {
+        errno = ENOSYS;
+        return 0;
+    }
+    return syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0;
+}
+
+/* The kernel takes a filter without no_new_privs from a process with
+ * CAP_SYS_ADMIN (root): set-ID programs of its tree keep their privilege. */
+int sv_filter_keeps_privileges(void)
+{
+    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    return syscall(SYS_capget, &header, data) == 0 &&
+           (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN));
 }
 
 /* The low (or high) 32 bits of argument n, as BPF loads 32 bits at a time. */
@@ -89,7 +105,7 @@ int sv_filter_install(void)
         errno = ENOSYS;
         return -1;
     }
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    if (!sv_filter_keeps_privileges() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return -1;
     return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
                         SECCOMP_FILTER_FLAG_NEW_LISTENER, &program);

@@ -384,10 +384,12 @@ int sv_run(const char *rules, char **argv, const char *why)
         child(channel[1], argv, &old);
     close(channel[1]);
     state.listener = receive_listener(channel[0]);
-    if (state.listener < 0)
-        cli_error("run: the kernel refused the seccomp filter (%s): %s; its "
-                  "connections will not be limited", strerror(errno), why);
-    else if (why[0])
+    if (state.listener < 0 && why[0])  /* busy: a filter of the tree has a listener */
+        cli_error("run: the kernel refused the seccomp filter (%s): %s; %s",
+                  strerror(errno), why, errno == EBUSY && getenv(BH_SUPERVISED_VARIABLE)
+                      ? "an outer bulkhead run's supervisor caps it, by its rules"
+                      : "its connections will not be limited");
+    else if (state.listener >= 0 && why[0])
         cli_error("run: %s: capped through seccomp", why);
     if (state.listener >= 0)
         ioctl(state.listener, SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);

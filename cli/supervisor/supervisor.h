@@ -33,11 +33,15 @@
 
 /* ---- filter.c ---- */
 
-/* In the child, before exec: no_new_privs, then the filter; returns the
- * listener fd, or -1 with errno (the kernel lacks user notification). */
+/* In the child, before exec: no_new_privs (unless it keeps privileges),
+ * then the filter; returns the listener fd, or -1 with errno (the kernel
+ * lacks user notification, or a filter of the tree has a listener). */
 int sv_filter_install(void);
-/* Whether this build knows the machine's system call numbers. */
+/* Whether this build knows the machine's system call numbers and the
+ * kernel has user notification; 0 with errno when not. Installs nothing. */
 int sv_filter_supported(void);
+/* Whether the filter goes in without no_new_privs (CAP_SYS_ADMIN). */
+int sv_filter_keeps_privileges(void);
 
 /* ---- the supervisor's state, shared by its threads ---- */
 
@@ -176,8 +180,8 @@ int sv_names_refresh(struct sv_state *state, int every_ms);
 
 /* Runs argv supervised and returns its exit status; -1 when supervision
  * could not start (said in one line): run then goes on as without it.
- * why: what keeps the shim from the program ("" when nothing does), for
- * the line that says it is capped, or not, after all. */
+ * why: what keeps the shim from the program, for the line that says it
+ * is capped, or not, after all; "" when nothing does: no line. */
 int sv_run(const char *rules, char **argv, const char *why);
 
 #endif
