@@ -75,7 +75,7 @@ signalled_wait() {
     local holder=$BG_PID
     wait_for file_has "$T/holder" '^ok$'
     bg_tree "$T/sig" "${outer[@]}" "$BULKHEAD" run -c "$RULES" -- \
-        "$SIGNAL_CONNECT" "$SERVER_PORT" 500
+        "$SIGNAL_CONNECT" "$SERVER_PORT" 500 restart
     local sig=$BG_PID
     wait_for sem_waiters_is "$NS" 1 || fail "signal_connect: $(cat "$T/sig" "$T/sig.err")"
     # a second of signals later: still one waiter, the connect unanswered
@@ -104,6 +104,31 @@ signalled_wait() {
 @test "seccomp signals: the same before Linux 5.19 (the filter's WAIT_KILLABLE_RECV refused): restarts are one admission" {
     before_5_19
     signalled_wait python3 "$T/before_5_19.py"
+}
+
+@test "seccomp signals: before Linux 5.19, a connect whose wait a signal ends with EINTR stops waiting and never connects; the permit goes to the next process" {
+    before_5_19
+    start_server s 60000
+    compartment_rules 1 wait_ms=20000
+    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
+    local holder=$BG_PID
+    wait_for file_has "$T/holder" '^ok$'
+    bg_tree "$T/sig" python3 "$T/before_5_19.py" "$BULKHEAD" run -c "$RULES" -- \
+        "$SIGNAL_CONNECT" "$SERVER_PORT" 0 interrupt "$T/go"
+    local sig=$BG_PID
+    wait_for sem_waiters_is "$NS" 1 || fail "signal_connect: $(cat "$T/sig" "$T/sig.err")"
+    kill -USR1 "$(sed -n 's/^pid=//p' "$T/sig")"
+    wait_for file_has "$T/sig" '^connect='
+    grep -qx 'connect=EINTR' "$T/sig"
+    # its job no longer waits (the program holds the socket, unconnected)
+    wait_for sem_waiters_is "$NS" 0
+    kill -KILL "$holder"
+    run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0 >"$T/other"
+    grep -qx ok "$T/other"
+    # holder and the next process: the interrupted socket never connected
+    assert_equal "$(server_stat s total)" 2
+    touch "$T/go"
+    wait_pid "$sig" 30 || true
 }
 
 @test "seccomp signals: a 64-bit static program connecting through int \$0x80 (connect and socketcall) is capped: at limit 3, 3 of 6 connect" {

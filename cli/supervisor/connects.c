@@ -231,7 +231,9 @@ static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t handed_over;  /* CLOCK_MONOTONIC: jobs_start */
 static struct job *jobs;
 static struct kept *kept_answers;
-static _Atomic int admitting;  /* jobs marked admitting: looks are due */
+static _Atomic int listed;  /* jobs in the list: looks are due (the main
+                              thread counts them in, so it polls no longer
+                              than LOOK_MS once one may wait) */
 static int64_t next_look_ms;
 
 static int64_t monotonic_ms(void)
@@ -351,7 +353,7 @@ static int still_wanted(struct job *job)
 
 int sv_connects_due_ms(void)
 {
-    if (atomic_load(&admitting) == 0)
+    if (atomic_load(&listed) == 0)
         return -1;
     int64_t wait = next_look_ms - monotonic_ms();
     return wait < 0 ? 0 : wait > LOOK_MS ? LOOK_MS : (int)wait;
@@ -373,6 +375,16 @@ void sv_connects_look(struct sv_state *state)
     pthread_mutex_unlock(&jobs_lock);
 }
 
+/* The job leaves the list. jobs_lock held. */
+static void unlist(struct job *job)
+{
+    struct job **at = &jobs;
+    while (*at != job)
+        at = &(*at)->active;
+    *at = job->active;
+    atomic_fetch_sub(&listed, 1);
+}
+
 /* The job's answer, to the newest notification of its connect; one that
  * found it dead is kept for the restart (a CONTINUE is not: the restart
  * is decided afresh, as is one after a job that gave up). The job leaves
@@ -390,10 +402,7 @@ static int deliver(struct job *job, int proceed, int rc, int err)
         *kept = (struct kept) { kept_answers, job->call, rc, err, monotonic_ms() };
         kept_answers = kept;
     }
-    struct job **at = &jobs;
-    while (*at != job)
-        at = &(*at)->active;
-    *at = job->active;
+    unlist(job);
     pthread_mutex_unlock(&jobs_lock);
     return sent ? 0 : -1;
 }
@@ -402,10 +411,7 @@ static int deliver(struct job *job, int proceed, int rc, int err)
 static void forsake(struct job *job)
 {
     pthread_mutex_lock(&jobs_lock);
-    struct job **at = &jobs;
-    while (*at != job)
-        at = &(*at)->active;
-    *at = job->active;
+    unlist(job);
     pthread_mutex_unlock(&jobs_lock);
 }
 
@@ -422,7 +428,6 @@ static int admit_interruptibly(struct job *job, const struct bh_applicant *appli
     job->worker = pthread_self();
     job->admitting = job->on_worker;
     pthread_mutex_unlock(&jobs_lock);
-    atomic_fetch_add(&admitting, job->on_worker);
     pthread_sigmask(SIG_UNBLOCK, &interrupt, NULL);
     int shared = bh_admit(&state->admitter, applicant, sock, &state->config.rules[job->rule],
                           (struct sockaddr *)&job->call.to, admitted);
@@ -431,7 +436,6 @@ static int admit_interruptibly(struct job *job, const struct bh_applicant *appli
     pthread_mutex_lock(&jobs_lock);
     job->admitting = 0;
     pthread_mutex_unlock(&jobs_lock);
-    atomic_fetch_sub(&admitting, job->on_worker);
     errno = saved_errno;
     return shared;
 }
@@ -730,6 +734,7 @@ void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *noti
     pthread_mutex_lock(&jobs_lock);
     job->active = jobs;
     jobs = job;
+    atomic_fetch_add(&listed, 1);
     pthread_mutex_unlock(&jobs_lock);
     dispatch(job);
 }
