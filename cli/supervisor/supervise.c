@@ -13,7 +13,8 @@
  * with counted sockets (its pidfd) and of its own children and orphans
  * (SIGCHLD), every second as a backstop, and when a compartment is full.
  * Sockets still connecting are looked at on their own schedule
- * (outcomes.c), and at a trapped close of their fd. Permits are held by
+ * (outcomes.c), and at a trapped close of their fd; connects in progress
+ * every 20 ms, for notifications that died while they wait (connects.c). Permits are held by
  * this process with SEM_UNDO: if it is
  * killed, the kernel gives them all back at once; the tree's trapped
  * calls then fail with ENOSYS. */
