@@ -217,7 +217,7 @@ int sv_copy_fd(pid_t tid, int fd, pid_t *pid)
  * blocking connect in the kernel goes on with the connection under way.
  *
  * jobs_lock guards the list, the kept answers and the jobs' fields so
- * marked; it is never held across a wait or a connect. */
+ * marked; it is never held across a wait, a connect or an answer. */
 enum { LOOK_MS = 20, DEAD_LOOKS = 2, GRACE_MS = 50, KEPT_MS = 60000 };
 
 struct kept {
@@ -385,26 +385,39 @@ static void unlist(struct job *job)
     atomic_fetch_sub(&listed, 1);
 }
 
-/* The job's answer, to the newest notification of its connect; one that
+enum delivery { DELIVERED, UNDELIVERED, ONCE_MORE };
+
+/* The job's answer, to the newest notification of its connect. One that
  * found it dead is kept for the restart (a CONTINUE is not: the restart
- * is decided afresh, as is one after a job that gave up). The job leaves
- * the list. Under jobs_lock, so that a restart is either handed over
- * before the answer or finds the job gone after it. 0, or -1: no
- * notification took the answer. */
-static int deliver(struct job *job, int proceed, int rc, int err)
+ * is decided afresh, as is one after a job that gave up); a notification
+ * handed over after the answer went out is a connect of its own, on the
+ * same fd to the same address (ONCE_MORE: the job does it again).
+ * Otherwise the job leaves the list. */
+static enum delivery deliver(struct job *job, int proceed, int rc, int err)
 {
     pthread_mutex_lock(&jobs_lock);
-    int sent = respond(job->state->listener, job->id, proceed ? 0 : rc,
-                       proceed || rc == 0 ? 0 : -err,
-                       proceed ? SECCOMP_USER_NOTIF_FLAG_CONTINUE : 0) == 0;
-    struct kept *kept = !sent && !proceed && !job->superseded ? malloc(sizeof *kept) : NULL;
-    if (kept) {
-        *kept = (struct kept) { kept_answers, job->call, rc, err, monotonic_ms() };
-        kept_answers = kept;
+    for (;;) {
+        uint64_t id = job->id;
+        pthread_mutex_unlock(&jobs_lock);
+        int sent = respond(job->state->listener, id, proceed ? 0 : rc,
+                           proceed || rc == 0 ? 0 : -err,
+                           proceed ? SECCOMP_USER_NOTIF_FLAG_CONTINUE : 0) == 0;
+        pthread_mutex_lock(&jobs_lock);
+        if (job->id != id && sent) {
+            pthread_mutex_unlock(&jobs_lock);
+            return ONCE_MORE;
+        }
+        if (job->id != id)
+            continue;  /* the restart came in meanwhile: it gets the answer */
+        struct kept *kept = !sent && !proceed && !job->superseded ? malloc(sizeof *kept) : NULL;
+        if (kept) {
+            *kept = (struct kept) { kept_answers, job->call, rc, err, monotonic_ms() };
+            kept_answers = kept;
+        }
+        unlist(job);
+        pthread_mutex_unlock(&jobs_lock);
+        return sent ? DELIVERED : UNDELIVERED;
     }
-    unlist(job);
-    pthread_mutex_unlock(&jobs_lock);
-    return sent ? 0 : -1;
 }
 
 /* The job stops without an answer: its notification is dead. */
@@ -561,14 +574,20 @@ static struct answer carry_out(struct job *job, pid_t pid, int sock)
  * runs on and closes its own, the kernel must see no other reference. */
 static void handle(struct job *job)
 {
-    pid_t pid;
-    int sock = sv_copy_fd(job->call.tid, job->call.fd, &pid);
-    struct answer answer = carry_out(job, pid, sock);
-    if (sock >= 0)
-        close(sock);
-    if (answer.forsaken) {
-        forsake(job);
-    } else if (deliver(job, answer.proceed, answer.rc, answer.err) < 0) {
+    enum delivery delivery = ONCE_MORE;
+    while (delivery == ONCE_MORE) {
+        pid_t pid;
+        int sock = sv_copy_fd(job->call.tid, job->call.fd, &pid);
+        struct answer answer = carry_out(job, pid, sock);
+        if (sock >= 0)
+            close(sock);
+        if (answer.forsaken) {
+            forsake(job);
+            return;
+        }
+        delivery = deliver(job, answer.proceed, answer.rc, answer.err);
+    }
+    if (delivery == UNDELIVERED) {
         atomic_store(&job->state->rescan, 1);  /* the program is gone: so may its socket be */
         sv_wake(job->state);
     }
