@@ -60,23 +60,10 @@ bg_tree() {
     echo "$BG_PID" >>"$T/trees"
 }
 
-# build_if_stale BIN SRC HOW: BIN from SRC unless it is newer already;
-# built under a temporary name, so that a half-built one never runs.
-build_if_stale() {
-    local bin=$1 src=$2 how=$3
-    [[ -x "$bin" && "$bin" -nt "$src" ]] && return 0
-    mkdir -p "$(dirname "$bin")"
-    "$how" "$src" "$bin.$$" && mv "$bin.$$" "$bin" || fail "cannot build $bin"
-}
-
 go_build() {
     command -v go >/dev/null || fail "no Go toolchain (make deps installs golang-go)"
     (cd "$(dirname "$1")" && HOME="$T" GOCACHE="$BH_ROOT/build/go-cache" \
         GOFLAGS=-mod=mod go build -o "$2" "$(basename "$1")")
-}
-
-static_build() {
-    gcc -static -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$2" "$1" -lpthread
 }
 
 # count WORD FILE: lines of FILE that are exactly WORD.

@@ -11,10 +11,14 @@
  * (no address, not AF_INET/AF_INET6, no rule, another kind of socket) is
  * answered CONTINUE: the kernel sends as the program asked.
  *
+ * A 32-bit program's socketcall sends are all trapped (the filter cannot
+ * read their flags): those with MSG_FASTOPEN fail, the rest proceed.
+ *
  * All of it is quick (no admission, nothing that waits): done on the
  * main thread. As for connect, a program that rewrites its address after
  * our read and before the kernel's can slip past: a cap, not a sandbox. */
 #include <errno.h>
+#include <linux/net.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -86,10 +90,23 @@ static int socket_is_stream(const struct seccomp_notif *notif)
     return stream;
 }
 
+/* A 32-bit socketcall send, trapped whatever its flags (they are in the
+ * program's memory, out of the filter's reach): with MSG_FASTOPEN it
+ * fails, whatever the destination, as the filter fails the 32-bit ABI's
+ * direct sends with it (their msghdr is not read); without, CONTINUE. */
+static int compat_fastopen(const struct seccomp_notif *notif)
+{
+    uint64_t args[6];
+    uint32_t call = (uint32_t)notif->data.args[0];
+    return sv_call_args(notif, args) == 0 &&
+           (args[call == SYS_SENDMSG ? 2 : 3] & MSG_FASTOPEN) != 0;
+}
+
 void sv_fastopen_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
-    if (destination_matched(state, notif) && socket_is_stream(notif) &&
-        sv_still_valid(state->listener, notif->id))
+    if (sv_filter_compat(&notif->data) ? compat_fastopen(notif)
+        : destination_matched(state, notif) && socket_is_stream(notif) &&
+          sv_still_valid(state->listener, notif->id))
         sv_fail(state->listener, notif->id, EOPNOTSUPP);
     else
         sv_continue(state->listener, notif->id);

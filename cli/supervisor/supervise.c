@@ -13,7 +13,8 @@
  * with counted sockets (its pidfd) and of its own children and orphans
  * (SIGCHLD), every second as a backstop, and when a compartment is full.
  * Sockets still connecting are looked at on their own schedule
- * (outcomes.c), and at a trapped close of their fd. Permits are held by
+ * (outcomes.c), and at a trapped close of their fd; connects in progress
+ * every 20 ms, for notifications that died while they wait (connects.c). Permits are held by
  * this process with SEM_UNDO: if it is
  * killed, the kernel gives them all back at once; the tree's trapped
  * calls then fail with ENOSYS. */
@@ -242,11 +243,12 @@ static void take_notification(struct sv_state *state, struct tree *tree,
     memset(notif, 0, size);
     if (ioctl(state->listener, SECCOMP_IOCTL_NOTIF_RECV, notif) < 0)
         return;  /* its caller is gone already */
-    if (notif->data.nr == __NR_connect) {
+    enum sv_call call = sv_filter_call(&notif->data);
+    if (call == SV_CALL_CONNECT) {
         sv_connect_trapped(state, notif);
         return;
     }
-    if (notif->data.nr != __NR_close) {  /* a send with MSG_FASTOPEN */
+    if (call == SV_CALL_SEND) {  /* with MSG_FASTOPEN, or a 32-bit socketcall's */
         sv_fastopen_trapped(state, notif);
         return;
     }
@@ -273,8 +275,11 @@ static void scan_if_due(struct sv_state *state, struct tree *tree)
 static int poll_timeout(const struct tree *tree, int names_ms)
 {
     int timeout = names_ms, outcomes_ms = sv_outcomes_due_ms();
+    int connects_ms = sv_connects_due_ms();
     if (outcomes_ms >= 0 && (timeout < 0 || outcomes_ms < timeout))
         timeout = outcomes_ms;
+    if (connects_ms >= 0 && (timeout < 0 || connects_ms < timeout))
+        timeout = connects_ms;
     if (tree->scan_at) {
         int64_t wait = tree->scan_at - now_ms();
         int scan_ms = wait < 0 ? 0 : (int)wait;
@@ -334,6 +339,7 @@ static void supervise(struct sv_state *state, struct tree *tree)
             take_notification(state, tree, notif, size);
         scan_if_due(state, tree);
         sv_outcomes_poll(state);
+        sv_connects_look(state);
     }
     free(notif);
 }

@@ -42,6 +42,16 @@ int sv_filter_install(void);
 int sv_filter_supported(void);
 /* Whether the filter goes in without no_new_privs (CAP_SYS_ADMIN). */
 int sv_filter_keeps_privileges(void);
+/* What a trapped call is, whatever its ABI. */
+enum sv_call { SV_CALL_CONNECT, SV_CALL_CLOSE, SV_CALL_SEND };
+struct seccomp_data;
+enum sv_call sv_filter_call(const struct seccomp_data *data);
+/* Whether it is the 32-bit ABI's (i386 on x86_64): its pointers and
+ * structures are 32-bit, and socketcall's arguments are in memory. */
+int sv_filter_compat(const struct seccomp_data *data);
+/* Whether it is socketcall(): the call in args[0], its arguments in the
+ * program's memory at args[1] (sv_call_args). */
+int sv_filter_socketcall(const struct seccomp_data *data);
 
 /* ---- the supervisor's state, shared by its threads ---- */
 
@@ -116,6 +126,11 @@ int sv_sockets_live(void);
  * (admission may wait; a blocking connect blocks). */
 struct seccomp_notif;
 void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
+/* Main thread: ms until the jobs waiting in admission are due for a look
+ * (whether their notifications died); -1 none. */
+int sv_connects_due_ms(void);
+/* Main thread: interrupts the wait of jobs whose notifications died. */
+void sv_connects_look(struct sv_state *state);
 /* Answers a notification: the call proceeds as the program made it. */
 void sv_continue(int listener, uint64_t id);
 /* Answers a notification: the call fails with err, and is not made. */
@@ -130,6 +145,9 @@ int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length);
 int sv_copy_fd(pid_t tid, int fd, pid_t *pid);
 /* Whether a socket is SOCK_STREAM. */
 int sv_is_stream(int sock);
+/* The trapped call's arguments where the native call has them (a
+ * socketcall's read from the program's memory); 0, or -1. */
+int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6]);
 
 /* ---- fastopen.c ---- */
 
