@@ -146,6 +146,9 @@ $(1)/unit/test_lease: $(1)/obj/agent/lease.o $(1)/obj/agent/sentinel.o
 $(1)/unit/test_lease: UNIT_LIBS := -lhiredis
 $(1)/obj/agent/lease.o: $(BUILD)/agent/lease_lua.h
 $(1)/obj/agent/lease.o $(1)/obj/tests/unit/test_lease.o: BH_CFLAGS += -I$(BUILD)/agent -Iagent
+# test_filter: the supervisor's seccomp filter, run by the test.
+$(1)/unit/test_filter: $(1)/obj/cli/supervisor/filter.o
+$(1)/obj/cli/supervisor/filter.o $(1)/obj/tests/unit/test_filter.o: BH_CFLAGS += -Icli
 endef
 $(eval $(call unit_rules,$(BUILD),))
 

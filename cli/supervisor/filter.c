@@ -132,56 +132,64 @@ enum sv_call sv_filter_call(const struct seccomp_data *data)
     return (uint32_t)data->args[0] == SYS_CONNECT ? SV_CALL_CONNECT : SV_CALL_SEND;
 }
 
+/* sendto's and sendmmsg's flags are their fourth argument, sendmsg's its
+ * third; MSG_FASTOPEN is in their low 32 bits (flags are an int). */
+static const struct sock_filter code[] = {
+    [LOAD_ARCH] = LOAD(offsetof(struct seccomp_data, arch)),
+    [CHECK_ARCH] = JEQ(CHECK_ARCH, SV_ARCH, LOAD_NR, CHECK_COMPAT),
+    [LOAD_NR] = LOAD(offsetof(struct seccomp_data, nr)),
+    [IS_X32] = JGE(IS_X32, X32_BIT, NO_SYSCALL, IS_CONNECT),
+    [IS_CONNECT] = JEQ(IS_CONNECT, __NR_connect, LOAD_MARK_LOW, IS_CLOSE),
+    [IS_CLOSE] = JEQ(IS_CLOSE, __NR_close, LOAD_MARK_LOW, IS_SENDTO),
+    [IS_SENDTO] = JEQ(IS_SENDTO, __NR_sendto, LOAD_SENDTO_FLAGS, IS_SENDMMSG),
+    [IS_SENDMMSG] = JEQ(IS_SENDMMSG, __NR_sendmmsg, LOAD_SENDTO_FLAGS, IS_SENDMSG),
+    [IS_SENDMSG] = JEQ(IS_SENDMSG, __NR_sendmsg, LOAD_SENDMSG_FLAGS, ALLOW),
+    [LOAD_SENDMSG_FLAGS] = LOAD(ARG_LOW(2)),
+    [SENDMSG_FASTOPEN] = JSET(SENDMSG_FASTOPEN, MSG_FASTOPEN, NOTIFY, ALLOW),
+    [LOAD_SENDTO_FLAGS] = LOAD(ARG_LOW(3)),
+    [SENDTO_FASTOPEN] = JSET(SENDTO_FASTOPEN, MSG_FASTOPEN, NOTIFY, ALLOW),
+    [LOAD_MARK_LOW] = LOAD(ARG_LOW(3)),
+    [CHECK_MARK_LOW] = JEQ(CHECK_MARK_LOW, (uint32_t)(BH_SUPERVISED_MARK & 0xffffffffu),
+                           LOAD_MARK_HIGH, NOTIFY),
+    [LOAD_MARK_HIGH] = LOAD(ARG_HIGH(3)),
+    [CHECK_MARK_HIGH] = JEQ(CHECK_MARK_HIGH, (uint32_t)(BH_SUPERVISED_MARK >> 32),
+                            ALLOW, NOTIFY),
+    [CHECK_COMPAT] = JEQ(CHECK_COMPAT, COMPAT_ARCH, LOAD_COMPAT_NR, NO_SYSCALL),
+    [LOAD_COMPAT_NR] = LOAD(offsetof(struct seccomp_data, nr)),
+    [C_IS_CONNECT] = JEQ(C_IS_CONNECT, (uint32_t)COMPAT_CONNECT, NOTIFY, C_IS_SOCKETCALL),
+    [C_IS_SOCKETCALL] = JEQ(C_IS_SOCKETCALL, (uint32_t)COMPAT_SOCKETCALL,
+                            C_LOAD_CALL, C_IS_SENDTO),
+    [C_IS_SENDTO] = JEQ(C_IS_SENDTO, (uint32_t)COMPAT_SENDTO, C_LOAD_SENDTO_FLAGS,
+                        C_IS_SENDMMSG),
+    [C_IS_SENDMMSG] = JEQ(C_IS_SENDMMSG, (uint32_t)COMPAT_SENDMMSG, C_LOAD_SENDTO_FLAGS,
+                          C_IS_SENDMSG),
+    [C_IS_SENDMSG] = JEQ(C_IS_SENDMSG, (uint32_t)COMPAT_SENDMSG, C_LOAD_SENDMSG_FLAGS,
+                         ALLOW),
+    [C_LOAD_CALL] = LOAD(ARG_LOW(0)),
+    [C_CALL_CONNECT] = JEQ(C_CALL_CONNECT, SYS_CONNECT, NOTIFY, C_CALL_SENDTO),
+    [C_CALL_SENDTO] = JEQ(C_CALL_SENDTO, SYS_SENDTO, NOTIFY, C_CALL_SENDMSG),
+    [C_CALL_SENDMSG] = JEQ(C_CALL_SENDMSG, SYS_SENDMSG, NOTIFY, C_CALL_SENDMMSG),
+    [C_CALL_SENDMMSG] = JEQ(C_CALL_SENDMMSG, SYS_SENDMMSG, NOTIFY, ALLOW),
+    [C_LOAD_SENDMSG_FLAGS] = LOAD(ARG_LOW(2)),
+    [C_SENDMSG_FASTOPEN] = JSET(C_SENDMSG_FASTOPEN, MSG_FASTOPEN, NO_FASTOPEN, ALLOW),
+    [C_LOAD_SENDTO_FLAGS] = LOAD(ARG_LOW(3)),
+    [C_SENDTO_FASTOPEN] = JSET(C_SENDTO_FASTOPEN, MSG_FASTOPEN, NO_FASTOPEN, ALLOW),
+    [NOTIFY] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+    [ALLOW] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    [NO_FASTOPEN] = FAIL(EOPNOTSUPP),
+    [NO_SYSCALL] = FAIL(ENOSYS),
+};
+
+const struct sock_filter *sv_filter_program(unsigned short *length)
+{
+    *length = sizeof code / sizeof code[0];
+    return code;
+}
+
 int sv_filter_install(void)
 {
-    /* sendto's and sendmmsg's flags are their fourth argument, sendmsg's
-     * its third; MSG_FASTOPEN is in their low 32 bits (flags are an int). */
-    struct sock_filter code[] = {
-        [LOAD_ARCH] = LOAD(offsetof(struct seccomp_data, arch)),
-        [CHECK_ARCH] = JEQ(CHECK_ARCH, SV_ARCH, LOAD_NR, CHECK_COMPAT),
-        [LOAD_NR] = LOAD(offsetof(struct seccomp_data, nr)),
-        [IS_X32] = JGE(IS_X32, X32_BIT, NO_SYSCALL, IS_CONNECT),
-        [IS_CONNECT] = JEQ(IS_CONNECT, __NR_connect, LOAD_MARK_LOW, IS_CLOSE),
-        [IS_CLOSE] = JEQ(IS_CLOSE, __NR_close, LOAD_MARK_LOW, IS_SENDTO),
-        [IS_SENDTO] = JEQ(IS_SENDTO, __NR_sendto, LOAD_SENDTO_FLAGS, IS_SENDMMSG),
-        [IS_SENDMMSG] = JEQ(IS_SENDMMSG, __NR_sendmmsg, LOAD_SENDTO_FLAGS, IS_SENDMSG),
-        [IS_SENDMSG] = JEQ(IS_SENDMSG, __NR_sendmsg, LOAD_SENDMSG_FLAGS, ALLOW),
-        [LOAD_SENDMSG_FLAGS] = LOAD(ARG_LOW(2)),
-        [SENDMSG_FASTOPEN] = JSET(SENDMSG_FASTOPEN, MSG_FASTOPEN, NOTIFY, ALLOW),
-        [LOAD_SENDTO_FLAGS] = LOAD(ARG_LOW(3)),
-        [SENDTO_FASTOPEN] = JSET(SENDTO_FASTOPEN, MSG_FASTOPEN, NOTIFY, ALLOW),
-        [LOAD_MARK_LOW] = LOAD(ARG_LOW(3)),
-        [CHECK_MARK_LOW] = JEQ(CHECK_MARK_LOW, (uint32_t)(BH_SUPERVISED_MARK & 0xffffffffu),
-                               LOAD_MARK_HIGH, NOTIFY),
-        [LOAD_MARK_HIGH] = LOAD(ARG_HIGH(3)),
-        [CHECK_MARK_HIGH] = JEQ(CHECK_MARK_HIGH, (uint32_t)(BH_SUPERVISED_MARK >> 32),
-                                ALLOW, NOTIFY),
-        [CHECK_COMPAT] = JEQ(CHECK_COMPAT, COMPAT_ARCH, LOAD_COMPAT_NR, NO_SYSCALL),
-        [LOAD_COMPAT_NR] = LOAD(offsetof(struct seccomp_data, nr)),
-        [C_IS_CONNECT] = JEQ(C_IS_CONNECT, (uint32_t)COMPAT_CONNECT, NOTIFY, C_IS_SOCKETCALL),
-        [C_IS_SOCKETCALL] = JEQ(C_IS_SOCKETCALL, (uint32_t)COMPAT_SOCKETCALL,
-                                C_LOAD_CALL, C_IS_SENDTO),
-        [C_IS_SENDTO] = JEQ(C_IS_SENDTO, (uint32_t)COMPAT_SENDTO, C_LOAD_SENDTO_FLAGS,
-                            C_IS_SENDMMSG),
-        [C_IS_SENDMMSG] = JEQ(C_IS_SENDMMSG, (uint32_t)COMPAT_SENDMMSG, C_LOAD_SENDTO_FLAGS,
-                              C_IS_SENDMSG),
-        [C_IS_SENDMSG] = JEQ(C_IS_SENDMSG, (uint32_t)COMPAT_SENDMSG, C_LOAD_SENDMSG_FLAGS,
-                             ALLOW),
-        [C_LOAD_CALL] = LOAD(ARG_LOW(0)),
-        [C_CALL_CONNECT] = JEQ(C_CALL_CONNECT, SYS_CONNECT, NOTIFY, C_CALL_SENDTO),
-        [C_CALL_SENDTO] = JEQ(C_CALL_SENDTO, SYS_SENDTO, NOTIFY, C_CALL_SENDMSG),
-        [C_CALL_SENDMSG] = JEQ(C_CALL_SENDMSG, SYS_SENDMSG, NOTIFY, C_CALL_SENDMMSG),
-        [C_CALL_SENDMMSG] = JEQ(C_CALL_SENDMMSG, SYS_SENDMMSG, NOTIFY, ALLOW),
-        [C_LOAD_SENDMSG_FLAGS] = LOAD(ARG_LOW(2)),
-        [C_SENDMSG_FASTOPEN] = JSET(C_SENDMSG_FASTOPEN, MSG_FASTOPEN, NO_FASTOPEN, ALLOW),
-        [C_LOAD_SENDTO_FLAGS] = LOAD(ARG_LOW(3)),
-        [C_SENDTO_FASTOPEN] = JSET(C_SENDTO_FASTOPEN, MSG_FASTOPEN, NO_FASTOPEN, ALLOW),
-        [NOTIFY] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
-        [ALLOW] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        [NO_FASTOPEN] = FAIL(EOPNOTSUPP),
-        [NO_SYSCALL] = FAIL(ENOSYS),
-    };
-    struct sock_fprog program = { sizeof code / sizeof code[0], code };
+    struct sock_fprog program = { sizeof code / sizeof code[0],
+                                  (struct sock_filter *)code };
     if (!sv_filter_supported()) {
         errno = ENOSYS;
         return -1;

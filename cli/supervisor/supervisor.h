@@ -37,6 +37,9 @@
  * then the filter; returns the listener fd, or -1 with errno (the kernel
  * lacks user notification, or a filter of the tree has a listener). */
 int sv_filter_install(void);
+/* The filter's instructions, for the unit test that runs them. */
+struct sock_filter;
+const struct sock_filter *sv_filter_program(unsigned short *length);
 /* Whether this build knows the machine's system call numbers and the
  * kernel has user notification; 0 with errno when not. Installs nothing. */
 int sv_filter_supported(void);
