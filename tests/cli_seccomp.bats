@@ -768,6 +768,19 @@ capped_behind() {
     assert_equal "$(server_stat s total)" 6
 }
 
+@test "seccomp: a bulkhead run that has the shim preloaded itself (/etc/ld.so.preload, an outer tree) counts each supervised connect once: 3 of 8 at limit 3" {
+    start_server s 1000
+    compartment_rules 3
+    SV_STATUS=0
+    LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$BULKHEAD" run -c "$RULES" -- \
+        "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500 >"$T/static" 2>"$T/static.err" 3>&- ||
+        SV_STATUS=$?
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count ok "$T/static")" 3
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(grep -c 'for bulkhead\[' "$T/static.err")" 0
+}
+
 @test "seccomp: a run inside a supervised tree cannot have a listener of its own: the outer supervisor caps its Go client, and its line says so" {
     start_server s 1000
     compartment_rules 3

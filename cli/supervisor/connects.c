@@ -465,6 +465,14 @@ static void give_back(struct sv_state *state, struct sv_process *process, int sh
         bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), admitted->probe);
 }
 
+/* The supervisor's own connects go straight to the kernel: a bulkhead run
+ * that has the shim preloaded (run inside another run's tree, or
+ * /etc/ld.so.preload) would otherwise count each of them a second time. */
+static int raw_connect(int sock, const struct sockaddr *to, socklen_t length)
+{
+    return (int)syscall(SYS_connect, sock, to, length);
+}
+
 /* Admitted: count the socket, connect, and give the permits back at once
  * if it failed outright. Returns the connect's result for the program. */
 static int connect_counted(struct job *job, int sock, uint64_t inode, int shared,
@@ -478,7 +486,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     if (counted < 0) {
         /* out of memory: it goes uncounted rather than held for good */
         give_back(state, process, shared, admitted);
-        int rc = connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
+        int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
         *err = rc < 0 ? errno : 0;
         return rc;
     }
@@ -486,7 +494,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
         sv_wake(state);
     struct timespec before, after;
     clock_gettime(CLOCK_MONOTONIC, &before);
-    int rc = connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
+    int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
     *err = rc < 0 ? errno : 0;
     clock_gettime(CLOCK_MONOTONIC, &after);
     sv_socket_connecting(inode, sock, (struct sockaddr *)&job->call.to);
@@ -566,7 +574,7 @@ static struct answer carry_out(struct job *job, pid_t pid, int sock)
     if (!sv_socket_counted(info.st_ino))
         return admit_and_connect(job, pid, sock, info.st_ino);
     /* connect() again on a counted socket: polling its progress */
-    int rc = connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
+    int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
     return (struct answer) { 0, rc, rc < 0 ? errno : 0, 0 };
 }
 
@@ -702,7 +710,7 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
     if (counted) {
         struct sockaddr unspec = { .sa_family = AF_UNSPEC };
         sv_outcome_forget(state, info.st_ino);
-        int rc = connect(sock, &unspec, sizeof unspec), err = rc < 0 ? errno : 0;
+        int rc = raw_connect(sock, &unspec, sizeof unspec), err = rc < 0 ? errno : 0;
         if (rc == 0)
             sv_socket_release(state, info.st_ino);
         close(sock);  /* before the answer, as handle() does */
