@@ -17,7 +17,9 @@
  *     the send; a failed send drops it (sendmmsg sends messages that pass
  *     fds one sendmsg at a time: hooks/connect.c). The receiver's recvmsg
  *     or recvmmsg finds the record by the socket's inode and its
- *     connection takes that reference over.
+ *     connection takes that reference over; a MSG_PEEK receive installs
+ *     a copy while the message stays queued, so its copy takes a
+ *     reference of its own.
  *   - exec: the hand-off names each connection's record (handoff.c).
  * Every end of a connection with a record drops its reference instead of
  * giving the permit back; the last one gives it back (bh_connection_ended).
@@ -136,7 +138,7 @@ ssize_t bh_copies_sendmsg(int fd, const struct msghdr *msg, int flags,
     return sent;
 }
 
-void bh_copies_received(int fd)
+void bh_copies_received(int fd, int peeked)
 {
     struct stat received;
     int index, weight;
@@ -144,6 +146,8 @@ void bh_copies_received(int fd)
         !S_ISSOCK(received.st_mode))
         return;
     bh_share share = bh_socket_find(&bh_shim.ns, received.st_ino, &index, &weight);
+    if (share && peeked && bh_socket_ref(&bh_shim.ns, share) < 0)
+        return;  /* given back meanwhile: the kernel had it closed everywhere */
     if (share && bh_fd_attach_shared(fd, index, weight, share) < 0)
         bh_socket_unref(&bh_shim.ns, share);  /* untracked here: not held */
 }

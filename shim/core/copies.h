@@ -18,7 +18,8 @@ void bh_copies_after_fork_child(void);
 ssize_t bh_copies_sendmsg(int fd, const struct msghdr *msg, int flags,
                           ssize_t (*send)(int, const struct msghdr *, int));
 /* An fd just received with SCM_RIGHTS: if it is a counted socket, this
- * process holds the copy that was in flight. */
-void bh_copies_received(int fd);
+ * process holds the copy that was in flight; `peeked` (MSG_PEEK), a copy of
+ * its own, the message and its copy in flight staying queued. */
+void bh_copies_received(int fd, int peeked);
 
 #endif

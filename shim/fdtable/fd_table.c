@@ -294,7 +294,7 @@ struct bh_fd_ended bh_fd_closing(int fd)
 }
 
 void bh_fd_closing_range(unsigned first, unsigned last,
-                         void (*ended)(struct bh_fd_ended what, void *ctx),
+                         void (*closing)(int fd, uint32_t detached, void *ctx),
                          void *ctx)
 {
     unsigned end = atomic_load(&fd_chunks_in_use) * CHUNK_SIZE;  /* past the last */
@@ -307,9 +307,9 @@ void bh_fd_closing_range(unsigned first, unsigned last,
             fd |= CHUNK_SIZE - 1;   /* skip a chunk never used */
             continue;
         }
-        struct bh_fd_ended what = bh_fd_closing((int)fd);
-        if (what.compartment != BH_FD_NOTHING_ENDED)
-            ended(what, ctx);
+        uint32_t detached = bh_fd_detach((int)fd);
+        if (detached)
+            closing((int)fd, detached, ctx);
     }
 }
 

@@ -65,10 +65,11 @@ uint32_t bh_fd_detach(int fd);
 struct bh_fd_ended bh_fd_release(uint32_t detached);
 /* Both at once, for paths with no real close of their own to wait for. */
 struct bh_fd_ended bh_fd_closing(int fd);
-/* Every fd in [first, last]: ended(what, ctx) for each connection that
- * ends. */
+/* Every tracked fd in [first, last], untracked as by bh_fd_detach:
+ * closing(fd, detached, ctx) closes it and hands `detached` to
+ * bh_fd_release() after, as close() does. */
 void bh_fd_closing_range(unsigned first, unsigned last,
-                         void (*ended)(struct bh_fd_ended what, void *ctx),
+                         void (*closing)(int fd, uint32_t detached, void *ctx),
                          void *ctx);
 /* newfd now refers to what oldfd refers to (dup, dup2, dup3, F_DUPFD);
  * returns what newfd's old connection ended, if anything. */

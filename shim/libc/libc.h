@@ -88,6 +88,7 @@
     X(int, execvpe, (const char *file, char *const argv[], char *const envp[]), \
       (file, argv, envp))                                                      \
     X(int, fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp)) \
+    X(pid_t, _Fork, (void), ())                                                \
     X(int, setuid, (uid_t uid), (uid))                                         \
     X(int, seteuid, (uid_t euid), (euid))                                      \
     X(int, setreuid, (uid_t ruid, uid_t euid), (ruid, euid))                   \
