@@ -138,3 +138,52 @@ range_scenario() {
     newcomer_says ECONNREFUSED
     assert_equal "$(server_stat srv max)" 2
 }
+
+# spawner.py PORT MODE GO: connects, starts a python3 child that inherits
+# the connection (MODE popen: subprocess.Popen(pass_fds=...), vfork and
+# exec; posix_spawn: os.posix_spawn with the socket inheritable), closes
+# its own copy ("parent_closed"), and waits for the child, which holds the
+# connection until GO exists ("child_done").
+write_spawner_py() {
+    cat >"$T/spawner.py" <<'PY'
+import os, socket, subprocess, sys, time
+port, mode, go = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+held = socket.create_connection(("127.0.0.1", port))
+child = ["python3", "-c", "import os, sys, time\n"
+         "while not os.path.exists(sys.argv[1]): time.sleep(0.01)", go]
+if mode == "popen":
+    pid = subprocess.Popen(child, pass_fds=[held.fileno()]).pid
+else:
+    held.set_inheritable(True)
+    pid = os.posix_spawnp("python3", child, os.environ)
+held.close()
+print("parent_closed", flush=True)
+os.waitpid(pid, 0)
+print("child_done", flush=True)
+time.sleep(3600)
+PY
+}
+
+# spawned_child_holds MODE: while the spawned child holds the connection a
+# newcomer is refused; once it is gone the next connect gets the permit.
+spawned_child_holds() {
+    setup_holdserver 1 wait_ms=0
+    write_spawner_py
+    bg_shim "$T/spawner.out" python3 "$T/spawner.py" "$PORT" "$1" "$T/go"
+    wait_for file_has "$T/spawner.out" '^parent_closed$' || fail "$(cat "$T/spawner.out.err")"
+    newcomer_says ECONNREFUSED
+    assert_equal "$(server_stat srv open)" 1
+    touch "$T/go"
+    wait_for file_has "$T/spawner.out" '^child_done$'
+    wait_for server_open_is srv 0
+    newcomer_says ok
+    assert_equal "$(server_stat srv max)" 1
+}
+
+@test "Python's subprocess.Popen(pass_fds=...) (vfork): the child's copy keeps the permit past the parent's close" {
+    spawned_child_holds popen
+}
+
+@test "posix_spawn of a child inheriting a connection: its copy keeps the permit past the parent's close" {
+    spawned_child_holds posix_spawn
+}

@@ -536,8 +536,13 @@ void bh_fd_rewatch(int fd, uint32_t bits)
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx)
 {
-    if (!owned_here())
-        return;
+    if (owned_here())
+        bh_fd_for_each_inherited(visit, ctx);
+}
+
+void bh_fd_for_each_inherited(void (*visit)(int fd, uint32_t connection,
+                                            int compartment, void *ctx), void *ctx)
+{
     unsigned chunks = atomic_load(&fd_chunks_in_use);
     for (unsigned chunk = 0; chunk < chunks; chunk++) {
         _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);

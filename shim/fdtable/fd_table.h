@@ -150,6 +150,10 @@ struct bh_fd_mark *bh_fd_mark(uint32_t connection);
  * nothing in a process that does not own the table (a vfork child). */
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx);
+/* The same in any process: a vfork child reads its parent's table (the
+ * memory it runs on) to learn which fds it inherited, and changes nothing. */
+void bh_fd_for_each_inherited(void (*visit)(int fd, uint32_t connection,
+                                            int compartment, void *ctx), void *ctx);
 
 /* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
  * it carries no connection. One load for an fd below 4096 without a

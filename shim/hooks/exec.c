@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+#include "core/copies.h"
 #include "core/handoff.h"
 #include "core/outcome.h"
 #include "hooks/export.h"
@@ -30,6 +31,7 @@ static int bh_exec(enum exec_kind kind, const char *name, int fd,
                    char *const argv[], char *const envp[])
 {
     struct bh_handoff handoff;
+    bh_copies_spawned_exec();
     bh_outcome_before_exec();
     if (!bh_handoff_encode(&handoff, envp))
         return exec_real(kind, name, fd, argv, envp);

@@ -5,12 +5,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/copies.h"
 #include "core/exit.h"
 #include "hooks/export.h"
 #include "libc/libc.h"
 
 static _Noreturn void bh_exit_now(void (*real_exit)(int), int status)
 {
+    bh_copies_spawned_exit();
     bh_exit_close_connections(0);
     real_exit(status);
     __builtin_unreachable();

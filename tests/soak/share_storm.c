@@ -3,7 +3,7 @@
  * with build/libbulkhead.so connect (blocking to a server that accepts,
  * non-blocking to a blackhole whose SYNs go unanswered, so some sockets
  * are shared mid-connect), close, fork, _Fork, fork and exec themselves
- * (the hand-off), pass connections over SCM_RIGHTS to a receiver that
+ * (the hand-off), vfork and exec, posix_spawn, pass connections over SCM_RIGHTS to a receiver that
  * peeks first or never receives, close ranges; the round ends by killing
  * every worker's process group, each with SIGKILL or SIGTERM at a random
  * moment. Then, with nothing alive, the permits' own reaper asks the
@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,24 +149,37 @@ static void start_receiver(void)
 
 static void worker_loop(void);
 
-/* fork, _Fork, or fork and exec this program again (the hand-off). */
+/* fork, _Fork, fork and exec this program again (the hand-off), vfork and
+ * exec, posix_spawn: the children that exec get the sockets without
+ * close-on-exec, some of them at fd numbers made by dup2 first. */
 static void spawn(void)
 {
     if (depth >= MAX_DEPTH)
         return;
-    int how = rand() % 3;
+    char depth_text[16], seed[16], port[16], hole[16];
+    snprintf(depth_text, sizeof depth_text, "%d", depth + 1);
+    snprintf(seed, sizeof seed, "%u", (unsigned)rand());
+    snprintf(port, sizeof port, "%d", ntohs(server.sin_port));
+    snprintf(hole, sizeof hole, "%d", ntohs(blackhole.sin_port));
+    char *argv[] = { self_path, "--worker", seed, port, hole, depth_text, NULL };
+    int how = rand() % 5;
+    if (how == 3) {
+        if (vfork() == 0) {
+            execv(self_path, argv);
+            _exit(1);
+        }
+        return;
+    }
+    if (how == 4) {
+        pid_t pid;
+        posix_spawn(&pid, self_path, NULL, NULL, argv, environ);
+        return;
+    }
     pid_t pid = how == 1 ? _Fork() : fork();
     if (pid != 0)
         return;
     depth++;
     if (how == 2) {
-        char depth_text[16], seed[16];
-        snprintf(depth_text, sizeof depth_text, "%d", depth);
-        snprintf(seed, sizeof seed, "%u", (unsigned)rand());
-        char port[16], hole[16];
-        snprintf(port, sizeof port, "%d", ntohs(server.sin_port));
-        snprintf(hole, sizeof hole, "%d", ntohs(blackhole.sin_port));
-        char *argv[] = { self_path, "--worker", seed, port, hole, depth_text, NULL };
         execv(self_path, argv);
         _exit(1);
     }
