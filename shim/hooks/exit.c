@@ -1,6 +1,7 @@
 /* Hooks that end the process at once: _exit and _Exit. Counted connections
- * are closed before their permits go back (see core/exit.c); stdio is not
- * flushed, as _exit promises. exit() itself is covered by our destructor:
+ * are closed before their permits go back (see core/exit.c), and a vfork
+ * child drops the copies its parent counted it in (core/copies.c); stdio
+ * is not flushed, as _exit promises. exit() itself is covered by our destructor:
  * glibc's exit calls its own _exit directly, never through these. */
 #include <stdlib.h>
 #include <unistd.h>
