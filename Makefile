@@ -250,7 +250,9 @@ fuzz: deps
 # Long randomised runs over a real namespace, each for SOAK_SECONDS:
 # reserve_storm kills workers of every kind at random moments, mid-wait
 # included, and checks after each round that every pool has exactly its
-# size (tests/soak/reserve_storm.c says how).
+# size (tests/soak/reserve_storm.c says how); share_storm does the same to
+# workers under the shim that share sockets every way it follows (fork,
+# _Fork, exec, SCM_RIGHTS, peeks, connects under way, close ranges).
 SOAK_SECONDS ?= 60
 SOAK_NAMES := $(patsubst tests/soak/%.c,%,$(wildcard tests/soak/*.c))
 
@@ -259,7 +261,7 @@ $(BUILD)/soak/%: $(BUILD)/obj/tests/soak/%.o $(UNIT_CODE:%.c=$(BUILD)/obj/%.o)
 	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
 
 soak: deps
-	$(MAKE) $(SOAK_NAMES:%=$(BUILD)/soak/%)
+	$(MAKE) all $(SOAK_NAMES:%=$(BUILD)/soak/%)
 	@for s in $(SOAK_NAMES); do \
 	    echo "== $$s for $(SOAK_SECONDS) s"; \
 	    $(BUILD)/soak/$$s $(SOAK_SECONDS) || exit 1; \

@@ -17,8 +17,20 @@
  *     the send; a failed send drops it (sendmmsg sends messages that pass
  *     fds one sendmsg at a time: hooks/connect.c). The receiver's recvmsg
  *     or recvmmsg finds the record by the socket's inode and its
- *     connection takes that reference over.
+ *     connection takes that reference over; a MSG_PEEK receive installs
+ *     a copy while the message stays queued, so its copy takes a
+ *     reference of its own.
  *   - exec: the hand-off names each connection's record (handoff.c).
+ *   - vfork and posix_spawn: the child runs on our memory and its exec'd
+ *     program has no hand-off (glibc's posix_spawn execs inside libc), so
+ *     before it starts, each counted connection gets its record and one
+ *     reference for the child, listed in the calling thread's own memory
+ *     (a vfork child runs on its parent's thread). The child drops the
+ *     references of connections none of whose fds survives its exec (a
+ *     vfork child at its exec hook; for posix_spawn the parent, after,
+ *     from close-on-exec), and every one if it exits instead; a surviving
+ *     fd's reference is the program's, and the reaper settles the record
+ *     by the kernel's word once the socket is closed everywhere.
  * Every end of a connection with a record drops its reference instead of
  * giving the permit back; the last one gives it back (bh_connection_ended).
  *
@@ -29,13 +41,16 @@
 #include "core/copies.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/outcome.h"
 #include "core/state.h"
 #include "fdtable/fd_table.h"
+#include "libc/libc.h"
 
 /* fd's connection's record, made now if it has none; 0 when the fd
  * carries no counted connection or no record could be made. */
@@ -83,10 +98,118 @@ static void leave_outcome_to_parent(int fd, uint32_t connection, int compartment
                       BH_WATCH_PROBE);
 }
 
+/* The references a spawned child holds: this thread's alone. */
+enum { MAX_SPAWNED = 256 };
+struct spawned {
+    pid_t parent;   /* the process that listed them; 0: none */
+    int count;
+    bh_share shares[MAX_SPAWNED];
+};
+static __thread struct spawned spawned;
+
 void bh_copies_after_fork_child(void)
 {
+    spawned.parent = 0;  /* the parent's spawned children are not ours */
     bh_fd_table_keep_shared();
     bh_fd_for_each(leave_outcome_to_parent, NULL);
+}
+
+static void share_with_spawned(int fd, void *ctx)
+{
+    (void)ctx;
+    bh_share share = spawned.count < MAX_SPAWNED ? shared(fd) : 0;
+    if (share)
+        spawned.shares[spawned.count++] = share;
+}
+
+static void before_spawn(void)
+{
+    int saved_errno = errno;
+    spawned.count = 0;
+    spawned.parent = getpid();
+    if (atomic_load(&bh_shim.status) == BH_SHIM_ACTIVE)
+        bh_fd_for_each_connection(share_with_spawned, NULL);
+    errno = saved_errno;
+}
+
+void *bh_copies_before_vfork(void)
+{
+    before_spawn();
+    return bh_libc_vfork();
+}
+
+struct survivor {
+    bh_share share;
+    int found;
+};
+
+/* An fd of the share's connection open here without close-on-exec, whose
+ * socket is still the record's. */
+static void find_survivor(int fd, uint32_t connection, int compartment, void *ctx)
+{
+    struct survivor *survivor = ctx;
+    struct stat socket_stat;
+    int flags, index, weight;
+    (void)connection;
+    (void)compartment;
+    if (survivor->found || bh_fd_lookup(fd).share != survivor->share)
+        return;
+    flags = libc_fcntl(fd, F_GETFD, NULL);
+    survivor->found = flags >= 0 && !(flags & FD_CLOEXEC) && fstat(fd, &socket_stat) == 0 &&
+                      bh_socket_find(&bh_shim.ns, socket_stat.st_ino, &index, &weight) ==
+                          survivor->share;
+}
+
+static int survives_exec(bh_share share)
+{
+    struct survivor survivor = { share, 0 };
+    bh_fd_for_each_inherited(find_survivor, &survivor);
+    return survivor.found;
+}
+
+/* The child's references: of connections whose fds exec closes, or all. */
+static void drop_spawned(int all)
+{
+    for (int i = 0; i < spawned.count; i++) {
+        if (spawned.shares[i] && (all || !survives_exec(spawned.shares[i]))) {
+            bh_socket_unref(&bh_shim.ns, spawned.shares[i]);
+            spawned.shares[i] = 0;
+        }
+    }
+}
+
+static int in_spawned_child(void)
+{
+    return spawned.parent && spawned.parent != getpid();
+}
+
+void bh_copies_spawned_exec(void)
+{
+    int saved_errno = errno;
+    if (in_spawned_child())
+        drop_spawned(0);
+    errno = saved_errno;
+}
+
+void bh_copies_spawned_exit(void)
+{
+    if (in_spawned_child())
+        drop_spawned(1);
+}
+
+int bh_copies_spawn(int (*spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+                                 const posix_spawnattr_t *, char *const[], char *const[]),
+                    pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+                    const posix_spawnattr_t *attributes, char *const argv[],
+                    char *const envp[])
+{
+    before_spawn();
+    int rc = spawn(pid, path, actions, attributes, argv, envp);
+    int saved_errno = errno;
+    drop_spawned(rc != 0);
+    spawned.parent = 0;
+    errno = saved_errno;
+    return rc;
 }
 
 enum { MAX_PASSED = 253 };  /* SCM_MAX_FD */
@@ -136,7 +259,7 @@ ssize_t bh_copies_sendmsg(int fd, const struct msghdr *msg, int flags,
     return sent;
 }
 
-void bh_copies_received(int fd)
+void bh_copies_received(int fd, int peeked)
 {
     struct stat received;
     int index, weight;
@@ -144,6 +267,8 @@ void bh_copies_received(int fd)
         !S_ISSOCK(received.st_mode))
         return;
     bh_share share = bh_socket_find(&bh_shim.ns, received.st_ino, &index, &weight);
+    if (share && peeked && bh_socket_ref(&bh_shim.ns, share) < 0)
+        return;  /* given back meanwhile: the kernel had it closed everywhere */
     if (share && bh_fd_attach_shared(fd, index, weight, share) < 0)
         bh_socket_unref(&bh_shim.ns, share);  /* untracked here: not held */
 }

@@ -298,6 +298,24 @@ static void forget_after_fork(void)
     bh_stall_after_fork_child();
 }
 
+/* glibc's _Fork runs no pthread_atfork handler: ours run around it here.
+ * Both are async-signal-safe, as _Fork is (no lock, no allocation). */
+pid_t bh_shim_fork_bare(void)
+{
+    if (!bh_shim_active())
+        return libc__Fork();
+    int saved_errno = errno;
+    bh_copies_before_fork();
+    errno = saved_errno;
+    pid_t pid = libc__Fork();
+    if (pid == 0) {
+        saved_errno = errno;
+        forget_after_fork();
+        errno = saved_errno;
+    }
+    return pid;
+}
+
 static void start_once_per_image(void)
 {
     starting_here = 1;

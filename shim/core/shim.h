@@ -24,4 +24,8 @@ static inline int bh_shim_active(void)
 void bh_shim_before_uid_change(void);
 void bh_shim_after_uid_change(int rc);
 
+/* _Fork: the real one with the handlers fork() runs around it, so that
+ * its child's copies are counted as a fork's. */
+pid_t bh_shim_fork_bare(void);
+
 #endif

@@ -294,7 +294,7 @@ struct bh_fd_ended bh_fd_closing(int fd)
 }
 
 void bh_fd_closing_range(unsigned first, unsigned last,
-                         void (*ended)(struct bh_fd_ended what, void *ctx),
+                         void (*closing)(int fd, uint32_t detached, void *ctx),
                          void *ctx)
 {
     unsigned end = atomic_load(&fd_chunks_in_use) * CHUNK_SIZE;  /* past the last */
@@ -307,9 +307,9 @@ void bh_fd_closing_range(unsigned first, unsigned last,
             fd |= CHUNK_SIZE - 1;   /* skip a chunk never used */
             continue;
         }
-        struct bh_fd_ended what = bh_fd_closing((int)fd);
-        if (what.compartment != BH_FD_NOTHING_ENDED)
-            ended(what, ctx);
+        uint32_t detached = bh_fd_detach((int)fd);
+        if (detached)
+            closing((int)fd, detached, ctx);
     }
 }
 
@@ -536,8 +536,13 @@ void bh_fd_rewatch(int fd, uint32_t bits)
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx)
 {
-    if (!owned_here())
-        return;
+    if (owned_here())
+        bh_fd_for_each_inherited(visit, ctx);
+}
+
+void bh_fd_for_each_inherited(void (*visit)(int fd, uint32_t connection,
+                                            int compartment, void *ctx), void *ctx)
+{
     unsigned chunks = atomic_load(&fd_chunks_in_use);
     for (unsigned chunk = 0; chunk < chunks; chunk++) {
         _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);

@@ -65,10 +65,11 @@ uint32_t bh_fd_detach(int fd);
 struct bh_fd_ended bh_fd_release(uint32_t detached);
 /* Both at once, for paths with no real close of their own to wait for. */
 struct bh_fd_ended bh_fd_closing(int fd);
-/* Every fd in [first, last]: ended(what, ctx) for each connection that
- * ends. */
+/* Every tracked fd in [first, last], untracked as by bh_fd_detach:
+ * closing(fd, detached, ctx) closes it and hands `detached` to
+ * bh_fd_release() after, as close() does. */
 void bh_fd_closing_range(unsigned first, unsigned last,
-                         void (*ended)(struct bh_fd_ended what, void *ctx),
+                         void (*closing)(int fd, uint32_t detached, void *ctx),
                          void *ctx);
 /* newfd now refers to what oldfd refers to (dup, dup2, dup3, F_DUPFD);
  * returns what newfd's old connection ended, if anything. */
@@ -149,6 +150,10 @@ struct bh_fd_mark *bh_fd_mark(uint32_t connection);
  * nothing in a process that does not own the table (a vfork child). */
 void bh_fd_for_each(void (*visit)(int fd, uint32_t connection, int compartment,
                                   void *ctx), void *ctx);
+/* The same in any process: a vfork child reads its parent's table (the
+ * memory it runs on) to learn which fds it inherited, and changes nothing. */
+void bh_fd_for_each_inherited(void (*visit)(int fd, uint32_t connection,
+                                            int compartment, void *ctx), void *ctx);
 
 /* The send and receive hooks' fast path, inline: fd's watch bits, 0 when
  * it carries no connection. One load for an fd below 4096 without a

@@ -3,8 +3,9 @@
  * Untrack before the real close (another thread may be handed the number
  * the moment the kernel frees it), give the permit back after it (the
  * socket is gone by then), and give it back even if close failed: on Linux
- * the fd is released whatever close() returns. No locks: close() may run
- * in a signal handler. */
+ * the fd is released whatever close() returns; close_range and closefrom
+ * do the same for each counted socket in their range. No locks: close()
+ * may run in a signal handler. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -16,6 +17,7 @@
 #include "fdtable/fd_table.h"
 #include "hooks/export.h"
 #include "libc/libc.h"
+#include "libc/proc_stat.h"
 
 static __attribute__((noinline)) int close_connection(int fd)
 {
@@ -35,10 +37,20 @@ static int bh_close(int fd)
     return close_connection(fd);
 }
 
-static void give_back(struct bh_fd_ended ended, void *ctx)
+/* A range's counted sockets are closed one by one, each before its permit
+ * goes back, as by close(); the real call then closes the rest. */
+static void close_detached(int fd, uint32_t detached, void *ctx)
 {
     (void)ctx;
-    bh_give_back(ended);
+    libc_close(fd);
+    bh_give_back(bh_fd_release(detached));
+}
+
+/* CLOSE_RANGE_UNSHARE first gives the calling thread its own copy of the
+ * fd table: with other threads, the sockets stay open in theirs. */
+static int closes_for_the_process(int flags)
+{
+    return !(flags & CLOSE_RANGE_UNSHARE) || bh_proc_stat_field(0, 20) == 1;
 }
 
 static int bh_close_range(unsigned first, unsigned last, int flags)
@@ -46,15 +58,15 @@ static int bh_close_range(unsigned first, unsigned last, int flags)
     int closes = !(flags & CLOSE_RANGE_CLOEXEC);
     int valid = first <= last &&
                 !(flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE));
-    if (closes && valid)
-        bh_fd_closing_range(first, last, give_back, NULL);
+    if (closes && valid && closes_for_the_process(flags))
+        bh_fd_closing_range(first, last, close_detached, NULL);
     return libc_close_range(first, last, flags);
 }
 
 static void bh_closefrom(int lowfd)
 {
     if (lowfd >= 0)
-        bh_fd_closing_range((unsigned)lowfd, ~0u, give_back, NULL);
+        bh_fd_closing_range((unsigned)lowfd, ~0u, close_detached, NULL);
     libc_closefrom(lowfd);
 }
 

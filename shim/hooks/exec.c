@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+#include "core/copies.h"
 #include "core/handoff.h"
 #include "core/outcome.h"
 #include "core/reach.h"
@@ -33,6 +34,7 @@ static int bh_exec(enum exec_kind kind, const char *name, int fd,
 {
     struct bh_handoff handoff;
     bh_reach_before_exec(name, kind == BY_SEARCH, fd);
+    bh_copies_spawned_exec();
     bh_outcome_before_exec();
     if (!bh_handoff_encode(&handoff, envp))
         return exec_real(kind, name, fd, argv, envp);

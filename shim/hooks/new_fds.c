@@ -56,9 +56,9 @@ static int bh_socket(int domain, int type, int protocol)
 
 /* fds passed over a unix socket: whatever was tracked on their numbers
  * is gone, and a counted socket's copy in flight is now this process's
- * (core/copies.c). */
+ * (core/copies.c); a peek installs copies while the message stays queued. */
 static __attribute__((noinline)) ssize_t forget_passed_fds(ssize_t received,
-                                                          struct msghdr *msg)
+                                                          struct msghdr *msg, int flags)
 {
     if (received < 0 || msg->msg_controllen == 0)
         return received;
@@ -70,7 +70,7 @@ static __attribute__((noinline)) ssize_t forget_passed_fds(ssize_t received,
             int passed;
             memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
             fresh(passed);
-            bh_copies_received(passed);
+            bh_copies_received(passed, flags & MSG_PEEK);
         }
     }
     return received;
@@ -83,7 +83,7 @@ BH_IO_FUNCTIONS(receive_message, recvmsg, 1, flags,
 static __attribute__((noinline)) ssize_t receive_with_control(int fd, struct msghdr *msg,
                                                               int flags)
 {
-    return forget_passed_fds(receive_message(fd, msg, flags), msg);
+    return forget_passed_fds(receive_message(fd, msg, flags), msg, flags);
 }
 
 /* Without a control buffer no fd can come in: a lookup and a jump. */
@@ -105,7 +105,7 @@ static __attribute__((noinline)) int receive_many_with_control(int fd, struct mm
 {
     int received = (int)receive_messages(fd, vec, n, flags, timeout);
     for (int i = 0; i < received; i++)
-        forget_passed_fds(vec[i].msg_len, &vec[i].msg_hdr);
+        forget_passed_fds(vec[i].msg_len, &vec[i].msg_hdr, flags);
     return received;
 }
 

@@ -20,6 +20,17 @@ void *bh_libc_lookup(const char *name)
     return symbol;
 }
 
+void *bh_libc_vfork(void)
+{
+    static void *_Atomic real;
+    void *found = __atomic_load_n(&real, __ATOMIC_RELAXED);
+    if (!found) {
+        found = bh_libc_lookup("vfork");
+        __atomic_store_n(&real, found, __ATOMIC_RELAXED);
+    }
+    return found;
+}
+
 /* The first call of each: look the symbol up, keep it, call it. */
 #define BH_LIBC_FIRST(type, name, params, args)                                 \
     __attribute__((noinline, cold)) type bh_libc_first_##name params          \

@@ -7,6 +7,7 @@
 #define BH_LIBC_H
 
 #include <netdb.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -88,6 +89,17 @@
     X(int, execvpe, (const char *file, char *const argv[], char *const envp[]), \
       (file, argv, envp))                                                      \
     X(int, fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp)) \
+    X(pid_t, _Fork, (void), ())                                                \
+    X(int, posix_spawn, (pid_t *pid, const char *path,                         \
+                         const posix_spawn_file_actions_t *actions,            \
+                         const posix_spawnattr_t *attributes, char *const argv[], \
+                         char *const envp[]),                                  \
+      (pid, path, actions, attributes, argv, envp))                            \
+    X(int, posix_spawnp, (pid_t *pid, const char *file,                        \
+                          const posix_spawn_file_actions_t *actions,           \
+                          const posix_spawnattr_t *attributes, char *const argv[], \
+                          char *const envp[]),                                 \
+      (pid, file, actions, attributes, argv, envp))                            \
     X(int, setuid, (uid_t uid), (uid))                                         \
     X(int, seteuid, (uid_t euid), (euid))                                      \
     X(int, setreuid, (uid_t ruid, uid_t euid), (ruid, euid))                   \
@@ -122,6 +134,9 @@ struct bh_libc {
 
 extern struct bh_libc bh_libc;
 void *bh_libc_lookup(const char *name);
+/* The real vfork, to be jumped to, never called: its child returns into
+ * the frame that called it, so no C frame may stand in between. */
+void *bh_libc_vfork(void);
 
 /* Under `bulkhead run`'s seccomp supervisor (which sets this variable for
  * its tree), the shim marks its own connect() and close() calls: raw

@@ -123,16 +123,21 @@ static uint64_t net_namespace(void)
     return stat("/proc/self/ns/net", &self) == 0 ? (uint64_t)self.st_ino : 0;
 }
 
-/* The socket's addresses, for the kernel's word on it later (sock_diag). */
+/* The socket's addresses, for the kernel's word on it later (sock_diag).
+ * SO_PEERNAME, unlike getpeername, names the peer of a connect still
+ * under way (SYN_SENT): a socket shared then is settled the same way. It
+ * wants the address's exact length, the local one's. */
 static void note_addresses(struct bh_socket_record *record, int fd)
 {
     struct sockaddr_storage local, remote;
-    socklen_t local_length = sizeof local, remote_length = sizeof remote;
+    socklen_t local_length = sizeof local;
     record->family = 0;
-    if (getsockname(fd, (struct sockaddr *)&local, &local_length) < 0 ||
-        getpeername(fd, (struct sockaddr *)&remote, &remote_length) < 0 ||
+    if (getsockname(fd, (struct sockaddr *)&local, &local_length) < 0)
+        return;
+    socklen_t remote_length = local_length;
+    if (libc_getsockopt(fd, SOL_SOCKET, SO_PEERNAME, &remote, &remote_length) < 0 ||
         local.ss_family != remote.ss_family)
-        return;  /* still connecting: the references alone decide */
+        return;  /* never connected: the references alone decide */
     if (local.ss_family == AF_INET) {
         const struct sockaddr_in *l = (void *)&local, *r = (void *)&remote;
         memset(record->local, 0, sizeof record->local);
