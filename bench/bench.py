@@ -62,7 +62,7 @@ def only(name, setup, tsv_path, t_start):
     log(module.title(setup))
     lines, checks = module.section(setup)
     print()
-    for line in lines:
+    for line in plumbing.machine_facts() + [""] + lines:
         print(line)
     print()
     print_budget(checks)
@@ -79,7 +79,8 @@ def full(setup, tsv_path, t_start):
     log(f"[9/9] {cost.title(setup)}")
     costs = cost.measure(setup)
 
-    for line in core.report(measured) + cost.report(costs, measured["cc_ma"]):
+    for line in (plumbing.machine_facts() + [""] + core.report(measured) +
+                 cost.report(costs, measured["cc_ma"])):
         print(line)
     print()
     ho_lines = steps[0][0]
