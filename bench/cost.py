@@ -127,9 +127,10 @@ def checks(res, cc_ma):
                 f"(limit 1), {y:+.2f} unmatched, {z:+.3f} per send/recv call (limit 0)"
                 + (f"; {oc_ir['cc_matched']:+.1f} instructions" if oc_ir else "")
                 + f"; {getpid_ns:.0f} ns"))
-    out.append((cc_ma["r"] <= 1.10, f"matched connect+close wall clock: "
-                f"{cc_ma['r']:.3f}x bare [{cc_ma['rmin']:.3f}, {cc_ma['rmax']:.3f}] "
-                f"(limit 1.10x)"))
+    out.append((core.verdict(cc_ma["ci"], 1.10), f"matched connect+close wall clock: "
+                f"{cc_ma['r']:.3f}x bare, the median's 95% interval [{cc_ma['ci'][0]:.3f}, "
+                f"{cc_ma['ci'][1]:.3f}] (limit 1.10x; a verdict once the interval is on "
+                f"one side of it), load average {os.getloadavg()[0]:.1f}"))
     return out + cost_checks(ir_op, sc_op)
 
 
