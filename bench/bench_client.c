@@ -57,8 +57,7 @@
  *
  * The single-connection modes run WARMUP iterations untimed, then N timed
  * with CLOCK_MONOTONIC around the loop alone, and print one line:
- *   ns_per_op=F cpu_ns_per_op=C ops=N
- * (C: the process's CPU time, user and system, per iteration).
+ *   ns_per_op=F ops=N
  * WARMUP does not depend on N, so under callgrind or strace the difference
  * of two run lengths is exactly the cost of the extra iterations. The timed
  * loops are functions of their own, named measured_*: the cost section's
@@ -146,28 +145,9 @@ static int open_connection(void)
     return fd;
 }
 
-/* The process's CPU time at start_timing(): what the shim adds is CPU
- * work in this process, which a busy machine delays but does not change,
- * while the wall clock also holds every wait for a CPU. */
-static int64_t cpu_t0;
-
-static int64_t cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t start_timing(void)
-{
-    cpu_t0 = cpu_ns();
-    return now_ns();
-}
-
 static void report(int64_t elapsed, long n)
 {
-    printf("ns_per_op=%.2f cpu_ns_per_op=%.2f ops=%ld\n", (double)elapsed / (double)n,
-           (double)(cpu_ns() - cpu_t0) / (double)n, n);
+    printf("ns_per_op=%.2f ops=%ld\n", (double)elapsed / (double)n, n);
 }
 
 /* ---- connect_close ---------------------------------------------------- */
@@ -222,7 +202,7 @@ static int mode_connect_close(long n, const char *seconds)
         return 2;
     }
     connect_close_loop(WARMUP);
-    int64_t t0 = start_timing();
+    int64_t t0 = now_ns();
     measured_connect_close(n, seconds, inside);
     report(now_ns() - t0, n);
     return 0;
@@ -244,7 +224,7 @@ static int mode_fastopen(long n)
     if (fd < 0)
         fail("connect");
     fastopen_loop(fd, WARMUP);
-    int64_t t0 = start_timing();
+    int64_t t0 = now_ns();
     fastopen_loop(fd, n);
     report(now_ns() - t0, n);
     close(fd);
@@ -307,7 +287,7 @@ static int mode_pingpong(long n, const char *api)
     memset(buf, 'p', sizeof buf);
     for (long i = 0; i < WARMUP; i++)
         trip(fd, buf);
-    int64_t t0 = start_timing();
+    int64_t t0 = now_ns();
     measured_pingpong(trip, fd, buf, n);
     report(now_ns() - t0, n);
     close(fd);
@@ -354,7 +334,7 @@ static int mode_socketpair(long n, const char *api)
     char byte = 'l';
     for (long i = 0; i < WARMUP; i++)
         trip(pair, &byte);
-    int64_t t0 = start_timing();
+    int64_t t0 = now_ns();
     measured_socketpair(trip, pair, &byte, n);
     report(now_ns() - t0, n);
     close(pair[0]);
@@ -423,7 +403,7 @@ static _Noreturn void mode_alternate(const char *host, const char *dead_port)
 static int mode_request(long n)
 {
     request_loop(WARMUP / 4);
-    int64_t t0 = start_timing();
+    int64_t t0 = now_ns();
     request_loop(n);
     report(now_ns() - t0, n);
     return 0;
