@@ -533,6 +533,9 @@ def callgrind(tag, mode, port, cfg, n, extra=()):
     total, _, clock_self = profile_counts(out)
     if total is None:
         raise BenchError(f"no totals in {out}")
+    if total == 0:
+        raise BenchError(f"{out}: nothing counted: bench_client's {mode} must time its "
+                         f"loop in a function named measured_*")
     return total - clock_self
 
 
