@@ -13,6 +13,7 @@ period of each 8 s) has lines of its own, per second of traffic.
 """
 
 import concurrent.futures
+import itertools
 import os
 import re
 
@@ -226,6 +227,12 @@ def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt, cfg_wide):
     ]
 
 
+# Numbers of the fresh namespaces, one count for the whole run: the
+# adaptive section calls deterministic() too, and a name made again would
+# join the namespace its first run left (an adaptive compartment, counted
+# as the cost section's matched one).
+FRESH = itertools.count()
+
 # cases counted by callgrind alone
 IR_ONLY = ("rs_", "ccport", "ccagain", "sec_", "cross_")
 
@@ -250,13 +257,12 @@ def deterministic(cases, base, tmp):
     # (two at a time here, after the timed runs' clients) would find
     # each other's state (the peak, rows of exited clients to reap)
     # and pay for it at start-up in one run length and not the other.
-    fresh_n = iter(range(1000))
     def fresh(cfg, tool, n):
         if cfg is None:
             return None
         with open(cfg) as f:
             text = f.read()
-        ns = new_namespace(base, f"d{next(fresh_n)}{tool}{n}")
+        ns = new_namespace(base, f"d{next(FRESH)}{tool}{n}")
         text, found = re.subn(r"(?m)^namespace = .*$", f"namespace = {ns}", text, count=1)
         if not found:
             raise BenchError(f"{cfg}: no namespace line")

@@ -70,7 +70,11 @@ def note(kind, value):
 
 
 def new_namespace(base, suffix):
+    """A namespace no run of this bench has used: one named twice would
+    carry the first user's shared state into the second's figures."""
     name = f"{base}-{suffix}"
+    if name in NAMESPACES:
+        raise BenchError(f"namespace {name} named twice in one run")
     key = namespace_key(name)  # first: every name listed has its key
     NAMESPACES.append(name)
     note("keys", key)
