@@ -129,8 +129,9 @@ def checks(res, cc_ma):
                 + (f"; {oc_ir['cc_matched']:+.1f} instructions" if oc_ir else "")
                 + f"; {getpid_ns:.0f} ns"))
     out.append((core.verdict(cc_ma["ci"], 1.10), f"matched connect+close wall clock: "
-                f"{cc_ma['r']:.3f}x bare, the median's 95% interval [{cc_ma['ci'][0]:.3f}, "
-                f"{cc_ma['ci'][1]:.3f}] (limit 1.10x; a verdict once the interval is on "
+                f"{cc_ma['r']:.3f}x bare, the median's {cc_ma['ci'][2]:.0%} interval "
+                f"[{cc_ma['ci'][0]:.3f}, {cc_ma['ci'][1]:.3f}] (limit 1.10x; a verdict once "
+                f"the interval is on "
                 f"one side of it), load average {os.getloadavg()[0]:.1f}"))
     return out + cost_checks(ir_op, sc_op)
 
