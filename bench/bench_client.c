@@ -1,6 +1,12 @@
 /* bench_client: the load the benchmark puts through the shim (or not).
  *
- *   connect_close HOST PORT N        socket, SO_LINGER {1,0}, connect, close
+ *   connect_close HOST PORT N [between|inside]
+ *                                    socket, SO_LINGER {1,0}, connect, close;
+ *                                    with a word, the timed loop moves the
+ *                                    bench's fixed clock (fixed_clock.c,
+ *                                    preloaded) to its next second before
+ *                                    each connect or between each connect
+ *                                    and its close
  *   pingpong HOST PORT N [send|msg|rw]
  *                                    64-byte round trips on one connection,
  *                                    with send/recv, sendmsg/recvmsg or
@@ -62,7 +68,11 @@
  * with CLOCK_MONOTONIC around the loop alone, and print one line:
  *   ns_per_op=F ops=N
  * WARMUP does not depend on N, so under callgrind or strace the difference
- * of two run lengths is exactly the cost of the extra iterations.
+ * of two run lengths is exactly the cost of the extra iterations. The timed
+ * loops are functions of their own, named measured_*: the cost section's
+ * callgrind counts inside them alone (--toggle-collect), so that what
+ * varies from run to run at start-up (a pid's digits, the printed
+ * figures) stays out.
  *
  * Every close is an abortive close (SO_LINGER {1,0}: RST), so no TIME_WAIT
  * piles up on the client side and long loops cannot run out of ports.
@@ -163,11 +173,48 @@ static void connect_close_loop(long n)
     }
 }
 
-static int mode_connect_close(long n)
+/* The fixed clock's (bench/fixed_clock.c), when it is preloaded. */
+extern void bench_clock_next_second(void) __attribute__((weak));
+
+/* A second passes before each connect (between) or while each is held
+ * (inside): a loop of its own, so that the plain loop stays as it is. */
+static void connect_close_seconds_loop(long n, int inside)
 {
+    for (long i = 0; i < n; i++) {
+        if (!inside)
+            bench_clock_next_second();
+        int fd = open_connection();
+        if (fd < 0)
+            fail("connect");
+        if (inside)
+            bench_clock_next_second();
+        close(fd);
+    }
+}
+
+static __attribute__((noinline)) void measured_connect_close(long n, const char *seconds,
+                                                              int inside)
+{
+    if (seconds)
+        connect_close_seconds_loop(n, inside);
+    else
+        connect_close_loop(n);
+}
+
+static int mode_connect_close(long n, const char *seconds)
+{
+    int inside = seconds && strcmp(seconds, "inside") == 0;
+    if (seconds && !inside && strcmp(seconds, "between") != 0) {
+        fprintf(stderr, "bench_client: connect_close's last word is between or inside\n");
+        return 2;
+    }
+    if (seconds && !bench_clock_next_second) {
+        fprintf(stderr, "bench_client: %s: the fixed clock is not preloaded\n", seconds);
+        return 2;
+    }
     connect_close_loop(WARMUP);
     int64_t t0 = now_ns();
-    connect_close_loop(n);
+    measured_connect_close(n, seconds, inside);
     report(now_ns() - t0, n);
     return 0;
 }
@@ -224,6 +271,13 @@ static void round_trip_rw(int fd, char *buf)
             fail("read");
 }
 
+static __attribute__((noinline)) void measured_pingpong(void (*trip)(int, char *), int fd,
+                                                         char *buf, long n)
+{
+    for (long i = 0; i < n; i++)
+        trip(fd, buf);
+}
+
 static int mode_pingpong(long n, const char *api)
 {
     void (*trip)(int, char *) = round_trip_send;
@@ -245,8 +299,7 @@ static int mode_pingpong(long n, const char *api)
     for (long i = 0; i < WARMUP; i++)
         trip(fd, buf);
     int64_t t0 = now_ns();
-    for (long i = 0; i < n; i++)
-        trip(fd, buf);
+    measured_pingpong(trip, fd, buf, n);
     report(now_ns() - t0, n);
     close(fd);
     return 0;
@@ -270,6 +323,13 @@ static void local_trip_send(const int *pair, char *byte)
         fail("recv");
 }
 
+static __attribute__((noinline)) void
+measured_socketpair(void (*trip)(const int *, char *), const int *pair, char *byte, long n)
+{
+    for (long i = 0; i < n; i++)
+        trip(pair, byte);
+}
+
 static int mode_socketpair(long n, const char *api)
 {
     void (*trip)(const int *, char *) = local_trip_rw;
@@ -286,8 +346,7 @@ static int mode_socketpair(long n, const char *api)
     for (long i = 0; i < WARMUP; i++)
         trip(pair, &byte);
     int64_t t0 = now_ns();
-    for (long i = 0; i < n; i++)
-        trip(pair, &byte);
+    measured_socketpair(trip, pair, &byte, n);
     report(now_ns() - t0, n);
     close(pair[0]);
     close(pair[1]);
@@ -820,7 +879,7 @@ static int mode_shared_refusal(long n, int k)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: bench_client connect_close HOST PORT N\n"
+            "usage: bench_client connect_close HOST PORT N [between|inside]\n"
             "       bench_client pingpong HOST PORT N [send|msg|rw]\n"
             "       bench_client alternate HOST PORT DEAD_PORT\n"
             "       bench_client request HOST PORT N\n"
@@ -851,7 +910,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "window") == 0 && argc >= 7)
         return mode_window(atol(argv[4]), argv[5], atoi(argv[6]));
     if (strcmp(mode, "connect_close") == 0)
-        return mode_connect_close(atol(argv[4]));
+        return mode_connect_close(atol(argv[4]), argc > 5 ? argv[5] : NULL);
     if (strcmp(mode, "pingpong") == 0)
         return mode_pingpong(atol(argv[4]), argc > 5 ? argv[5] : "send");
     if (strcmp(mode, "request") == 0)

@@ -35,7 +35,7 @@ NAMESPACES = []       # every namespace name handed to a shim
 
 # Where things are, set once by configure(); read as plumbing.NAME, never
 # imported by name (an import would copy the None before configure runs).
-BUILD = SHIM = CLIENT = SERVER = None
+BUILD = SHIM = CLIENT = SERVER = FIXED_CLOCK = None
 RUN_DIR = CG_DIR = ST_DIR = None
 TSV = None
 
@@ -70,7 +70,11 @@ def note(kind, value):
 
 
 def new_namespace(base, suffix):
+    """A namespace no run of this bench has used: one named twice would
+    carry the first user's shared state into the second's figures."""
     name = f"{base}-{suffix}"
+    if name in NAMESPACES:
+        raise BenchError(f"namespace {name} named twice in one run")
     key = namespace_key(name)  # first: every name listed has its key
     NAMESPACES.append(name)
     note("keys", key)
@@ -229,10 +233,11 @@ def env_for(cfg):
 def configure(build):
     """Where the build is; makes OUT/run, OUT/callgrind and OUT/strace
     afresh. Returns OUT (build/bench)."""
-    global BUILD, SHIM, CLIENT, SERVER, RUN_DIR, CG_DIR, ST_DIR
+    global BUILD, SHIM, CLIENT, SERVER, FIXED_CLOCK, RUN_DIR, CG_DIR, ST_DIR
     BUILD = os.path.abspath(build)
     out_dir = os.path.join(BUILD, "bench")
     SHIM = os.path.join(BUILD, "libbulkhead.so")
+    FIXED_CLOCK = os.path.join(out_dir, "libfixed_clock.so")
     CLIENT = os.path.join(out_dir, "bench_client")
     SERVER = os.path.join(out_dir, "bench_server")
     RUN_DIR = os.path.join(out_dir, "run")
@@ -241,7 +246,7 @@ def configure(build):
     for d in (RUN_DIR, CG_DIR, ST_DIR):
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-    for f in (SHIM, os.path.join(BUILD, "bulkhead"), CLIENT, SERVER):
+    for f in (SHIM, os.path.join(BUILD, "bulkhead"), CLIENT, SERVER, FIXED_CLOCK):
         if not os.access(f, os.R_OK):
             raise BenchError(f"{f} is missing: build first (bench/run.sh does)")
     return out_dir
@@ -463,6 +468,56 @@ def contend(port, ctl, how, workers, cfg, section, variant):
 
 FUNC_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
 
+# glibc picks its string and memory routines (memcpy, strlen, ...) by the
+# CPU's features (ifuncs), and each variant runs its own number of
+# instructions: every feature that picks one is switched off, so that
+# every x86-64 machine runs the SSE2 baseline under callgrind and strace.
+IFUNC_FEATURES = ("AVX", "AVX2", "AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ", "AVX512CD",
+                  "ERMS", "FSRM", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "BMI1", "BMI2",
+                  "LZCNT", "MOVBE", "POPCNT", "RTM", "AVX_Fast_Unaligned_Load",
+                  "Fast_Unaligned_Load", "Fast_Unaligned_Copy", "Fast_Copy_Backward",
+                  "Fast_Rep_String", "Slow_BSF", "Prefer_No_VZEROUPPER", "Prefer_ERMS",
+                  "Prefer_FSRM", "Prefer_No_AVX512", "Prefer_PMINUB_for_stringop")
+PINNED_TUNABLES = ("glibc.cpu.hwcaps=" + ",".join(f"-{f}" for f in IFUNC_FEATURES)
+                   if os.uname().machine == "x86_64" else "")
+# The CPU flags behind those choices, as /proc/cpuinfo names them.
+IFUNC_FLAGS = ("sse3", "ssse3", "sse4_1", "sse4_2", "popcnt", "movbe", "lzcnt", "bmi1",
+               "bmi2", "avx", "avx2", "avx512f", "avx512bw", "avx512vl", "erms", "fsrm", "rtm")
+
+
+def counted_vars(cfg):
+    """The environment a counted run adds: the fixed clock (fixed_clock.c
+    says why), the shim when cfg, the pinned string routines."""
+    preload = FIXED_CLOCK + (":" + SHIM if cfg else "")
+    out = {"LD_PRELOAD": preload}
+    if PINNED_TUNABLES:
+        out["GLIBC_TUNABLES"] = PINNED_TUNABLES
+    if cfg:
+        out.update({k: v for k, v in shim_vars(cfg).items() if k != "LD_PRELOAD"})
+    return out
+
+
+def machine_facts():
+    """The report's head: what picks the string routines, and the tools."""
+    flags, model = set(), "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+                elif key.strip() == "model name" and model == "?":
+                    model = value.strip()
+    except OSError:
+        pass
+    libc = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else "?"
+    tool = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout
+    have = [f for f in IFUNC_FLAGS if f in flags]
+    return [f"machine: {model}, {len(CPUS)} CPUs, kernel {os.uname().release}, {libc}, "
+            f"{tool.strip() or 'valgrind ?'}",
+            f"  CPU flags that pick glibc's string routines: {' '.join(have) or 'none'}",
+            f"  counted runs: GLIBC_TUNABLES={PINNED_TUNABLES or '(not x86-64: unpinned)'}"]
+
 
 def client_args(mode, port, n, extra):
     """bench_client's command line; port None: a mode without a peer."""
@@ -471,18 +526,59 @@ def client_args(mode, port, n, extra):
 
 
 def callgrind(tag, mode, port, cfg, n, extra=()):
+    """User-space instructions of one counted run inside bench_client's
+    timed loop (its measured_* function: start-up, whose pids and figures
+    vary, is left out), but the fixed clock's own (clock_reads counts the
+    reads)."""
     out = os.path.join(CG_DIR, f"{tag}.{n}.out")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-           *client_args(mode, port, n, extra)]
-    run(cmd, env_for(cfg), timeout=600)
-    total = None
-    with open(out) as f:
-        for line in f:
-            if line.startswith(("totals:", "summary:")):
-                total = int(line.split()[1])
+           "--toggle-collect=measured_*", *client_args(mode, port, n, extra)]
+    run(cmd, {**BASE_ENV, **counted_vars(cfg)}, timeout=600)
+    total, _, clock_self = profile_counts(out)
     if total is None:
         raise BenchError(f"no totals in {out}")
-    return total
+    if total == 0:
+        raise BenchError(f"{out}: nothing counted: bench_client's {mode} must time its "
+                         f"loop in a function named measured_*")
+    return total - clock_self
+
+
+def profile_counts(path, clock="clock_gettime"):
+    """(total Ir, calls to the clock, the clock's own Ir) of a profile, as
+    callgrind_annotate reads its format: fn= names the function the cost
+    lines are of, cfn= and calls= a call whose inclusive cost the next
+    line gives (the caller's, not counted as the callee's own)."""
+    names, fn, callee, after_call = {}, "", "", False
+    total, calls, own = None, 0, 0
+    with open(path) as f:
+        for raw in f:
+            m = re.match(r"(c?)fn=\((\d+)\)(?: (.*))?", raw)
+            if m:
+                if m.group(3) is not None:
+                    names[m.group(2)] = m.group(3).strip()
+                if m.group(1):
+                    callee = names.get(m.group(2), "")
+                else:
+                    fn = names.get(m.group(2), "")
+                continue
+            if raw.startswith("calls="):
+                if callee == clock:
+                    calls += int(raw[6:].split()[0])
+                after_call = True
+                continue
+            if raw.startswith("totals:"):
+                total = int(raw.split()[1])
+            elif raw[:1].isdigit() or raw[:1] in "+-*":
+                if fn == clock and not after_call:
+                    own += int(raw.split()[-1])
+                after_call = False
+    return total, calls, own
+
+
+def libc_routines(path):
+    """The glibc string and memory routines a profile ran, by name."""
+    with open(path) as f:
+        return sorted(set(re.findall(r"fn=\(\d+\) (__(?:mem|str|stp|wcs|raw)\w+)", f.read())))
 
 
 def per_function(path):
@@ -514,7 +610,9 @@ def marginal_functions(tag, base_tag, top=10):
         b = per_function(os.path.join(CG_DIR, f"{t}.{n2}.out"))
         return {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
     v, base = per_op(tag), per_op(base_tag)
-    diff = {k: v.get(k, 0) - base.get(k, 0) for k in set(v) | set(base)}
+    # the fixed clock's own instructions are in no count (callgrind())
+    diff = {k: v.get(k, 0) - base.get(k, 0) for k in set(v) | set(base)
+            if not k.startswith("fixed_clock.c:")}
     ranked = sorted(diff.items(), key=lambda kv_: -abs(kv_[1]))
     return [(k, d) for k, d in ranked if abs(d) >= 0.5][:top]
 
@@ -522,8 +620,7 @@ def marginal_functions(tag, base_tag, top=10):
 def strace_calls(tag, mode, port, cfg, n, extra=()):
     out = os.path.join(ST_DIR, f"{tag}.{n}.txt")
     cmd = ["strace", "-f", "-c", "-o", out]
-    if cfg:
-        cmd += [f"-E{k}={v}" for k, v in shim_vars(cfg).items()]
+    cmd += [f"-E{k}={v}" for k, v in counted_vars(cfg).items()]
     cmd += client_args(mode, port, n, extra)
     run(cmd, BASE_ENV, timeout=600)
     calls, end = {}, None

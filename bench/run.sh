@@ -76,6 +76,8 @@ $CC $CFLAGS_BENCH -o "$OUT/bench_client" bench/bench_client.c -lpthread
 # The same client with no dynamic loader: what the seccomp supervisor traps.
 $CC $CFLAGS_BENCH -static -o "$OUT/bench_client_static" bench/bench_client.c -lpthread
 $CC $CFLAGS_BENCH -o "$OUT/bench_server" bench/bench_server.c -lpthread
+# The clock of the cost section's counted runs (bench/fixed_clock.c).
+$CC $CFLAGS_BENCH -shared -fPIC -o "$OUT/libfixed_clock.so" bench/fixed_clock.c
 
 # In the background and waited for, so that a signal to this script runs the
 # trap at once (bash defers traps while a foreground child runs); in a
