@@ -81,3 +81,41 @@ print("ok=%d" % ok)' "$SERVER_PORT" 2>&1
     assert_line --partial "permission denied: python3["
     assert_line --partial "connections pass unlimited (on_failure = open)"
 }
+
+# under_shim OUT CMD...: CMD as root under the shim and $RULES, in the
+# background (bg), stdout to OUT.
+under_shim() {
+    local out=$1
+    shift
+    bg "$out" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$@"
+}
+
+@test "a thread waiting for a permit waits on through a sibling's setuid() and connects when the permit frees" {
+    start_server srv -1
+    compartment_rules 1 wait_ms=20000
+    under_shim "$T/holder.out" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
+    local holder=$BG_PID
+    wait_for grep -qx ok "$T/holder.out"
+    under_shim "$T/wait.out" "$CLIENTS/uid_threads" wait 127.0.0.1 "$SERVER_PORT" "$T/setuid.done"
+    wait_for test -s "$T/setuid.done" || fail "$(cat "$T/wait.out.err")"
+    kill "$holder"
+    wait_for grep -q '^waiter=' "$T/wait.out" || fail "$(cat "$T/wait.out.err")"
+    assert_equal "$(cat "$T/wait.out")" "waiter=ok"
+    assert_equal "$(server_stat srv total)" 2
+}
+
+@test "connects from threads while a sibling moves the euid with setresuid() are never refused" {
+    echo nobody >>"$T/other_users"
+    start_server srv -1
+    compartment_rules 5000
+    under_shim "$T/storm.out" "$CLIENTS/uid_threads" storm 127.0.0.1 "$SERVER_PORT" 8 150 65534
+    wait_for -t 60 grep -q '^changes=' "$T/storm.out" || fail "$(cat "$T/storm.out.err")"
+    run cat "$T/storm.out"
+    assert_line ok=1200
+    assert_equal "${#lines[@]}" 2       # ok= and changes=: no errno
+    refute_line changes=0
+    assert_equal "$(server_stat srv total)" 1200
+    run cat "$T/storm.out.err"
+    refute_output --partial "raw syscall"
+    refute_output --partial "permission denied"
+}

@@ -264,6 +264,16 @@ static int wait_for(void *ctx, const struct bh_permit_ask *ask)
     return wait_allowed_ms(asking, compartment, ask, asking->why, sizeof asking->why);
 }
 
+/* A signal ended the wait: go on where the applicant's kernel connect()
+ * would have been restarted. A socket with SO_SNDTIMEO never is: the
+ * kernel ends such a connect with EINTR, SA_RESTART or not. */
+static int restart_wait(void *ctx)
+{
+    const struct asking *asking = ctx;
+    return asking->applicant->signals_restart && own_timeout_ms(asking->fd) == 0 &&
+           asking->applicant->signals_restart();
+}
+
 /* Why a take was refused, in words for the refusal line (a full one's
  * are wait_for's). */
 static const char *refusal_words(struct asking *asking, const struct bh_take *take,
@@ -311,12 +321,15 @@ static int not_granted(struct asking *asking, const struct bh_take *take,
         return BH_GATE_PASS;
     }
     if (result == BH_TAKE_FAILED) {
+        if (errno == EACCES && asking->applicant->uid_settled &&
+            asking->applicant->uid_settled())
+            return BH_GATE_UID_MOVED;
         note_failure_once(asking, errno);
         if (config->on_failure_open)
             return BH_GATE_PASS;
     }
     if (result == BH_TAKE_INTERRUPTED) {
-        errno = EINTR;  /* nothing taken; the program decides whether to retry */
+        errno = EINTR;  /* nothing taken, nothing sent: connect() may be called again */
         return BH_GATE_REFUSED;
     }
     return refuse(asking, asking->local, take->ask.index,
@@ -380,7 +393,7 @@ bh_admit_here(const struct bh_admitter *admitter, const struct bh_applicant *app
     const struct bh_take take = {
         { shared, applicant->membership[local].reserve, rule->weight },
         &admitter->config->compartments[local], applicant->claimed,
-        applicant->reap ? reap_own : NULL, wait_for, &asking,
+        applicant->reap ? reap_own : NULL, wait_for, restart_wait, &asking,
     };
     struct bh_take_outcome outcome;
     /* applicant->claimed is a constant NULL in the shim: one call there */

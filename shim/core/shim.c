@@ -10,10 +10,14 @@
 #include "core/shim.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "adaptive/adaptive.h"
@@ -211,8 +215,32 @@ static void join_namespace(void)
 
 void bh_shim_before_uid_change(void)
 {
+    atomic_fetch_add(&bh_shim.uid_changes_under_way, 1);
     if (bh_shim_active())
         bh_log_hold_file();
+}
+
+static void uid_change_ended(void)
+{
+    atomic_fetch_add(&bh_shim.uid_changes_ended, 1);
+    atomic_fetch_sub(&bh_shim.uid_changes_under_way, 1);
+    syscall(SYS_futex, &bh_shim.uid_changes_ended, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+int bh_shim_uid_settled(void)
+{
+    int saved_errno = errno;
+    const struct timespec slice = { 0, 10 * 1000 * 1000 };
+    for (int i = 0; i < 100 && atomic_load(&bh_shim.uid_changes_under_way) > 0; i++) {
+        uint32_t ended = atomic_load(&bh_shim.uid_changes_ended);
+        if (atomic_load(&bh_shim.uid_changes_under_way) > 0)
+            syscall(SYS_futex, &bh_shim.uid_changes_ended, FUTEX_WAIT_PRIVATE, ended,
+                    &slice, NULL, 0);
+    }
+    int settled = atomic_load(&bh_shim.uid_changes_under_way) > 0 ||
+                  bh_shim.ns.uid == geteuid();
+    errno = saved_errno;
+    return settled;
 }
 
 /* The effective uid changed: the old uid's namespace is out of reach (its
@@ -228,6 +256,7 @@ void bh_shim_after_uid_change(int rc)
     int saved_errno = errno;
     uid_t was = bh_shim.ns.uid, now = geteuid();
     if (rc < 0 || !bh_shim_active() || now == was) {
+        uid_change_ended();
         errno = saved_errno;
         return;
     }
@@ -245,6 +274,7 @@ void bh_shim_after_uid_change(int rc)
            "in namespace \"%s\" of uid %u (bulkhead stat -u %u)",
            program_invocation_short_name, (int)getpid(), (unsigned)was, (unsigned)now,
            bh_shim.config.namespace_name, (unsigned)now, (unsigned)now);
+    uid_change_ended();
     errno = saved_errno;
 }
 

@@ -24,4 +24,11 @@ static inline int bh_shim_active(void)
 void bh_shim_before_uid_change(void);
 void bh_shim_after_uid_change(int rc);
 
+/* The namespace refused a connect with EACCES: waits (up to a second)
+ * for a uid change under way to end; nonzero when one the shim saw
+ * explains the refusal (the namespace is now the euid's, or a change is
+ * still under way): the connect asks again. 0: the euid changed behind
+ * the shim's back (a raw syscall). Rare path only. */
+int bh_shim_uid_settled(void);
+
 #endif

@@ -189,6 +189,9 @@ struct bh_take {
     int (*reap)(void *ctx);
     /* Still full: how long the caller may wait, 0: not at all. */
     int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask);
+    /* A signal ended the wait: nonzero to wait on, to the same deadline
+     * (NULL: the wait ends, BH_TAKE_INTERRUPTED). */
+    int (*restart)(void *ctx);
     void *ctx;
 };
 

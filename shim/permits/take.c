@@ -112,7 +112,8 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
 {
     struct bh_permit_ask own = own_reserve(ask);
     struct bh_grant grant;
-    enum bh_acquire_result result = bh_pools_wait(ns, &own, wait_ms, max_waiters, &grant);
+    const struct bh_wait wait = { wait_ms, max_waiters, NULL, NULL };
+    enum bh_acquire_result result = bh_pools_wait(ns, &own, &wait, &grant);
     if (result == BH_ACQUIRED)
         keep(ns, ask->index, &grant, 0);
     return result;
@@ -216,7 +217,9 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
                                 : bh_permit_held(index) > 0;
     if (holding)  /* hold and wait: stat names it */
         bh_permit_note_waiting(index, +1);
-    result = bh_pools_wait(ns, own, wait_ms, take->compartment->max_waiters, grant);
+    const struct bh_wait wait = { wait_ms, take->compartment->max_waiters, take->restart,
+                                  take->ctx };
+    result = bh_pools_wait(ns, own, &wait, grant);
     if (holding)
         bh_permit_note_waiting(index, -1);
     return result == BH_REJECTED ? BH_TAKE_WAITERS : take_result(result);
