@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "config/config.h"
+#include "core/left_namespaces.h"
 #include "fdtable/fd_table.h"
 
 /* Per-connection watch bits, kept in the fd table. A connection whose bits
@@ -176,11 +177,14 @@ void bh_outcome_before_exec(void);
 void bh_connection_ended(const struct bh_fd_ended *ended);
 
 /* What every path that can end a connection calls with what the fd table
- * returned; inline, since nearly always nothing ended. */
+ * returned; inline, since nearly always nothing ended. A compartment
+ * below BH_FD_NOTHING_ENDED is one of a namespace left at a uid change. */
 static inline void bh_give_back(struct bh_fd_ended ended)
 {
     if (ended.compartment >= 0)
         bh_connection_ended(&ended);
+    else if (__builtin_expect(ended.compartment < BH_FD_NOTHING_ENDED, 0))
+        bh_left_namespace_ended(&ended);
 }
 
 #endif

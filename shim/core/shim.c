@@ -23,6 +23,7 @@
 #include "adaptive/adaptive.h"
 #include "core/copies.h"
 #include "core/handoff.h"
+#include "core/left_namespaces.h"
 #include "core/outcome.h"
 #include "core/stall.h"
 #include "fdtable/fd_table.h"
@@ -188,23 +189,34 @@ static void unreachable(const char *err)
         bh_shim.shared_index[i] = open ? -1 : BH_SHARED_UNREACHABLE;
 }
 
+/* bh_shim.ns is the namespace of its uid: a failed join leaves the old
+ * one mapped under the new uid, which no later change may keep. */
+static int namespace_is_its_uids = 1;
+
 /* Opened aside and then copied in, so that the namespace a thread reads
- * goes from the old one to the new without passing through none. */
-static void join_namespace(void)
+ * goes from the old one to the new without passing through none; or
+ * attached already (one left at a uid change, come back to). */
+static void join_namespace(int attached)
 {
     static struct bh_namespace joined;
     char err[512];
     for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
         bh_shim.local_index[i] = -1;
+    namespace_is_its_uids = 1;
+    if (attached) {
+        register_compartments();
+        return;
+    }
     if (bh_namespace_open(bh_shim.config.namespace_name, 1, &joined, err,
                           sizeof err) < 0) {
         if (errno == EPERM || errno == EEXIST)
             snprintf(err + strlen(err), sizeof err - strlen(err), "; %s",
                      errno == EPERM ? "ipcrm removes it (root or its owner)"
                                     : "bulkhead reset --force removes it");
-        if (bh_shim.ns.state)
+        if (bh_shim.ns.state) {
             bh_shim.ns.uid = joined.uid;  /* the old one stays mapped, unused */
-        else
+            namespace_is_its_uids = 0;
+        } else
             bh_shim.ns = joined;          /* nothing attached: semid -1 */
         unreachable(err);
         return;
@@ -261,15 +273,15 @@ void bh_shim_after_uid_change(int rc)
         return;
     }
     uint32_t held = bh_permits_held_total();
-    bh_fd_table_reset();
-    bh_permits_forget_after_fork();  /* it holds nothing in the new namespace */
+    int back = bh_left_namespaces_switch(now, namespace_is_its_uids);
     if (held)
         bh_log(BH_LOG_WARN, "%s[%d] changed its uid from %u to %u holding %u permit%s "
-               "of namespace \"%s\" of uid %u: they go back when it exits",
-               program_invocation_short_name, (int)getpid(), (unsigned)was,
+               "of namespace \"%s\" of uid %u: each goes back at its connection's "
+               "close if uid %u may still reach that namespace (root may), else when "
+               "it exits", program_invocation_short_name, (int)getpid(), (unsigned)was,
                (unsigned)now, held, held == 1 ? "" : "s",
-               bh_shim.config.namespace_name, (unsigned)was);
-    join_namespace();
+               bh_shim.config.namespace_name, (unsigned)was, (unsigned)now);
+    join_namespace(back);
     bh_log(BH_LOG_INFO, "%s[%d] changed its uid from %u to %u: its connections count "
            "in namespace \"%s\" of uid %u (bulkhead stat -u %u)",
            program_invocation_short_name, (int)getpid(), (unsigned)was, (unsigned)now,
@@ -295,7 +307,7 @@ static void start_once_per_image(void)
      * [global] alone) count nothing: no namespace is made for them. */
     int active = load_rules() == 0 && bh_shim.config.compartment_count > 0;
     if (active) {
-        join_namespace();
+        join_namespace(0);
         bh_fd_table_reset();
         bh_handoff_adopt();
         pthread_atfork(bh_copies_before_fork, NULL, forget_after_fork);

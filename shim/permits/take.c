@@ -124,6 +124,12 @@ void bh_permit_release(struct bh_namespace *ns, int index, int weight)
     bh_pools_give(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
 }
 
+void bh_permit_release_aside(struct bh_namespace *ns, int slot, int index, int weight)
+{
+    bh_pools_give(ns, index, weight,
+                  bh_holding_remove_from(bh_holding_aside(slot, index), weight), SEM_UNDO);
+}
+
 void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,
                     _Atomic uint32_t *claimed)
 {

@@ -6,20 +6,23 @@
  *     calls setuid(0) (the euid stays 0, but glibc signals every thread)
  *     and writes "setuid=ok" to FILE. Prints the thread's outcome once
  *     it connected or failed: "waiter=ok" or "waiter=ERRNO".
- *   uid_threads storm HOST PORT THREADS CONNECTS UID
- *     THREADS threads each connect and close CONNECTS times, while a
- *     sibling moves the euid between 0 and UID with setresuid() until
- *     they are done. Prints "ok=N", one "ERRNO=N" line per errno seen and
- *     "changes=N".
- *   uid_threads bracket HOST PORT UID ROUNDS FILE
+ *   uid_threads storm HOST PORT THREADS CHANGES UID
+ *     THREADS threads connect and close, over and over, while a sibling
+ *     moves the euid between 0 and UID with setresuid() CHANGES times,
+ *     once every 20 connects; the connects stop with the changes, or at
+ *     1,000 (a loopback server's pace).
+ *     Prints "ok=N", one "ERRNO=N" line per errno seen and "changes=N".
+ *   uid_threads bracket HOST PORT UID ROUNDS close|keep FILE
  *     A root daemon's requests: ROUNDS times seteuid(UID), connect,
- *     seteuid(0), close. Prints "ok=N" and "ERRNO=N" lines, writes "done"
- *     to FILE, then keeps running until killed.
+ *     seteuid(0), then close (keep: the connections stay open). Prints
+ *     "ok=N" and "ERRNO=N" lines, writes "done" to FILE, then keeps
+ *     running until killed.
  *
  * Exit: 0 when it ran, 2 on usage or setup error. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,18 +108,26 @@ static int run_wait(const char *file)
 
 /* ---- storm ---- */
 
-enum { MAX_THREADS = 256, MAX_ERRNO = 4096 };
+enum { MAX_THREADS = 256, MAX_ERRNO = 4096, CONNECTS_PER_CHANGE = 20,
+       MAX_CONNECTS = 1000 };
 
-static int g_connects;
 static uid_t g_uid;
-static _Atomic int g_running;
+static _Atomic int g_storming = 1;
 static _Atomic int g_ok;
 static _Atomic int g_errors[MAX_ERRNO];
+
+static int connects_done(void)
+{
+    int done = atomic_load(&g_ok);
+    for (int err = 0; err < MAX_ERRNO; err++)
+        done += atomic_load(&g_errors[err]);
+    return done;
+}
 
 static void *connector(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < g_connects; i++) {
+    while (atomic_load(&g_storming) && connects_done() < MAX_CONNECTS) {
         int fd, err = connect_once(&fd);
         if (err == 0)
             atomic_fetch_add(&g_ok, 1);
@@ -125,7 +136,6 @@ static void *connector(void *arg)
         if (fd >= 0)
             close(fd);
     }
-    atomic_fetch_sub(&g_running, 1);
     return NULL;
 }
 
@@ -137,20 +147,22 @@ static void print_counts(void)
             printf("%s=%d\n", errno_text(err), atomic_load(&g_errors[err]));
 }
 
-static int run_storm(int threads)
+static int run_storm(int threads, int changes)
 {
     pthread_t tids[MAX_THREADS];
-    atomic_store(&g_running, threads);
     for (int i = 0; i < threads; i++)
         pthread_create(&tids[i], NULL, connector, NULL);
-    int changes = 0;
-    while (atomic_load(&g_running) > 0) {
-        if (setresuid((uid_t)-1, changes % 2 ? 0 : g_uid, (uid_t)-1) != 0) {
+    for (int i = 0; i < changes; i++) {
+        /* a change every CONNECTS_PER_CHANGE connects, while they go on */
+        while (connects_done() < (i + 1) * CONNECTS_PER_CHANGE &&
+               connects_done() < MAX_CONNECTS)
+            sched_yield();
+        if (setresuid((uid_t)-1, i % 2 ? 0 : g_uid, (uid_t)-1) != 0) {
             perror("setresuid");
             return 2;
         }
-        changes++;
     }
+    atomic_store(&g_storming, 0);
     for (int i = 0; i < threads; i++)
         pthread_join(tids[i], NULL);
     print_counts();
@@ -160,7 +172,7 @@ static int run_storm(int threads)
 
 /* ---- bracket ---- */
 
-static int run_bracket(int rounds, const char *file)
+static int run_bracket(int rounds, int keep, const char *file)
 {
     for (int i = 0; i < rounds; i++) {
         int fd;
@@ -177,7 +189,7 @@ static int run_bracket(int rounds, const char *file)
             atomic_fetch_add(&g_ok, 1);
         else
             atomic_fetch_add(&g_errors[err < MAX_ERRNO ? err : 0], 1);
-        if (fd >= 0)
+        if (fd >= 0 && !keep)
             close(fd);
     }
     print_counts();
@@ -198,15 +210,14 @@ int main(int argc, char **argv)
         return run_wait(argv[4]);
     if (strcmp(argv[1], "storm") == 0 && argc == 7) {
         int threads = atoi(argv[4]);
-        g_connects = atoi(argv[5]);
         g_uid = (uid_t)atoi(argv[6]);
         if (threads < 1 || threads > MAX_THREADS)
             return 2;
-        return run_storm(threads);
+        return run_storm(threads, atoi(argv[5]));
     }
-    if (strcmp(argv[1], "bracket") == 0 && argc == 7) {
+    if (strcmp(argv[1], "bracket") == 0 && argc == 8) {
         g_uid = (uid_t)atoi(argv[4]);
-        return run_bracket(atoi(argv[5]), argv[6]);
+        return run_bracket(atoi(argv[5]), strcmp(argv[6], "keep") == 0, argv[7]);
     }
     fprintf(stderr, "uid_threads: bad arguments\n");
     return 2;
