@@ -227,7 +227,7 @@ static void note_failure_once(const struct asking *asking, int error)
     const char *then = config->on_failure_open
         ? "connections pass unlimited (on_failure = open)"
         : "refusing what the rules match (on_failure = closed)";
-    if (error == EACCES)
+    if (error == EACCES && geteuid() != ns_of(asking)->uid)
         bh_log(BH_LOG_ERROR, "namespace \"%s\" of uid %u: permission denied: %s[%d] "
                "runs as uid %u now, changed without setuid() or its kin (a raw "
                "syscall?); %s", config->namespace_name, (unsigned)ns_of(asking)->uid,

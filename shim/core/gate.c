@@ -77,17 +77,26 @@ static const struct bh_applicant shim_applicant = {
     bh_shim_uid_settled,
 };
 
+/* The last try: a refusal is said and on_failure decides. */
+static const struct bh_applicant shim_applicant_last_try = {
+    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads, bh_signals_all_restart,
+    NULL,
+};
+
+enum { UID_MOVED_TRIES = 16 };
+
 /* A uid change refused the take half way (siblings run as the new uid
  * before the namespace follows): asked again, in the namespace the change
- * led to, for as long as changes the shim saw keep refusing it. */
+ * led to, while changes the shim saw keep refusing it, a few times. */
 static __attribute__((noinline, cold)) int
 admit_again(int fd, const struct bh_rule *rule, const struct sockaddr *to,
             struct bh_admitted *admitted)
 {
-    int shared;
-    do
+    int shared = BH_GATE_UID_MOVED;
+    for (int i = 0; i < UID_MOVED_TRIES && shared == BH_GATE_UID_MOVED; i++)
         shared = bh_admit(&shim_admitter, &shim_applicant, fd, rule, to, admitted);
-    while (shared == BH_GATE_UID_MOVED);
+    if (shared == BH_GATE_UID_MOVED)
+        shared = bh_admit(&shim_admitter, &shim_applicant_last_try, fd, rule, to, admitted);
     return shared;
 }
 

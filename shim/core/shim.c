@@ -255,14 +255,14 @@ int bh_shim_uid_settled(void)
     return settled;
 }
 
-/* The effective uid changed: the old uid's namespace is out of reach (its
- * objects are 0600), so the process joins the new uid's, as every worker
- * of that user does. Permits taken before stay in the old namespace until
- * the process exits, when SEM_UNDO gives them back (no close can reach
- * that set any more): their connections are forgotten here, so that no
- * close gives a permit to the wrong namespace. Meant for start-up, as
- * daemons drop root: threads connecting meanwhile may see the namespace
- * change under them. */
+/* The effective uid changed: the process joins the new uid's namespace,
+ * as every worker of that user does. The one it leaves is kept with its
+ * connections and counts (left_namespaces.c): their closes give permits
+ * back there while the process can reach it (root can; a worker that
+ * dropped root for good cannot, and SEM_UNDO gives them back at exit),
+ * and a process that comes back to a namespace finds them again. Threads
+ * connecting meanwhile may count in either namespace; one the old
+ * namespace refuses waits for the change to end (bh_shim_uid_settled). */
 void bh_shim_after_uid_change(int rc)
 {
     int saved_errno = errno;

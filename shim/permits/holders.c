@@ -11,6 +11,10 @@
  *     records, and so the permits) learns what the old one held. Written
  *     by its process; freed by it at exit when empty, or by whoever finds
  *     the process dead (CAS of pid to -1, so one reaper wins).
+ * A process that changes its uid keeps its counts of each namespace it
+ * left aside (bh_permits_swap_aside: process-local, swapped by the thread
+ * changing the uid, taken from by closes in any thread with atomics), so
+ * that each of those namespaces gets its permits back from its own counts.
  *
  * Permits taken for another process (`bulkhead run`'s seccomp supervisor
  * takes them for every program of its tree, each with its own per_process
@@ -365,14 +369,6 @@ uint32_t bh_permits_held_total(void)
     return total;
 }
 
-void bh_permits_forget_after_fork(void)
-{
-    /* The child holds nothing of its own; only the entries ever used are
-     * cleared, so a fork touches few pages. */
-    memset(bh_mine, 0, atomic_load(&bh_mine_used) * sizeof *bh_mine);
-    atomic_store(&my_start_time, 0);
-}
-
 /* Counts of namespaces this process left at a uid change (permits.h):
  * process-local like bh_mine, swapped only by the thread changing the
  * uid; a close in another thread may take from them meanwhile. */
@@ -410,6 +406,16 @@ void bh_permits_clear_aside(int slot)
 {
     memset(aside[slot], 0, (size_t)aside_used[slot] * sizeof aside[slot][0]);
     aside_used[slot] = 0;
+}
+
+void bh_permits_forget_after_fork(void)
+{
+    /* The child holds nothing of its own; only the entries ever used are
+     * cleared, so a fork touches few pages. */
+    memset(bh_mine, 0, atomic_load(&bh_mine_used) * sizeof *bh_mine);
+    for (int slot = 0; slot < BH_PERMITS_ASIDE; slot++)
+        bh_permits_clear_aside(slot);
+    atomic_store(&my_start_time, 0);
 }
 
 int bh_permits_rejoin_after_exec(struct bh_namespace *ns,

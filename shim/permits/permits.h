@@ -303,7 +303,8 @@ void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 /* The process is exiting: its holder records are freed if it holds
  * nothing, so records of exited processes do not wait for a reaper. */
 void bh_permits_leave(struct bh_namespace *ns);
-/* The calling process was just forked: it holds no permits of its own. */
+/* The calling process was just forked: it holds no permits of its own,
+ * in any namespace (none set aside either). */
 void bh_permits_forget_after_fork(void);
 /* A process that changes its uid leaves its namespace and may come back
  * (a root daemon's seteuid(user) ... seteuid(0) around each request):
