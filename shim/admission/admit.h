@@ -256,14 +256,6 @@ static int reap_own(void *ctx)
     return applicant->reap(applicant->reap_ctx);
 }
 
-static int wait_for(void *ctx, const struct bh_permit_ask *ask)
-{
-    struct asking *asking = ctx;
-    const struct bh_compartment *compartment =
-        &asking->admitter->config->compartments[asking->local];
-    return wait_allowed_ms(asking, compartment, ask, asking->why, sizeof asking->why);
-}
-
 /* A signal ended the wait: go on where the applicant's kernel connect()
  * would have been restarted. A socket with SO_SNDTIMEO never is: the
  * kernel ends such a connect with EINTR, SA_RESTART or not. */
@@ -272,6 +264,15 @@ static int restart_wait(void *ctx)
     const struct asking *asking = ctx;
     return asking->applicant->signals_restart && own_timeout_ms(asking->fd) == 0 &&
            asking->applicant->signals_restart();
+}
+
+static int wait_for(void *ctx, const struct bh_permit_ask *ask, int (**restart)(void *ctx))
+{
+    struct asking *asking = ctx;
+    *restart = restart_wait;
+    const struct bh_compartment *compartment =
+        &asking->admitter->config->compartments[asking->local];
+    return wait_allowed_ms(asking, compartment, ask, asking->why, sizeof asking->why);
 }
 
 /* Why a take was refused, in words for the refusal line (a full one's
@@ -393,7 +394,7 @@ bh_admit_here(const struct bh_admitter *admitter, const struct bh_applicant *app
     const struct bh_take take = {
         { shared, applicant->membership[local].reserve, rule->weight },
         &admitter->config->compartments[local], applicant->claimed,
-        applicant->reap ? reap_own : NULL, wait_for, restart_wait, &asking,
+        applicant->reap ? reap_own : NULL, wait_for, &asking,
     };
     struct bh_take_outcome outcome;
     /* applicant->claimed is a constant NULL in the shim: one call there */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "core/left_namespaces.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"

@@ -187,11 +187,12 @@ struct bh_take {
      * given back; how many (NULL: none to look at). The namespace's
      * shared socket records are always looked at. */
     int (*reap)(void *ctx);
-    /* Still full: how long the caller may wait, 0: not at all. */
-    int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask);
-    /* A signal ended the wait: nonzero to wait on, to the same deadline
-     * (NULL: the wait ends, BH_TAKE_INTERRUPTED). */
-    int (*restart)(void *ctx);
+    /* Still full: how long the caller may wait, 0: not at all; and in
+     * *restart what to ask when a signal ends the wait: nonzero to wait
+     * on, to the same deadline (NULL, as it starts: the wait ends,
+     * BH_TAKE_INTERRUPTED). */
+    int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask,
+                   int (**restart)(void *ctx));
     void *ctx;
 };
 

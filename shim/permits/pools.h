@@ -40,7 +40,7 @@ void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
 struct bh_wait {
     int ms;
     int max_waiters;
-    int (*restart)(void *ctx);  /* see bh_take; NULL: a signal ends it */
+    int (*restart)(void *ctx);  /* see bh_take.wait_ms; NULL: a signal ends it */
     void *ctx;
 };
 enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_permit_ask *ask,

@@ -214,7 +214,8 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
     if (result != BH_REJECTED)
         return take_result(result);
     int never = never_enough(ns, take, &outcome->most);
-    int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask);
+    int (*restart)(void *ctx) = NULL;
+    int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask, &restart);
     if (wait_ms == 0) {
         bh_permit_count_rejected(ns, index);
         return never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL;
@@ -223,8 +224,7 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
                                 : bh_permit_held(index) > 0;
     if (holding)  /* hold and wait: stat names it */
         bh_permit_note_waiting(index, +1);
-    const struct bh_wait wait = { wait_ms, take->compartment->max_waiters, take->restart,
-                                  take->ctx };
+    const struct bh_wait wait = { wait_ms, take->compartment->max_waiters, restart, take->ctx };
     result = bh_pools_wait(ns, own, &wait, grant);
     if (holding)
         bh_permit_note_waiting(index, -1);

@@ -260,8 +260,8 @@ static void test_takes_for_others_go_back_to_their_own_pools(void **state)
     int c = compartment(2, 1);
     static _Atomic uint32_t member[BH_MAX_COMPARTMENTS], other[BH_MAX_COMPARTMENTS];
     const struct bh_compartment rules = { .limit = 2 };
-    const struct bh_take for_other = { { c, -1, 1 }, &rules, other, NULL, NULL, NULL, NULL };
-    const struct bh_take for_member = { { c, 0, 1 }, &rules, member, NULL, NULL, NULL, NULL };
+    const struct bh_take for_other = { { c, -1, 1 }, &rules, other, NULL, NULL, NULL };
+    const struct bh_take for_member = { { c, 0, 1 }, &rules, member, NULL, NULL, NULL };
     struct bh_take_outcome outcome;
     assert_int_equal(bh_permit_take_for_another(&ns, &for_other, &outcome), BH_TAKE_GRANTED);
     struct bh_taken others = bh_take_taken(&for_other.ask, &outcome);
