@@ -53,6 +53,25 @@ static int by_index_then_pid(const void *a, const void *b)
     return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+/* A process may have several records of one compartment (each program
+ * image it exec'd into, each time it came back to the namespace at a uid
+ * change): one holder, with what they hold together. The list is sorted. */
+static void merge_same_process(struct cli_holders *holders)
+{
+    int kept = 0;
+    for (int i = 0; i < holders->count; i++) {
+        struct cli_holder *last = kept ? &holders->list[kept - 1] : NULL;
+        const struct cli_holder *next = &holders->list[i];
+        if (last && last->index == next->index && last->pid == next->pid) {
+            last->permits += next->permits;
+            last->waiting += next->waiting;
+        } else {
+            holders->list[kept++] = *next;
+        }
+    }
+    holders->count = kept;
+}
+
 int cli_holders_collect(struct bh_namespace *ns, struct cli_holders *holders)
 {
     *holders = (struct cli_holders){ NULL, 0, 0 };
@@ -72,6 +91,7 @@ int cli_holders_collect(struct bh_namespace *ns, struct cli_holders *holders)
         return -1;
     }
     qsort(holders->list, holders->count, sizeof *holders->list, by_index_then_pid);
+    merge_same_process(holders);
     return 0;
 }
 

@@ -81,3 +81,72 @@ print("ok=%d" % ok)' "$SERVER_PORT" 2>&1
     assert_line --partial "permission denied: python3["
     assert_line --partial "connections pass unlimited (on_failure = open)"
 }
+
+# under_shim OUT CMD...: CMD as root under the shim and $RULES, in the
+# background (bg), stdout to OUT.
+under_shim() {
+    local out=$1
+    shift
+    bg "$out" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$@"
+}
+
+@test "a thread waiting for a permit waits on through a sibling's setuid() and connects when the permit frees" {
+    start_server srv -1
+    compartment_rules 1 wait_ms=20000
+    under_shim "$T/holder.out" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" -1
+    local holder=$BG_PID
+    wait_for grep -qx ok "$T/holder.out"
+    under_shim "$T/wait.out" "$CLIENTS/uid_threads" wait 127.0.0.1 "$SERVER_PORT" "$T/setuid.done"
+    wait_for test -s "$T/setuid.done" || fail "$(cat "$T/wait.out.err")"
+    kill "$holder"
+    wait_for grep -q '^waiter=' "$T/wait.out" || fail "$(cat "$T/wait.out.err")"
+    assert_equal "$(cat "$T/wait.out")" "waiter=ok"
+    assert_equal "$(server_stat srv total)" 2
+}
+
+@test "connects from threads while a sibling moves the euid with setresuid() are never refused" {
+    echo nobody >>"$T/other_users"
+    start_server srv -1
+    compartment_rules 5000
+    under_shim "$T/storm.out" "$CLIENTS/uid_threads" storm 127.0.0.1 "$SERVER_PORT" 4 40 65534
+    wait_for -t 60 grep -q '^changes=' "$T/storm.out" || fail "$(cat "$T/storm.out.err")"
+    run cat "$T/storm.out"
+    assert_line changes=40
+    assert_equal "${#lines[@]}" 2       # ok= and changes=: no errno
+    local ok
+    ok=$(out_value ok)
+    ((ok > 0)) || fail "no connect at all"
+    assert_equal "$(server_stat srv total)" "$ok"
+    run cat "$T/storm.out.err"
+    refute_output --partial "raw syscall"
+    refute_output --partial "permission denied"
+}
+
+@test "a root daemon that connects as its user between seteuid() calls gives each permit back at its close" {
+    echo nobody >>"$T/other_users"
+    start_server srv -1
+    compartment_rules 1
+    under_shim "$T/daemon.out" "$CLIENTS/uid_threads" bracket 127.0.0.1 "$SERVER_PORT" 65534 5 close "$T/daemon.done"
+    wait_for test -s "$T/daemon.done" || fail "$(cat "$T/daemon.out.err")"
+    run cat "$T/daemon.out"
+    assert_output ok=5
+    # the daemon still runs: nobody's other processes get the whole limit
+    nobody_connect "$RULES"
+    assert_success
+    assert_line ok
+    assert_equal "$(server_stat srv total)" 6
+}
+
+@test "stat shows a root daemon holding connections it made as its user across seteuid() calls as one holder" {
+    echo nobody >>"$T/other_users"
+    start_server srv -1
+    compartment_rules 5
+    under_shim "$T/daemon.out" "$CLIENTS/uid_threads" bracket 127.0.0.1 "$SERVER_PORT" 65534 3 keep "$T/daemon.done"
+    local daemon=$BG_PID
+    wait_for test -s "$T/daemon.done" || fail "$(cat "$T/daemon.out.err")"
+    assert_equal "$(cat "$T/daemon.out")" ok=3
+    run "$BULKHEAD" stat -n "$NS" -u nobody --json
+    assert_success
+    assert_output --partial "\"holders\": [{\"pid\": $daemon, \"permits\": 3"
+    assert_equal "$(grep -o '"pid"' <<<"$output" | wc -l)" 1
+}

@@ -20,6 +20,9 @@ enum {
     BH_GATE_DISCONNECT = -3, /* connect(AF_UNSPEC) of a counted socket */
     BH_GATE_AGAIN = -4,      /* connect() again on a counted socket still
                                 connecting: only its outcome is learned */
+    BH_GATE_UID_MOVED = -5,  /* from bh_admit_here only: a uid change the
+                                applicant saw refused the take (EACCES);
+                                nothing taken, nothing said: admit again */
 };
 enum { BH_SHARED_UNREACHABLE = -2 };
 
@@ -74,6 +77,16 @@ struct bh_applicant {
      * not the program's (the shim's io watchdog): left out when hold and
      * wait asks whether the program is single-threaded. NULL: none. */
     int (*own_threads)(void);
+    /* A signal ended a permit wait (the semaphore wait fails with EINTR
+     * even under SA_RESTART): nonzero when no handler without SA_RESTART
+     * can have run in the applicant, so that its kernel connect() would
+     * have gone on; the wait then goes on, to its first deadline. NULL:
+     * the wait ends, and connect() fails with EINTR. */
+    int (*signals_restart)(void);
+    /* The namespace refused the take (EACCES): nonzero when a uid change
+     * the caller saw explains it (see bh_shim_uid_settled); the admission
+     * then returns BH_GATE_UID_MOVED. NULL: never. */
+    int (*uid_settled)(void);
 };
 
 /* What an admitted connect holds: its permits, and the probe slot's

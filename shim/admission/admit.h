@@ -227,7 +227,7 @@ static void note_failure_once(const struct asking *asking, int error)
     const char *then = config->on_failure_open
         ? "connections pass unlimited (on_failure = open)"
         : "refusing what the rules match (on_failure = closed)";
-    if (error == EACCES)
+    if (error == EACCES && geteuid() != ns_of(asking)->uid)
         bh_log(BH_LOG_ERROR, "namespace \"%s\" of uid %u: permission denied: %s[%d] "
                "runs as uid %u now, changed without setuid() or its kin (a raw "
                "syscall?); %s", config->namespace_name, (unsigned)ns_of(asking)->uid,
@@ -256,9 +256,20 @@ static int reap_own(void *ctx)
     return applicant->reap(applicant->reap_ctx);
 }
 
-static int wait_for(void *ctx, const struct bh_permit_ask *ask)
+/* A signal ended the wait: go on where the applicant's kernel connect()
+ * would have been restarted. A socket with SO_SNDTIMEO never is: the
+ * kernel ends such a connect with EINTR, SA_RESTART or not. */
+static int restart_wait(void *ctx)
+{
+    const struct asking *asking = ctx;
+    return asking->applicant->signals_restart && own_timeout_ms(asking->fd) == 0 &&
+           asking->applicant->signals_restart();
+}
+
+static int wait_for(void *ctx, const struct bh_permit_ask *ask, int (**restart)(void *ctx))
 {
     struct asking *asking = ctx;
+    *restart = restart_wait;
     const struct bh_compartment *compartment =
         &asking->admitter->config->compartments[asking->local];
     return wait_allowed_ms(asking, compartment, ask, asking->why, sizeof asking->why);
@@ -311,12 +322,15 @@ static int not_granted(struct asking *asking, const struct bh_take *take,
         return BH_GATE_PASS;
     }
     if (result == BH_TAKE_FAILED) {
+        if (errno == EACCES && asking->applicant->uid_settled &&
+            asking->applicant->uid_settled())
+            return BH_GATE_UID_MOVED;
         note_failure_once(asking, errno);
         if (config->on_failure_open)
             return BH_GATE_PASS;
     }
     if (result == BH_TAKE_INTERRUPTED) {
-        errno = EINTR;  /* nothing taken; the program decides whether to retry */
+        errno = EINTR;  /* nothing taken, nothing sent: connect() may be called again */
         return BH_GATE_REFUSED;
     }
     return refuse(asking, asking->local, take->ask.index,

@@ -22,6 +22,7 @@
 #include "core/stall.h"
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
+#include "libc/signals.h"
 
 /* A socket not made through our socket() hook: ask the kernel. */
 static __attribute__((noinline)) int is_inet_stream_socket(int fd)
@@ -72,15 +73,44 @@ static const struct bh_admitter shim_admitter = {
     &bh_shim.config, &bh_shim.ns, bh_shim.shared_index,
 };
 static const struct bh_applicant shim_applicant = {
-    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads,
+    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads, bh_signals_all_restart,
+    bh_shim_uid_settled,
 };
+
+/* The last try: a refusal is said and on_failure decides. */
+static const struct bh_applicant shim_applicant_last_try = {
+    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads, bh_signals_all_restart,
+    NULL,
+};
+
+enum { UID_MOVED_TRIES = 16 };
+
+/* A uid change refused the take half way (siblings run as the new uid
+ * before the namespace follows): asked again, in the namespace the change
+ * led to, while changes the shim saw keep refusing it, a few times. */
+static __attribute__((noinline, cold)) int
+admit_again(int fd, const struct bh_rule *rule, const struct sockaddr *to,
+            struct bh_admitted *admitted)
+{
+    int shared = BH_GATE_UID_MOVED;
+    for (int i = 0; i < UID_MOVED_TRIES && shared == BH_GATE_UID_MOVED; i++)
+        shared = bh_admit(&shim_admitter, &shim_applicant, fd, rule, to, admitted);
+    if (shared == BH_GATE_UID_MOVED)
+        shared = bh_admit(&shim_admitter, &shim_applicant_last_try, fd, rule, to, admitted);
+    return shared;
+}
 
 static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 {
     struct bh_admitted admitted;
     int shared = bh_admit_here(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
-    if (shared < 0)
-        return shared;
+    if (shared < 0) {
+        if (shared != BH_GATE_UID_MOVED)
+            return shared;
+        shared = admit_again(fd, rule, to, &admitted);
+        if (shared < 0)
+            return shared;
+    }
     return attach(fd, rule->compartment, &admitted.ask, admitted.probe);
 }
 

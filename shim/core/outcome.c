@@ -72,6 +72,7 @@
 #include "adaptive/adaptive.h"
 #include "breaker/breaker.h"
 #include "core/deadline.h"
+#include "core/left_namespaces.h"
 #include "core/stall.h"
 #include "core/state.h"
 #include "log/log.h"
@@ -399,4 +400,12 @@ void bh_connection_ended(const struct bh_fd_ended *ended)
     if (ended->watch & BH_WATCH_PROBE)
         bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended->compartment), ended->since_ns);
     bh_permit_release(&bh_shim.ns, ended->compartment, ended->weight);
+}
+
+void bh_ended_anywhere(const struct bh_fd_ended *ended)
+{
+    if (ended->compartment >= 0)
+        bh_connection_ended(ended);
+    else
+        bh_left_namespace_ended(ended);
 }

@@ -175,12 +175,16 @@ void bh_outcome_before_exec(void);
  * still held one; its hold time is counted. Async-signal-safe. */
 void bh_connection_ended(const struct bh_fd_ended *ended);
 
+/* bh_connection_ended, or for a compartment below BH_FD_NOTHING_ENDED (a
+ * namespace left at a uid change) bh_left_namespace_ended. */
+void bh_ended_anywhere(const struct bh_fd_ended *ended);
+
 /* What every path that can end a connection calls with what the fd table
- * returned; inline, since nearly always nothing ended. */
+ * returned; inline, since nearly always nothing ended: one test then. */
 static inline void bh_give_back(struct bh_fd_ended ended)
 {
-    if (ended.compartment >= 0)
-        bh_connection_ended(&ended);
+    if (ended.compartment != BH_FD_NOTHING_ENDED)
+        bh_ended_anywhere(&ended);
 }
 
 #endif

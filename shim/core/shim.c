@@ -10,16 +10,21 @@
 #include "core/shim.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "adaptive/adaptive.h"
 #include "core/copies.h"
 #include "core/handoff.h"
+#include "core/left_namespaces.h"
 #include "core/outcome.h"
 #include "core/stall.h"
 #include "fdtable/fd_table.h"
@@ -225,23 +230,34 @@ static void unreachable(const char *err)
         bh_shim.shared_index[i] = open ? -1 : BH_SHARED_UNREACHABLE;
 }
 
+/* bh_shim.ns is the namespace of its uid: a failed join leaves the old
+ * one mapped under the new uid, which no later change may keep. */
+static int namespace_is_its_uids = 1;
+
 /* Opened aside and then copied in, so that the namespace a thread reads
- * goes from the old one to the new without passing through none. */
-static void join_namespace(void)
+ * goes from the old one to the new without passing through none; or
+ * attached already (one left at a uid change, come back to). */
+static void join_namespace(int attached)
 {
     static struct bh_namespace joined;
     char err[512];
     for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
         bh_shim.local_index[i] = -1;
+    namespace_is_its_uids = 1;
+    if (attached) {
+        register_compartments();
+        return;
+    }
     if (bh_namespace_open(bh_shim.config.namespace_name, 1, &joined, err,
                           sizeof err) < 0) {
         if (errno == EPERM || errno == EEXIST)
             snprintf(err + strlen(err), sizeof err - strlen(err), "; %s",
                      errno == EPERM ? "ipcrm removes it (root or its owner)"
                                     : "bulkhead reset --force removes it");
-        if (bh_shim.ns.state)
+        if (bh_shim.ns.state) {
             bh_shim.ns.uid = joined.uid;  /* the old one stays mapped, unused */
-        else
+            namespace_is_its_uids = 0;
+        } else
             bh_shim.ns = joined;          /* nothing attached: semid -1 */
         unreachable(err);
         return;
@@ -252,40 +268,66 @@ static void join_namespace(void)
 
 void bh_shim_before_uid_change(void)
 {
+    atomic_fetch_add(&bh_shim.uid_changes_under_way, 1);
     if (bh_shim_active())
         bh_log_hold_file();
 }
 
-/* The effective uid changed: the old uid's namespace is out of reach (its
- * objects are 0600), so the process joins the new uid's, as every worker
- * of that user does. Permits taken before stay in the old namespace until
- * the process exits, when SEM_UNDO gives them back (no close can reach
- * that set any more): their connections are forgotten here, so that no
- * close gives a permit to the wrong namespace. Meant for start-up, as
- * daemons drop root: threads connecting meanwhile may see the namespace
- * change under them. */
+static void uid_change_ended(void)
+{
+    atomic_fetch_add(&bh_shim.uid_changes_ended, 1);
+    atomic_fetch_sub(&bh_shim.uid_changes_under_way, 1);
+    syscall(SYS_futex, &bh_shim.uid_changes_ended, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+int bh_shim_uid_settled(void)
+{
+    int saved_errno = errno;
+    const struct timespec slice = { 0, 10 * 1000 * 1000 };
+    for (int i = 0; i < 100 && atomic_load(&bh_shim.uid_changes_under_way) > 0; i++) {
+        uint32_t ended = atomic_load(&bh_shim.uid_changes_ended);
+        if (atomic_load(&bh_shim.uid_changes_under_way) > 0)
+            syscall(SYS_futex, &bh_shim.uid_changes_ended, FUTEX_WAIT_PRIVATE, ended,
+                    &slice, NULL, 0);
+    }
+    int settled = atomic_load(&bh_shim.uid_changes_under_way) > 0 ||
+                  bh_shim.ns.uid == geteuid();
+    errno = saved_errno;
+    return settled;
+}
+
+/* The effective uid changed: the process joins the new uid's namespace,
+ * as every worker of that user does. The one it leaves is kept with its
+ * connections and counts (left_namespaces.c): their closes give permits
+ * back there while the process can reach it (root can; a worker that
+ * dropped root for good cannot, and SEM_UNDO gives them back at exit),
+ * and a process that comes back to a namespace finds them again. Threads
+ * connecting meanwhile may count in either namespace; one the old
+ * namespace refuses waits for the change to end (bh_shim_uid_settled). */
 void bh_shim_after_uid_change(int rc)
 {
     int saved_errno = errno;
     uid_t was = bh_shim.ns.uid, now = geteuid();
     if (rc < 0 || !bh_shim_active() || now == was) {
+        uid_change_ended();
         errno = saved_errno;
         return;
     }
     uint32_t held = bh_permits_held_total();
-    bh_fd_table_reset();
-    bh_permits_forget_after_fork();  /* it holds nothing in the new namespace */
+    int back = bh_left_namespaces_switch(now, namespace_is_its_uids);
     if (held)
         bh_log(BH_LOG_WARN, "%s[%d] changed its uid from %u to %u holding %u permit%s "
-               "of namespace \"%s\" of uid %u: they go back when it exits",
-               program_invocation_short_name, (int)getpid(), (unsigned)was,
+               "of namespace \"%s\" of uid %u: each goes back at its connection's "
+               "close if uid %u may still reach that namespace (root may), else when "
+               "it exits", program_invocation_short_name, (int)getpid(), (unsigned)was,
                (unsigned)now, held, held == 1 ? "" : "s",
-               bh_shim.config.namespace_name, (unsigned)was);
-    join_namespace();
+               bh_shim.config.namespace_name, (unsigned)was, (unsigned)now);
+    join_namespace(back);
     bh_log(BH_LOG_INFO, "%s[%d] changed its uid from %u to %u: its connections count "
            "in namespace \"%s\" of uid %u (bulkhead stat -u %u)",
            program_invocation_short_name, (int)getpid(), (unsigned)was, (unsigned)now,
            bh_shim.config.namespace_name, (unsigned)now, (unsigned)now);
+    uid_change_ended();
     errno = saved_errno;
 }
 
@@ -324,7 +366,7 @@ static void start_once_per_image(void)
      * [global] alone) count nothing: no namespace is made for them. */
     int active = load_rules() == 0 && bh_shim.config.compartment_count > 0;
     if (active) {
-        join_namespace();
+        join_namespace(0);
         bh_fd_table_reset();
         bh_handoff_adopt();
         pthread_atfork(bh_copies_before_fork, NULL, forget_after_fork);

@@ -28,4 +28,11 @@ void bh_shim_after_uid_change(int rc);
  * its child's copies are counted as a fork's. */
 pid_t bh_shim_fork_bare(void);
 
+/* The namespace refused a connect with EACCES: waits (up to a second)
+ * for a uid change under way to end; nonzero when one the shim saw
+ * explains the refusal (the namespace is now the euid's, or a change is
+ * still under way): the connect asks again. 0: the euid changed behind
+ * the shim's back (a raw syscall). Rare path only. */
+int bh_shim_uid_settled(void);
+
 #endif

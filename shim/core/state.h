@@ -35,6 +35,14 @@ struct bh_shim {
     /* under `bulkhead run`'s seccomp supervisor, with rules: set once at
      * start-up, as the marked calls are (libc.h) */
     int supervised;
+    /* Calls that may change the euid (hooks/credentials.c) under way, and
+     * how many ended (a futex word): while one is under way, siblings
+     * already run as the new uid but the namespace is still the old
+     * uid's, which refuses them (EACCES); such a connect waits for the
+     * call to end and asks again (bh_shim_uid_settled). Written with
+     * atomics by the calling thread before and after the call. */
+    _Atomic int uid_changes_under_way;
+    _Atomic uint32_t uid_changes_ended;
 };
 
 extern struct bh_shim bh_shim;

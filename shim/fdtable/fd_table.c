@@ -428,6 +428,16 @@ static struct bh_fd_connection *connection_of(int fd)
     return id_plus_one ? connection_for(id_plus_one - 1, 0) : NULL;
 }
 
+void bh_fd_move(int fd, int compartment)
+{
+    struct bh_fd_connection *connection = connection_of(fd);
+    if (!connection || !owned_here())
+        return;
+    atomic_store(&connection->watch, 0);
+    atomic_store(&connection->share, 0);
+    atomic_store(&connection->compartment, compartment);
+}
+
 uint32_t bh_fd_pin(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);

@@ -100,6 +100,11 @@ void bh_fd_for_each_connection(void (*visit)(int fd, void *ctx), void *ctx);
  * parent's. */
 void bh_fd_table_keep_shared(void);
 
+/* fd's connection counts in `compartment` from now (a caller's number,
+ * negative ones included: the table only hands it back), with no watch
+ * bits and no share: those were about the compartment it leaves. */
+void bh_fd_move(int fd, int compartment);
+
 /* Clears `bits` on fd's connection; returns those of them that were set,
  * so of racing callers exactly one sees each bit. No owner check (it
  * would cost a getpid() per outcome): a caller about to act on a bit only

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "core/left_namespaces.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
@@ -26,6 +27,8 @@ static __attribute__((noinline)) int close_connection(int fd)
     struct bh_fd_ended ended = bh_fd_release(detached);  /* not copied again */
     if (ended.compartment >= 0)
         bh_connection_ended(&ended);
+    else if (__builtin_expect(ended.compartment < BH_FD_NOTHING_ENDED, 0))
+        bh_left_namespace_ended(&ended);
     return rc;
 }
 

@@ -11,6 +11,10 @@
  *     records, and so the permits) learns what the old one held. Written
  *     by its process; freed by it at exit when empty, or by whoever finds
  *     the process dead (CAS of pid to -1, so one reaper wins).
+ * A process that changes its uid keeps its counts of each namespace it
+ * left aside (bh_permits_swap_aside: process-local, swapped by the thread
+ * changing the uid, taken from by closes in any thread with atomics), so
+ * that each of those namespaces gets its permits back from its own counts.
  *
  * Permits taken for another process (`bulkhead run`'s seccomp supervisor
  * takes them for every program of its tree, each with its own per_process
@@ -365,11 +369,52 @@ uint32_t bh_permits_held_total(void)
     return total;
 }
 
+/* Counts of namespaces this process left at a uid change (permits.h):
+ * process-local like bh_mine, swapped only by the thread changing the
+ * uid; a close in another thread may take from them meanwhile. */
+static struct bh_holding aside[BH_PERMITS_ASIDE][BH_MAX_COMPARTMENTS];
+static int aside_used[BH_PERMITS_ASIDE];
+
+struct bh_holding *bh_holding_aside(int slot, int index)
+{
+    return &aside[slot][index];
+}
+
+static void swap_counts(_Atomic uint32_t *mine, _Atomic uint32_t *kept)
+{
+    atomic_store(kept, atomic_exchange(mine, atomic_load(kept)));
+}
+
+void bh_permits_swap_aside(int slot)
+{
+    int used = atomic_load(&bh_mine_used);
+    if (used < aside_used[slot])
+        used = aside_used[slot];
+    for (int i = 0; i < used; i++) {
+        struct bh_holding *mine = &bh_mine[i], *kept = &aside[slot][i];
+        swap_counts(&mine->claimed, &kept->claimed);
+        swap_counts(&mine->common, &kept->common);
+        swap_counts(&mine->reserved, &kept->reserved);
+        atomic_store(&kept->reserve, atomic_exchange(&mine->reserve, atomic_load(&kept->reserve)));
+        atomic_store(&kept->record, atomic_exchange(&mine->record, atomic_load(&kept->record)));
+    }
+    aside_used[slot] = used;
+    atomic_store(&bh_mine_used, used);
+}
+
+void bh_permits_clear_aside(int slot)
+{
+    memset(aside[slot], 0, (size_t)aside_used[slot] * sizeof aside[slot][0]);
+    aside_used[slot] = 0;
+}
+
 void bh_permits_forget_after_fork(void)
 {
     /* The child holds nothing of its own; only the entries ever used are
      * cleared, so a fork touches few pages. */
     memset(bh_mine, 0, atomic_load(&bh_mine_used) * sizeof *bh_mine);
+    for (int slot = 0; slot < BH_PERMITS_ASIDE; slot++)
+        bh_permits_clear_aside(slot);
     atomic_store(&my_start_time, 0);
 }
 

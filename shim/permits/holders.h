@@ -74,9 +74,8 @@ static inline uint32_t bh_take_from(_Atomic uint32_t *count, uint32_t wanted)
 /* Which pools `weight` permits go back to: the common pool's first, so
  * a member keeps its reserve and others get the common pool back. Takes
  * them out of this process's counts and record, and the claim too. */
-static inline struct bh_taken bh_holding_remove(int index, int weight)
+static inline struct bh_taken bh_holding_remove_from(struct bh_holding *holding, int weight)
 {
-    struct bh_holding *holding = &bh_mine[index];
     struct bh_taken taken = { .reserve = atomic_load(&holding->reserve) };
     taken.common = bh_take_from(&holding->common, (uint32_t)weight);
     if (taken.common < (uint32_t)weight)
@@ -90,6 +89,14 @@ static inline struct bh_taken bh_holding_remove(int index, int weight)
     }
     return taken;
 }
+
+static inline struct bh_taken bh_holding_remove(int index, int weight)
+{
+    return bh_holding_remove_from(&bh_mine[index], weight);
+}
+
+/* Slot `slot`'s counts of compartment index (see bh_permits_swap_aside). */
+struct bh_holding *bh_holding_aside(int slot, int index);
 
 /* Permits taken for another process (a supervisor's applicant): counted
  * in this process's holder record only, never in its own counts (the top

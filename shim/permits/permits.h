@@ -187,8 +187,12 @@ struct bh_take {
      * given back; how many (NULL: none to look at). The namespace's
      * shared socket records are always looked at. */
     int (*reap)(void *ctx);
-    /* Still full: how long the caller may wait, 0: not at all. */
-    int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask);
+    /* Still full: how long the caller may wait, 0: not at all; and in
+     * *restart what to ask when a signal ends the wait: nonzero to wait
+     * on, to the same deadline (NULL, as it starts: the wait ends,
+     * BH_TAKE_INTERRUPTED). */
+    int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask,
+                   int (**restart)(void *ctx));
     void *ctx;
 };
 
@@ -300,9 +304,22 @@ void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 /* The process is exiting: its holder records are freed if it holds
  * nothing, so records of exited processes do not wait for a reaper. */
 void bh_permits_leave(struct bh_namespace *ns);
-/* The calling process was just forked: it holds no permits of its own.
- * Also after a uid change: it holds none in the namespace it joins. */
+/* The calling process was just forked: it holds no permits of its own,
+ * in any namespace (none set aside either). */
 void bh_permits_forget_after_fork(void);
+/* A process that changes its uid leaves its namespace and may come back
+ * (a root daemon's seteuid(user) ... seteuid(0) around each request):
+ * its counts of the namespace it leaves go aside, into slot (below
+ * BH_PERMITS_ASIDE), and those set aside there before, for the namespace
+ * it joins (none: zeros), become its own; so a namespace it comes back to
+ * finds its counts and its holder record again. A permit of a namespace
+ * set aside goes back there from its slot's counts, when the process can
+ * still reach that set (root can): async-signal-safe, as
+ * bh_permit_release. Only the thread changing the uid swaps or clears. */
+enum { BH_PERMITS_ASIDE = 4 };
+void bh_permits_swap_aside(int slot);
+void bh_permits_clear_aside(int slot);
+void bh_permit_release_aside(struct bh_namespace *ns, int slot, int index, int weight);
 /* Permits this process holds, every compartment together. */
 uint32_t bh_permits_held_total(void);
 /* A new program image of the same process: find the holder records it

@@ -420,23 +420,38 @@ int bh_waiters(struct bh_namespace *ns, int index)
     return count;
 }
 
+/* The wait itself, to `deadline`. A signal the caller's kernel connect()
+ * would have gone on through (wait->restart says) does not end it: it
+ * waits on to the same deadline, at the end of the kernel's queue (a
+ * semaphore's waiter interrupted leaves its queue, and no place in it can
+ * be kept). 0, or -1 with errno as take_common_within's. */
+static int take_within(struct bh_namespace *ns, const struct bh_permit_ask *ask,
+                       int64_t deadline, const struct bh_wait *wait, struct bh_grant *grant)
+{
+    for (;;) {
+        int rc = ask->reserve >= 0
+            ? take_reserved_within(ns, ask, ask->reserve, deadline, &grant->taken)
+            : take_common_within(ns, ask->index, ask->weight, deadline);
+        if (rc == 0 || errno != EINTR || !wait->restart || !wait->restart(wait->ctx))
+            return rc;
+    }
+}
+
 enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_permit_ask *ask,
-                                     int wait_ms, int max_waiters, struct bh_grant *grant)
+                                     const struct bh_wait *wait, struct bh_grant *grant)
 {
     int saved_errno = errno;
     enum bh_acquire_result result = BH_REJECTED;
     struct bh_shared_compartment *shared = shared_of(ns, ask->index);
-    int64_t started = bh_clock_ns(CLOCK_MONOTONIC), deadline = started + bh_ms_to_ns(wait_ms);
+    int64_t started = bh_clock_ns(CLOCK_MONOTONIC), deadline = started + bh_ms_to_ns(wait->ms);
     *grant = (struct bh_grant){ { (uint32_t)ask->weight, 0, -1 }, 0 };
     /* Two callers checking at once may both get in. */
-    if (bh_waiters(ns, ask->index) >= max_waiters) {
+    if (bh_waiters(ns, ask->index) >= wait->max_waiters) {
         bh_permit_count_rejected(ns, ask->index);
         errno = saved_errno;
         return result;
     }
-    int rc = ask->reserve >= 0
-        ? take_reserved_within(ns, ask, ask->reserve, deadline, &grant->taken)
-        : take_common_within(ns, ask->index, ask->weight, deadline);
+    int rc = take_within(ns, ask, deadline, wait, grant);
     if (rc == 0) {
         result = BH_ACQUIRED;
         count_waited(ns, ask->index, grant, bh_clock_ns(CLOCK_MONOTONIC) - started);
@@ -446,7 +461,8 @@ enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_pe
         bh_window_count(bh_window_of(ns, ask->index), BH_WINDOW_TIMED_OUT,
                         bh_clock_ns(CLOCK_MONOTONIC));
     } else {
-        /* EINTR: a signal ends the wait, as it ends a blocking connect(). */
+        /* EINTR: a signal ends the wait, as it ends a blocking connect()
+         * (those it would not end, take_within waited through). */
         result = errno == EINTR ? BH_INTERRUPTED : unreachable_result();
     }
     if (result != BH_FAILED)

@@ -36,8 +36,15 @@ void bh_pools_raise_peak(struct bh_namespace *ns, int index, int64_t hint,
                          struct bh_grant *grant);
 void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
                           struct bh_taken taken, short undo);
+/* How long a full pool's taker waits, and whether a signal ends it. */
+struct bh_wait {
+    int ms;
+    int max_waiters;
+    int (*restart)(void *ctx);  /* see bh_take.wait_ms; NULL: a signal ends it */
+    void *ctx;
+};
 enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_permit_ask *ask,
-                                     int wait_ms, int max_waiters, struct bh_grant *grant);
+                                     const struct bh_wait *wait, struct bh_grant *grant);
 
 static inline void bh_pools_count_granted(struct bh_namespace *ns, int index,
                                           struct bh_grant *grant)

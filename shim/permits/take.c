@@ -112,7 +112,8 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
 {
     struct bh_permit_ask own = own_reserve(ask);
     struct bh_grant grant;
-    enum bh_acquire_result result = bh_pools_wait(ns, &own, wait_ms, max_waiters, &grant);
+    const struct bh_wait wait = { wait_ms, max_waiters, NULL, NULL };
+    enum bh_acquire_result result = bh_pools_wait(ns, &own, &wait, &grant);
     if (result == BH_ACQUIRED)
         keep(ns, ask->index, &grant, 0);
     return result;
@@ -121,6 +122,12 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
 void bh_permit_release(struct bh_namespace *ns, int index, int weight)
 {
     bh_pools_give(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
+}
+
+void bh_permit_release_aside(struct bh_namespace *ns, int slot, int index, int weight)
+{
+    bh_pools_give(ns, index, weight,
+                  bh_holding_remove_from(bh_holding_aside(slot, index), weight), SEM_UNDO);
 }
 
 void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,
@@ -207,7 +214,8 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
     if (result != BH_REJECTED)
         return take_result(result);
     int never = never_enough(ns, take, &outcome->most);
-    int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask);
+    int (*restart)(void *ctx) = NULL;
+    int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask, &restart);
     if (wait_ms == 0) {
         bh_permit_count_rejected(ns, index);
         return never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL;
@@ -216,7 +224,8 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
                                 : bh_permit_held(index) > 0;
     if (holding)  /* hold and wait: stat names it */
         bh_permit_note_waiting(index, +1);
-    result = bh_pools_wait(ns, own, wait_ms, take->compartment->max_waiters, grant);
+    const struct bh_wait wait = { wait_ms, take->compartment->max_waiters, restart, take->ctx };
+    result = bh_pools_wait(ns, own, &wait, grant);
     if (holding)
         bh_permit_note_waiting(index, -1);
     return result == BH_REJECTED ? BH_TAKE_WAITERS : take_result(result);
