@@ -40,6 +40,7 @@ enum {
     DEFAULT_BREAKER_OPEN_MAX_MS = 60000,
     DEFAULT_FLEET_REFRESH_MS = 1000,
     DEFAULT_FLEET_LEASE_MS = 10000,
+    DEFAULT_FLEET_FALLBACK_MS = 300000,
     FLEET_REFRESH_MIN_MS = 50,
     FLEET_REFRESH_MAX_MS = 600000,
     PORT_MAX = 65535,
@@ -59,7 +60,8 @@ enum key_id {
     KEY_MATCH, KEY_CONNECT_TIMEOUT_MS, KEY_IO_TIMEOUT_MS,
     KEY_BREAKER_FAILURES, KEY_BREAKER_OPEN_MS, KEY_BREAKER_OPEN_MAX_MS,
     KEY_FLEET, KEY_FLEET_PASSWORD_FILE, KEY_FLEET_HOST, KEY_FLEET_REFRESH_MS,
-    KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_LIMIT, KEY_FLEET_NAME,
+    KEY_FLEET_LEASE_MS, KEY_FLEET_FALLBACK, KEY_FLEET_FALLBACK_MS, KEY_FLEET_LIMIT,
+    KEY_FLEET_NAME,
     KEY_FLEET_SENTINEL_PASSWORD_FILE,
     KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
     KEY_NONBLOCKING_WAIT_MS, KEY_HOLD_WAIT_MS,
@@ -395,6 +397,11 @@ static int set_fleet_lease_ms(struct parser *p, const char *key, const char *val
 {
     return set_number(p, key, value, 2 * FLEET_REFRESH_MIN_MS, DEADLINE_MS_MAX,
                       &p->config->fleet_lease_ms);
+}
+
+static int set_fleet_fallback_ms(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 0, DEADLINE_MS_MAX, &p->config->fleet_fallback_ms);
 }
 
 static int set_fleet_fallback(struct parser *p, const char *key, const char *value)
@@ -968,6 +975,7 @@ static const struct key_spec key_specs[] = {
     { "fleet_refresh_ms", KEY_FLEET_REFRESH_MS, SECTION_GLOBAL, set_fleet_refresh_ms },
     { "fleet_lease_ms", KEY_FLEET_LEASE_MS, SECTION_GLOBAL, set_fleet_lease_ms },
     { "fleet_fallback", KEY_FLEET_FALLBACK, SECTION_GLOBAL, set_fleet_fallback },
+    { "fleet_fallback_ms", KEY_FLEET_FALLBACK_MS, SECTION_GLOBAL, set_fleet_fallback_ms },
     { "fleet_limit", KEY_FLEET_LIMIT, SECTION_COMPARTMENT, set_fleet_limit },
     { "per_process", KEY_PER_PROCESS, SECTION_COMPARTMENT, set_per_process },
     { "reserve", KEY_RESERVE, SECTION_COMPARTMENT, add_reserve },
@@ -1625,6 +1633,7 @@ static void set_defaults(struct bh_config *config)
     config->fleet_refresh_ms = DEFAULT_FLEET_REFRESH_MS;
     config->fleet_lease_ms = DEFAULT_FLEET_LEASE_MS;
     config->fleet_fallback = -1;
+    config->fleet_fallback_ms = DEFAULT_FLEET_FALLBACK_MS;
 }
 
 int bh_config_load(const char *path, struct bh_config *config,
