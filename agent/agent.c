@@ -308,7 +308,7 @@ static int recent_peak(struct fleet_compartment *c, int want, int64_t now)
  * then half as much each refresh, so a burst's demand outlives the refresh
  * that saw it. Never more than this host's ceiling. Room to grow is asked
  * for apart, and Redis grants it only out of capacity no other host
- * wants: a tenth of what is held, at least 1, or up to the most wanted in
+ * wants: a tenth of what is held, at least 1, or up to the most needed in
  * the last minute, so that a host between bursts keeps the room its
  * bursts need while nobody else wants it. */
 static void demand(struct fleet_compartment *c, const struct bh_compartment_view *view,
@@ -324,7 +324,12 @@ static void demand(struct fleet_compartment *c, const struct bh_compartment_view
     int64_t wanted = (int64_t)holding + view->waiting + c->recent_refusals;
     int want = wanted < c->rules->limit ? (int)wanted : c->rules->limit;
     int headroom = holding / 10 > 1 ? holding / 10 : 1;
-    int room_for_peak = recent_peak(c, want, now) - want;
+    /* A connect refused found every permit of the live limit taken: those
+     * that have ended since were demand too. */
+    int64_t seen = fresh > 0 ? (int64_t)view->limit + c->recent_refusals : want;
+    seen = seen > want ? seen : want;
+    seen = seen < c->rules->limit ? seen : c->rules->limit;
+    int room_for_peak = recent_peak(c, (int)seen, now) - want;
     *report = (struct bh_lease_report){
         .want = want, .holding = holding,
         .previous_grant = c->grant > 0 ? c->grant : c->leased_before,

@@ -302,3 +302,38 @@ PY
     assert_failure 1
     assert_line --regexp "^bulkhead: $T/a.ini:[0-9]+: fleet_limit: needs fleet = redis://HOST:PORT in \[global\]$"
 }
+
+# burst HOST: 3 threads of one fail-fast process on HOST connect at the
+# same moment and hold for a second; its output in $T/HOST.burst.
+burst() {
+    on "$1" "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 3 1000 >"$T/$1.burst"
+}
+
+@test "a lone fail-fast host keeps the room its last burst needed: the next burst reaches fleet_limit at the server; another host asking gets it back" {
+    start_redis
+    start_server srv -1
+    DB_WAIT_MS=0 host a 3 "$SERVER_PORT"
+    start_agent a
+    wait_for -t 3 file_has "$T/agent.a.err" 'limit 0 -> 1'
+    # The first burst finds a limit of 1: two are refused, and the agent
+    # asks for 3.
+    burst a
+    run cat "$T/a.burst"
+    assert_line ok=1
+    assert_equal "$(server_stat srv max)" 1
+    wait_for -t 3 file_has "$T/agent.a.err" 'limit [0-9]+ -> 3'
+    # Ten refreshes later, its refusals long decayed, the next burst comes.
+    local from
+    from=$(lease_calls)
+    wait_for -t 10 lease_calls_past $((from + 10))
+    burst a
+    run cat "$T/a.burst"
+    assert_line ok=3
+    assert_equal "$(server_stat srv max)" 3
+    # a idles; b wants 2 and waits for them: a gives its room up.
+    host b 3 "$SERVER_PORT"
+    start_agent b
+    holders b 2 600000
+    wait_for -t 3 open_is srv 2
+    assert_equal "$(server_stat srv max)" 3
+}
