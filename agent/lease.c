@@ -11,7 +11,8 @@
  * Keys, per fleet (fleet_name, by default the namespace) and compartment,
  * with a hash tag so that the keys of a compartment live on one Redis
  * Cluster shard and compartments spread over the shards:
- *   bulkhead:{FLEET/COMPARTMENT}:leases  the live hosts' leases
+ *   bulkhead:{FLEET/COMPARTMENT}:leases  the hosts' leases, and the silent
+ *                                        hosts' reserves (lease.lua)
  *   bulkhead:{FLEET/COMPARTMENT}:expiry  the same hosts by lease expiry
  *   bulkhead:{FLEET/COMPARTMENT}:meta    the live fleet limit, learning mode,
  *                                        the totals over the leases */
