@@ -333,8 +333,7 @@ static void demand(struct fleet_compartment *c, const struct bh_compartment_view
     *report = (struct bh_lease_report){
         .want = want, .holding = holding,
         .previous_grant = c->grant > 0 ? c->grant : c->leased_before,
-        .headroom = room_for_peak > headroom ? room_for_peak : headroom,
-        .previous_fallback = c->fallback_share };
+        .headroom = room_for_peak > headroom ? room_for_peak : headroom };
 }
 
 static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t now)

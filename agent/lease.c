@@ -388,7 +388,7 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
                   char *why, size_t whylen)
 {
     struct lease_keys keys;
-    char args[9][16];
+    char args[8][16];
     keys_of(config, compartment->name, &keys);
     snprintf(args[0], 16, "%d", report->want);
     snprintf(args[1], 16, "%d", report->holding);
@@ -396,17 +396,16 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
     snprintf(args[3], 16, "%d", config->fleet_lease_ms);
     snprintf(args[4], 16, "%d", compartment->fleet_limit);
     snprintf(args[5], 16, "%d", report->headroom);
-    snprintf(args[6], 16, "%d", report->previous_fallback);
     if (config->fleet_fallback < 0)
-        snprintf(args[7], 16, "split");
+        snprintf(args[6], 16, "split");
     else
-        snprintf(args[7], 16, "%d", config->fleet_fallback);
+        snprintf(args[6], 16, "%d", config->fleet_fallback);
     /* A refresh of margin: the host's clock and Redis's may run apart a
      * little over the fallback's minutes. */
-    snprintf(args[8], 16, "%d", config->fleet_fallback_ms + config->fleet_refresh_ms);
+    snprintf(args[7], 16, "%d", config->fleet_fallback_ms + config->fleet_refresh_ms);
     const char *argv[] = { "EVALSHA", client->sha, "3", keys.leases, keys.expiry,
                            keys.meta, config->fleet_host, args[0], args[1], args[2],
-                           args[3], args[4], args[5], args[6], args[7], args[8] };
+                           args[3], args[4], args[5], args[6], args[7] };
     enum { ARGC = sizeof argv / sizeof argv[0] };
     redisReply *reply = command(client, why, whylen, "lease", ARGC, argv);
     if (!reply && !client->redis->err && strstr(why, "NOSCRIPT")) {

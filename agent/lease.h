@@ -32,8 +32,6 @@ struct bh_lease_report {
                            mode), even when the first to come back holds none */
     int headroom;       /* room to grow beyond want, granted only from capacity
                            no other host wants */
-    int previous_fallback; /* the last answer's fallback: what this host uses
-                              should this call's answer not reach it */
 };
 
 /* Connects (AUTH, SELECT, SCRIPT LOAD) within timeout_ms, to the Redis of

@@ -11,33 +11,34 @@
 -- KEYS[3]  hash: limit (set by `bulkhead set --fleet`), born,
 --          learning_until, keys_until (when KEYS[1] and [2] expire: every
 --          host gone for long enough takes them with it), and the totals
---          over the hosts of KEYS[1]: hosts, use (max(grant, holding,
---          fallback)), held, unmet (want beyond grant), owed, sat_want and
---          sat_hosts (see below)
+--          over the hosts of KEYS[1]: hosts, use (max(grant, holding)),
+--          held, unmet (want beyond grant), owed, sat_want and sat_hosts
+--          (see below)
 -- ARGV     host, want, holding, previous grant, lease_ms, fleet_limit,
---          headroom, previous fallback (what the host falls to should it
---          lose Redis now), fallback ("split" or N), reserve_ms
+--          headroom, fallback ("split" or N), reserve_ms
 -- Returns  { grant, fleet in use, hosts (silent ones included), learning
 --            (0/1), fleet limit, owed (more is coming to this host as
 --            others shrink), fallback (what this host falls to should it
 --            lose Redis after this call) }
 --
--- The invariant: the sum over hosts of max(grant, holding, fallback)
--- never exceeds the fleet limit. A grant stays in force until its host
--- refreshes or its lease expires, so a host's new grant is at most what
--- the others' grants, holdings and fallbacks leave (limit - use of the
--- others). An expired host still counted (not pruned yet) only makes that
--- smaller.
+-- The invariant: the sum over hosts of max(grant, holding) never exceeds
+-- the fleet limit, a silent host's reserve counting as its grant. A grant
+-- stays in force until its host refreshes or its lease expires, so a
+-- host's new grant is at most what the others' grants, holdings and
+-- reserves leave (limit - use of the others). An expired host still
+-- counted (not turned or pruned yet) only makes that smaller.
 --
 -- A silent host: its lease ended, but its agent may live on without Redis
 -- (a partition) and use its fallback share for reserve_ms more (the
 -- agent's fleet_fallback_ms and a refresh of margin for the clocks). So an
 -- expired lease is not dropped but turned into a reserve of max(fallback,
 -- holding), counted in use as a grant is, until expiry + reserve_ms; then
--- it is dropped. A fallback is at most the grant (the previous one, for
--- one call after a grant shrank: the answer may not reach the host), so
--- the turn never raises use. A silent host counts as a satisfied host
--- wanting what it reserves, so that the level leaves it out.
+-- it is dropped. A fallback is at most the grant, so the turn never
+-- raises use. A silent host counts as a satisfied host wanting what it
+-- reserves, so that the level leaves it out. (Should the answer to a
+-- host's last call before it is cut off be lost, the host falls to the
+-- fallback of the call before, as it keeps that call's grant: the lease
+-- model's one window, for grants as for fallbacks.)
 --
 -- Shares: max-min fairness by water-filling, done lazily. Each host
 -- remembers whether its want was under the water level when it last
@@ -88,8 +89,8 @@ end
 
 -- ---- arguments -------------------------------------------------------------
 
-if #KEYS ~= 3 or #ARGV ~= 10 then
-  return error_reply('lease: wants 3 keys and 10 arguments, got ' .. #KEYS ..
+if #KEYS ~= 3 or #ARGV ~= 9 then
+  return error_reply('lease: wants 3 keys and 9 arguments, got ' .. #KEYS ..
                      ' and ' .. #ARGV)
 end
 local host = ARGV[1]
@@ -109,9 +110,8 @@ local previous = argument(4, 'previous grant', 0, COUNT_MAX)
 local lease = argument(5, 'lease_ms', 1, COUNT_MAX)
 local file_limit = argument(6, 'fleet_limit', 1, LIMIT_MAX)
 local headroom = argument(7, 'headroom', 0, COUNT_MAX)
-local previous_fallback = argument(8, 'previous fallback', 0, COUNT_MAX)
-local fixed_fallback = ARGV[9] == 'split' and -1 or argument(9, 'fallback', 0, COUNT_MAX)
-local reserve = argument(10, 'reserve_ms', 0, RESERVE_MAX)
+local fixed_fallback = ARGV[8] == 'split' and -1 or argument(8, 'fallback', 0, COUNT_MAX)
+local reserve = argument(9, 'reserve_ms', 0, RESERVE_MAX)
 if bad then return error_reply(bad) end
 
 -- ---- reads -------------------------------------------------------------------
@@ -164,7 +164,7 @@ end
 -- Adds (sign 1) or takes away (-1) one host's entry from the totals.
 local function add(t, e, sign)
   t.hosts = t.hosts + sign
-  t.use = t.use + sign * max(e.grant, e.holding, e.fallback)
+  t.use = t.use + sign * max(e.grant, e.holding)
   t.held = t.held + sign * e.holding
   t.unmet = t.unmet + sign * max(0, e.want - e.grant)
   t.owed = t.owed + sign * e.owed
@@ -273,11 +273,9 @@ local share = fixed_fallback < 0 and floor(limit / (totals.hosts + 1)) or fixed_
 local fallback = min(grant, share)
 
 local expires = now + lease
--- Should this answer not reach the host, it falls to its previous
--- fallback: the reserve covers both.
 local entry = { want = want, holding = holding, grant = grant, expires = expires,
-                sat = satisfied and 1 or 0, owed = owed,
-                fallback = max(fallback, min(previous_fallback, limit)), reserve = reserve }
+                sat = satisfied and 1 or 0, owed = owed, fallback = fallback,
+                reserve = reserve }
 add(totals, entry, 1)
 call('HSET', leases_key, host, text_of(entry))
 call('ZADD', expiry_key, expires, host)

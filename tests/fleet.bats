@@ -246,7 +246,7 @@ for step in range(2000):
     me["holding"] = random.randint(0, max(me["grant"], me["holding"]))
     want = me["holding"] + random.randint(0, 6)
     grant = command(sock, "EVALSHA", sha, 3, "h", "e", "m", h, want, me["holding"],
-                    me["grant"], 60000, 10, random.randint(0, 2), 0, "split", 0)[0]
+                    me["grant"], 60000, 10, random.randint(0, 2), "split", 0)[0]
     me["grant"] = grant
     asked.add(h)
     if step >= 1000 and len(asked) < len(hosts):

@@ -147,8 +147,7 @@ class Fleet:
             previous = self.grant[host] or int(host in self.leased)
             commands.append(("EVALSHA", self.sha, 3, *self.keys, host, self.want[host],
                              holding, previous, self.lease_ms, self.limit,
-                             max(1, holding // 10), self.share[host], self.fallback,
-                             self.reserve_ms))
+                             max(1, holding // 10), self.fallback, self.reserve_ms))
         replies = self.redis.pipeline(commands)
         for host, reply in zip(hosts, replies):
             self._set(host, reply[0], self.holding[host])
