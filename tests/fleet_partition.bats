@@ -94,3 +94,30 @@ connected() {
     wait_for -t 5 open_is srv 6   # a takes what b gave up, and no more
     max_within 6
 }
+
+@test "a host cut off past fleet_fallback_ms: it stops at 0, and Redis gives what it reserved to the others" {
+    start_redis
+    start_proxy
+    start_server srv -1
+    host a 6 "$SERVER_PORT"
+    host b 6 "$SERVER_PORT" 'fleet_fallback_ms = 1000'
+    sed -i "s|^fleet = .*|fleet = redis://127.0.0.1:$PROXY_PORT|" "$T/b.ini"
+    start_agent a
+    start_agent b
+    clients b 3
+    wait_for -t 3 open_is srv 3
+    holders a 6 600000
+    wait_for -t 5 open_is srv 6
+    cut_proxy
+    wait_for -t 5 file_has "$T/agent.b.err" 'lease ended without Redis: limit 3'
+    kill -KILL "${CLIENT_PIDS[@]}"
+    for pid in "${CLIENT_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    # b's reserve ends a refresh after its fallback: a takes it all,
+    wait_for -t 5 open_is srv 6
+    # and b, past its fallback, lets nothing through.
+    run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    assert_equal "$status" 124
+    max_within 6
+    run grep -c 'fallback over: limit 0 until Redis answers' "$T/agent.b.err"
+    assert_output 1
+}
