@@ -166,7 +166,8 @@ static void connect_redis(struct agent *agent, int64_t now)
     if (!agent->redis) {
         char then[128];
         snprintf(then, sizeof then, "each host keeps its grants until their leases "
-                 "end (%d ms), then falls to fleet_fallback", agent->config.fleet_lease_ms);
+                 "end (%d ms), then falls to fleet_fallback for %d ms",
+                 agent->config.fleet_lease_ms, agent->config.fleet_fallback_ms);
         out_of_reach(agent, why, then);
         return;
     }
@@ -176,15 +177,6 @@ static void connect_redis(struct agent *agent, int64_t now)
     else if (agent->via_sentinels && !agent->master[0])
         agent_log("the sentinels name Redis master %s", where);
     snprintf(agent->master, sizeof agent->master, "%s", where);
-}
-
-/* Redis out of reach past our lease: the fallback, but never more than the
- * last grant. Blind to the other hosts, this one must not grow. */
-static int fallback(const struct agent *agent, const struct fleet_compartment *c)
-{
-    int split = c->rules->fleet_limit / (c->hosts_seen > 0 ? c->hosts_seen : 1);
-    int wanted = agent->config.fleet_fallback >= 0 ? agent->config.fleet_fallback : split;
-    return wanted < c->grant ? wanted : c->grant;
 }
 
 /* Publishes the fleet figures (first: a fresh lease must be in place
@@ -200,10 +192,16 @@ static void apply(struct agent *agent, struct fleet_compartment *c,
     fleet.grant = c->grant;
     fleet.hosts = c->hosts_seen;
     fleet.state = c->state;
-    /* Renewed here while we act; if we stop, it lapses (see agent.h). */
-    fleet.lease_until_ns = c->state == BH_FLEET_FALLBACK
-        ? clock_ns(CLOCK_MONOTONIC) + ms_ns(agent->config.fleet_lease_ms)
-        : c->lease_until_ns;
+    /* Renewed here while we act; if we stop, it lapses (see agent.h). A
+     * fallback lapses on time too, whatever this loop is doing then:
+     * Redis's reserve for it ends soon after. */
+    int64_t renewed = clock_ns(CLOCK_MONOTONIC) + ms_ns(agent->config.fleet_lease_ms);
+    if (c->state != BH_FLEET_FALLBACK)
+        fleet.lease_until_ns = c->lease_until_ns;
+    else if (c->grant > 0 && c->fallback_until_ns < renewed)
+        fleet.lease_until_ns = c->fallback_until_ns;
+    else
+        fleet.lease_until_ns = renewed;
     if (limit_in_force >= 0) {
         fleet.limit = limit_in_force;
         fleet.in_use = fleet_in_use;
@@ -238,27 +236,39 @@ static void leased(struct agent *agent, struct fleet_compartment *c,
     c->leased_before = 1;
     c->hosts_seen = reply->hosts;
     c->lease_until_ns = asked_at + ms_ns(agent->config.fleet_lease_ms);
+    c->fallback_share = reply->fallback;
+    c->fallback_until_ns = c->lease_until_ns + ms_ns(agent->config.fleet_fallback_ms);
     c->state = reply->learning || new_master_learning ? BH_FLEET_LEARNING
                                                       : BH_FLEET_LEASED;
     c->fallback_said = 0;
     apply(agent, c, reply->limit, reply->fleet_in_use);
 }
 
+/* Without a lease: the grant until our copy of the lease ends, then the
+ * fallback share Redis reserves for us, for fleet_fallback_ms, then 0:
+ * Redis's reserve ends then, and the others may be granted it. */
 static void unleased(struct agent *agent, struct fleet_compartment *c, int64_t now)
 {
     if (now < c->lease_until_ns) {
         c->state = BH_FLEET_KEPT;
+    } else if (now < c->fallback_until_ns) {
+        c->state = BH_FLEET_FALLBACK;
+        c->grant = c->fallback_share;
+        int limit = c->grant < c->rules->limit ? c->grant : c->rules->limit;
+        if (c->fallback_said < 1)
+            agent_log("[%s]: lease ended %s: limit %d for %d ms, then 0, until it %s",
+                      c->rules->name, c->refused_said[0] ? "while Redis refuses it"
+                      : "without Redis", limit, agent->config.fleet_fallback_ms,
+                      c->refused_said[0] ? "grants one" : "answers");
+        c->fallback_said = 1;
     } else {
         c->state = BH_FLEET_FALLBACK;
-        c->grant = fallback(agent, c);
-        int limit = c->grant < c->rules->limit ? c->grant : c->rules->limit;
-        if (!c->fallback_said && c->refused_said[0])
-            agent_log("[%s]: lease ended while Redis refuses it: limit %d until it "
-                      "grants one", c->rules->name, limit);
-        else if (!c->fallback_said)
-            agent_log("[%s]: lease ended without Redis: limit %d until it answers",
-                      c->rules->name, limit);
-        c->fallback_said = 1;
+        c->grant = 0;
+        if (c->fallback_said < 2)
+            agent_log("[%s]: %s: limit 0 until Redis %s", c->rules->name,
+                      c->leased_before ? "fallback over" : "no lease yet",
+                      c->refused_said[0] ? "grants one" : "answers");
+        c->fallback_said = 2;
     }
     apply(agent, c, -1, -1);
 }
@@ -275,15 +285,34 @@ static void lease_refused(struct fleet_compartment *c, const char *why)
     snprintf(c->refused_said, sizeof c->refused_said, "%s", why);
 }
 
+/* The most wanted in the last PEAK_SECONDS, want (now's) included. */
+static int recent_peak(struct fleet_compartment *c, int want, int64_t now)
+{
+    int64_t second = now / 1000000000;
+    int slot = (int)(second % PEAK_SECONDS), peak = 0;
+    if (c->peak_second[slot] != second) {
+        c->peak_second[slot] = second;
+        c->peak_want[slot] = 0;
+    }
+    if (want > c->peak_want[slot])
+        c->peak_want[slot] = want;
+    for (int i = 0; i < PEAK_SECONDS; i++)
+        if (c->peak_second[i] > second - PEAK_SECONDS && c->peak_want[i] > peak)
+            peak = c->peak_want[i];
+    return peak;
+}
+
 /* want: what is in use and waited for, and what was refused lately: a
  * fail-fast compartment (wait_ms = 0) has no waiters, so its refusals are
  * its only sign of demand. Those since the last refresh count in full,
  * then half as much each refresh, so a burst's demand outlives the refresh
- * that saw it. Never more than this host's ceiling. Room to grow (a tenth
- * of what is held, at least 1) is asked for apart: Redis grants it only
- * out of capacity no other host wants. */
+ * that saw it. Never more than this host's ceiling. Room to grow is asked
+ * for apart, and Redis grants it only out of capacity no other host
+ * wants: a tenth of what is held, at least 1, or up to the most needed in
+ * the last minute, so that a host between bursts keeps the room its
+ * bursts need while nobody else wants it. */
 static void demand(struct fleet_compartment *c, const struct bh_compartment_view *view,
-                   struct bh_lease_report *report)
+                   int64_t now, struct bh_lease_report *report)
 {
     uint64_t refusals = view->rejected + view->timed_out;
     uint64_t fresh = refusals >= c->refusals_seen ? refusals - c->refusals_seen : 0;
@@ -292,11 +321,19 @@ static void demand(struct fleet_compartment *c, const struct bh_compartment_view
     c->recent_refusals = fresh > (uint64_t)halved
         ? (fresh > INT32_MAX ? INT32_MAX : (int64_t)fresh) : halved;
     int holding = view->in_use;
-    int64_t want = (int64_t)holding + view->waiting + c->recent_refusals;
+    int64_t wanted = (int64_t)holding + view->waiting + c->recent_refusals;
+    int want = wanted < c->rules->limit ? (int)wanted : c->rules->limit;
+    int headroom = holding / 10 > 1 ? holding / 10 : 1;
+    /* A connect refused found every permit of the live limit taken: those
+     * that have ended since were demand too. */
+    int64_t seen = fresh > 0 ? (int64_t)view->limit + c->recent_refusals : want;
+    seen = seen > want ? seen : want;
+    seen = seen < c->rules->limit ? seen : c->rules->limit;
+    int room_for_peak = recent_peak(c, (int)seen, now) - want;
     *report = (struct bh_lease_report){
-        .want = want < c->rules->limit ? (int)want : c->rules->limit,
-        .holding = holding, .previous_grant = c->grant > 0 ? c->grant : c->leased_before,
-        .headroom = holding / 10 > 1 ? holding / 10 : 1 };
+        .want = want, .holding = holding,
+        .previous_grant = c->grant > 0 ? c->grant : c->leased_before,
+        .headroom = room_for_peak > headroom ? room_for_peak : headroom };
 }
 
 static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t now)
@@ -308,7 +345,7 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
     if (bh_compartment_read(&agent->ns, c->index, &view) < 0)
         return;
     struct bh_lease_report report;
-    demand(c, &view, &report);
+    demand(c, &view, now, &report);
     c->told_want = report.want;
     c->told_holding = report.holding;
     struct bh_lease_reply reply;
@@ -337,8 +374,10 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
         out_of_reach(agent, why, "keeping this host's grants until their leases end");
     }
     unleased(agent, c, now);
-    if (c->state == BH_FLEET_KEPT && c->lease_until_ns < c->next_refresh_ns)
-        c->next_refresh_ns = c->lease_until_ns;  /* fall back on time */
+    /* fall back on time, and end the fallback on time */
+    int64_t change = c->state == BH_FLEET_KEPT ? c->lease_until_ns : c->fallback_until_ns;
+    if (now < change && change < c->next_refresh_ns)
+        c->next_refresh_ns = change;
 }
 
 /* Ask now rather than at the next refresh:

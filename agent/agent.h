@@ -14,10 +14,13 @@
  *   - This process: struct agent, written by the main loop only. The
  *     metrics thread reads the namespace, not this struct.
  *
- * When the agent dies, its lease in Redis runs out and the other hosts
- * take its share; so that this host stops using it at the same moment, the
- * agent renews a lease in the namespace too (fleet.lease_until_ns), and
- * the first connect after it lapses lowers the limit to 0. */
+ * When the agent dies, its lease in Redis runs out, Redis keeps its
+ * fallback share reserved for fleet_fallback_ms (it cannot tell a dead
+ * agent from one cut off from it), and then the other hosts take it; so
+ * that this host stops using its share by then, the agent renews a lease
+ * in the namespace too (fleet.lease_until_ns: the grant's lease, or in
+ * fallback never past the fallback's end), and the first connect after it
+ * lapses lowers the limit to 0. */
 #ifndef BH_AGENT_H
 #define BH_AGENT_H
 
@@ -27,19 +30,29 @@
 #include "lease.h"
 #include "permits/permits.h"
 
+enum { PEAK_SECONDS = 60 };  /* how long a host keeps the room it needed */
+
 struct fleet_compartment {
     const struct bh_compartment *rules;
     int index;                 /* in the namespace */
     int grant;                 /* last granted (or fallen back to) */
     int hosts_seen;            /* live hosts at the last answer */
     int64_t lease_until_ns;    /* our copy of the lease: from when we asked */
+    int fallback_share;        /* what Redis reserves for us once the lease
+                                  ends without it (its last answer's) */
+    int64_t fallback_until_ns; /* and until when: fleet_fallback_ms past
+                                  our lease; then 0 until Redis answers */
     int64_t next_refresh_ns;
     int64_t last_refresh_ns;
     enum bh_fleet_state state;
-    int fallback_said;         /* this outage's fallback line was logged */
+    int fallback_said;         /* this outage's lines logged: 1 the fallback's,
+                                  2 its end's (or no lease yet) */
     char refused_said[512];    /* Redis's last error for it, logged; "": none */
     uint64_t refusals_seen;    /* rejected + timed_out at the last refresh */
     int64_t recent_refusals;   /* refusals counted as demand, halving each refresh */
+    int peak_want[PEAK_SECONDS];  /* the most wanted in each second of the last
+                                     minute, by second % PEAK_SECONDS */
+    int64_t peak_second[PEAK_SECONDS];  /* which second (monotonic) each holds */
     int told_want;             /* want and holding at the last lease call */
     int told_holding;
     int owed;                  /* Redis said more of our share is coming */

@@ -11,7 +11,8 @@
  * Keys, per fleet (fleet_name, by default the namespace) and compartment,
  * with a hash tag so that the keys of a compartment live on one Redis
  * Cluster shard and compartments spread over the shards:
- *   bulkhead:{FLEET/COMPARTMENT}:leases  the live hosts' leases
+ *   bulkhead:{FLEET/COMPARTMENT}:leases  the hosts' leases, and the silent
+ *                                        hosts' reserves (lease.lua)
  *   bulkhead:{FLEET/COMPARTMENT}:expiry  the same hosts by lease expiry
  *   bulkhead:{FLEET/COMPARTMENT}:meta    the live fleet limit, learning mode,
  *                                        the totals over the leases */
@@ -356,8 +357,8 @@ static int integer_in(const redisReply *reply, size_t i, long long low, long lon
 int bh_lease_read_reply(const struct redisReply *reply, const char *meta,
                         struct bh_lease_reply *out, char *why, size_t whylen)
 {
-    long long v[6] = { 0 };
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 6 ||
+    long long v[7] = { 0 };
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 7 ||
         reply->element[4]->type != REDIS_REPLY_INTEGER) {
         snprintf(why, whylen, "lease: unexpected answer from Redis (%s)", meta);
         return -1;
@@ -371,12 +372,13 @@ int bh_lease_read_reply(const struct redisReply *reply, const char *meta,
         integer_in(reply, 1, 0, INT_MAX, &v[1]) < 0 ||
         integer_in(reply, 2, 1, INT_MAX, &v[2]) < 0 ||
         integer_in(reply, 3, 0, 1, &v[3]) < 0 ||
-        integer_in(reply, 5, 0, v[4], &v[5]) < 0) {
+        integer_in(reply, 5, 0, v[4], &v[5]) < 0 ||
+        integer_in(reply, 6, 0, v[0], &v[6]) < 0) {
         snprintf(why, whylen, "lease: unexpected answer from Redis (%s)", meta);
         return -1;
     }
     *out = (struct bh_lease_reply){ (int)v[0], (int)v[1], (int)v[2], (int)v[3],
-                                    (int)v[4], (int)v[5] };
+                                    (int)v[4], (int)v[5], (int)v[6] };
     return 0;
 }
 
@@ -386,7 +388,7 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
                   char *why, size_t whylen)
 {
     struct lease_keys keys;
-    char args[6][16];
+    char args[8][16];
     keys_of(config, compartment->name, &keys);
     snprintf(args[0], 16, "%d", report->want);
     snprintf(args[1], 16, "%d", report->holding);
@@ -394,9 +396,16 @@ int bh_lease_call(struct bh_lease_client *client, const struct bh_config *config
     snprintf(args[3], 16, "%d", config->fleet_lease_ms);
     snprintf(args[4], 16, "%d", compartment->fleet_limit);
     snprintf(args[5], 16, "%d", report->headroom);
+    if (config->fleet_fallback < 0)
+        snprintf(args[6], 16, "split");
+    else
+        snprintf(args[6], 16, "%d", config->fleet_fallback);
+    /* A refresh of margin: the host's clock and Redis's may run apart a
+     * little over the fallback's minutes. */
+    snprintf(args[7], 16, "%d", config->fleet_fallback_ms + config->fleet_refresh_ms);
     const char *argv[] = { "EVALSHA", client->sha, "3", keys.leases, keys.expiry,
                            keys.meta, config->fleet_host, args[0], args[1], args[2],
-                           args[3], args[4], args[5] };
+                           args[3], args[4], args[5], args[6], args[7] };
     enum { ARGC = sizeof argv / sizeof argv[0] };
     redisReply *reply = command(client, why, whylen, "lease", ARGC, argv);
     if (!reply && !client->redis->err && strstr(why, "NOSCRIPT")) {

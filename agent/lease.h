@@ -13,10 +13,13 @@ struct bh_lease_client;
 struct bh_lease_reply {
     int grant;       /* this host's share */
     int fleet_in_use;
-    int hosts;       /* live hosts, this one included */
+    int hosts;       /* hosts, this one and the silent ones included */
     int learning;    /* Redis restarted: granted no more than held */
     int limit;       /* the fleet limit in force (set --fleet overrides the file) */
     int owed;        /* more of this host's fair share is coming as others shrink */
+    int fallback;    /* what this host falls to should it lose Redis now:
+                        Redis keeps it reserved for fleet_fallback_ms past
+                        the lease (and a refresh of margin) */
 };
 
 /* What one host tells Redis in a lease call. */

@@ -4,24 +4,41 @@
 -- writes this host's entry, a few fleet totals and at most PRUNE expired
 -- hosts, never every host.
 --
--- KEYS[1]  hash: host -> "want holding grant expires_ms satisfied owed"
--- KEYS[2]  sorted set: host by lease expiry (ms)
+-- KEYS[1]  hash: host -> "want holding grant expires_ms satisfied owed
+--          fallback reserve_ms"
+-- KEYS[2]  sorted set: host by when its entry next changes (ms): its lease
+--          expiry, or the end of its silent reserve
 -- KEYS[3]  hash: limit (set by `bulkhead set --fleet`), born,
 --          learning_until, keys_until (when KEYS[1] and [2] expire: every
 --          host gone for long enough takes them with it), and the totals
---          over the hosts of KEYS[1]:
---          hosts, use (max(grant, holding)), held, unmet (want beyond
---          grant), owed, sat_want and sat_hosts (see below)
+--          over the hosts of KEYS[1]: hosts, use (max(grant, holding)),
+--          held, unmet (want beyond grant), owed, sat_want and sat_hosts
+--          (see below)
 -- ARGV     host, want, holding, previous grant, lease_ms, fleet_limit,
---          headroom
--- Returns  { grant, fleet in use, live hosts, learning (0/1), fleet limit,
---            owed (more is coming to this host as others shrink) }
+--          headroom, fallback ("split" or N), reserve_ms
+-- Returns  { grant, fleet in use, hosts (silent ones included), learning
+--            (0/1), fleet limit, owed (more is coming to this host as
+--            others shrink), fallback (what this host falls to should it
+--            lose Redis after this call) }
 --
 -- The invariant: the sum over hosts of max(grant, holding) never exceeds
--- the fleet limit. A grant stays in force until its host refreshes or its
--- lease expires, so a host's new grant is at most what the others' grants
--- and holdings leave (limit - use of the others). An expired host still
--- counted (not pruned yet) only makes that smaller.
+-- the fleet limit, a silent host's reserve counting as its grant. A grant
+-- stays in force until its host refreshes or its lease expires, so a
+-- host's new grant is at most what the others' grants, holdings and
+-- reserves leave (limit - use of the others). An expired host still
+-- counted (not turned or pruned yet) only makes that smaller.
+--
+-- A silent host: its lease ended, but its agent may live on without Redis
+-- (a partition) and use its fallback share for reserve_ms more (the
+-- agent's fleet_fallback_ms and a refresh of margin for the clocks). So an
+-- expired lease is not dropped but turned into a reserve of max(fallback,
+-- holding), counted in use as a grant is, until expiry + reserve_ms; then
+-- it is dropped. A fallback is at most the grant, so the turn never
+-- raises use. A silent host counts as a satisfied host wanting what it
+-- reserves, so that the level leaves it out. (Should the answer to a
+-- host's last call before it is cut off be lost, the host falls to the
+-- fallback of the call before, as it keeps that call's grant: the lease
+-- model's one window, for grants as for fallbacks.)
 --
 -- Shares: max-min fairness by water-filling, done lazily. Each host
 -- remembers whether its want was under the water level when it last
@@ -59,6 +76,7 @@ local PRUNE = 8           -- expired hosts dropped per call, at most
 local LIMIT_MAX = 1000000 -- as fleet_limit and `bulkhead set --fleet`
 local COUNT_MAX = 2147483647
 local TOTALS = { 'hosts', 'use', 'held', 'unmet', 'owed', 'sat_want', 'sat_hosts' }
+local RESERVE_MAX = 2 * 86400000  -- fleet_fallback_ms (a day) and a refresh
 
 -- text as a number if it is written as a whole number from low to high:
 -- digits only (tonumber would take "1e3", " 3" or "0x10").
@@ -71,8 +89,8 @@ end
 
 -- ---- arguments -------------------------------------------------------------
 
-if #KEYS ~= 3 or #ARGV ~= 7 then
-  return error_reply('lease: wants 3 keys and 7 arguments, got ' .. #KEYS ..
+if #KEYS ~= 3 or #ARGV ~= 9 then
+  return error_reply('lease: wants 3 keys and 9 arguments, got ' .. #KEYS ..
                      ' and ' .. #ARGV)
 end
 local host = ARGV[1]
@@ -92,6 +110,8 @@ local previous = argument(4, 'previous grant', 0, COUNT_MAX)
 local lease = argument(5, 'lease_ms', 1, COUNT_MAX)
 local file_limit = argument(6, 'fleet_limit', 1, LIMIT_MAX)
 local headroom = argument(7, 'headroom', 0, COUNT_MAX)
+local fixed_fallback = ARGV[8] == 'split' and -1 or argument(8, 'fallback', 0, COUNT_MAX)
+local reserve = argument(9, 'reserve_ms', 0, RESERVE_MAX)
 if bad then return error_reply(bad) end
 
 -- ---- reads -------------------------------------------------------------------
@@ -119,10 +139,26 @@ local ranked = call('ZCARD', expiry_key)
 
 local function parse(text)
   if not text then return nil end
-  local w, h, g, e, s, o = match(text, '^(%d+) (%d+) (%d+) (%d+) ([01]) (%d+)$')
+  local w, h, g, e, s, o, f, r =
+    match(text, '^(%d+) (%d+) (%d+) (%d+) ([01]) (%d+) (%d+) (%d+)$')
   if w == nil then return nil end
   return { want = tonumber(w), holding = tonumber(h), grant = tonumber(g),
-           expires = tonumber(e), sat = tonumber(s), owed = tonumber(o) }
+           expires = tonumber(e), sat = tonumber(s), owed = tonumber(o),
+           fallback = tonumber(f), reserve = tonumber(r) }
+end
+
+local function text_of(e)
+  return e.want .. ' ' .. e.holding .. ' ' .. e.grant .. ' ' .. e.expires .. ' ' ..
+         e.sat .. ' ' .. e.owed .. ' ' .. e.fallback .. ' ' .. e.reserve
+end
+
+-- An expired lease as its silent reserve, or nil when nothing is reserved
+-- (no reserve asked, nothing to reserve, or the reserve is over too).
+local function silent(e)
+  local kept = max(e.fallback, e.holding)
+  if e.reserve == 0 or kept == 0 or e.expires + e.reserve < now then return nil end
+  return { want = kept, holding = e.holding, grant = kept, expires = e.expires + e.reserve,
+           sat = 1, owed = 0, fallback = kept, reserve = 0 }
 end
 
 -- Adds (sign 1) or takes away (-1) one host's entry from the totals.
@@ -168,7 +204,11 @@ local function rebuild()
   mine = nil
   for i = 1, #all, 2 do
     local e = parse(all[i + 1])
-    if e == nil or e.expires < now then
+    if e and e.expires < now then
+      e = silent(e)
+      if e then call('HSET', leases_key, all[i], text_of(e)) end
+    end
+    if e == nil then
       call('HDEL', leases_key, all[i])
     else
       add(sums, e, 1)
@@ -188,8 +228,15 @@ else
   for i = 1, #expired do
     if expired[i] ~= host then
       add(totals, pruned[i], -1)
-      call('HDEL', leases_key, expired[i])
-      call('ZREM', expiry_key, expired[i])
+      local kept = silent(pruned[i])
+      if kept then
+        add(totals, kept, 1)
+        call('HSET', leases_key, expired[i], text_of(kept))
+        call('ZADD', expiry_key, kept.expires, expired[i])
+      else
+        call('HDEL', leases_key, expired[i])
+        call('ZREM', expiry_key, expired[i])
+      end
     end
   end
 end
@@ -219,26 +266,33 @@ local grant = max(min(target, free),
 if learning then grant = min(grant, holding) end
 grant = max(0, grant)
 local owed = max(0, target - grant)
+-- What the host falls to if it loses Redis after this call: the split
+-- counts the silent hosts too, as they are not gone. Never more than the
+-- grant, so a silent host never reserves more than it was granted.
+local share = fixed_fallback < 0 and floor(limit / (totals.hosts + 1)) or fixed_fallback
+local fallback = min(grant, share)
 
 local expires = now + lease
 local entry = { want = want, holding = holding, grant = grant, expires = expires,
-                sat = satisfied and 1 or 0, owed = owed }
+                sat = satisfied and 1 or 0, owed = owed, fallback = fallback,
+                reserve = reserve }
 add(totals, entry, 1)
-call('HSET', leases_key, host, want .. ' ' .. holding .. ' ' .. grant .. ' ' .. expires ..
-     ' ' .. entry.sat .. ' ' .. owed)
+call('HSET', leases_key, host, text_of(entry))
 call('ZADD', expiry_key, expires, host)
--- The keys outlive every lease in them by a lease at least, and a call
--- sets their expiry only when that is near (once a lease period, not once
--- a call), or when they may be new: this host had no entry (the keys may
--- have been emptied and made again here), or they were rebuilt. Never
--- shortened: hosts may have longer leases than this one.
+-- The keys outlive every lease and reserve in them by a lease at least,
+-- and a call sets their expiry only when that is near (once a lease
+-- period, not once a call), or when they may be new: this host had no
+-- entry (the keys may have been emptied and made again here), or they
+-- were rebuilt. Never shortened: hosts may have longer leases and
+-- reserves than this one.
 local keys_until = whole(meta[4] or '0', 0, 1e15) or 0
-if not mine or not consistent or keys_until < now + 2 * lease then
-  keys_until = max(keys_until, now + 3 * lease)
+local horizon = expires + reserve + lease
+if not mine or not consistent or keys_until < horizon then
+  keys_until = max(keys_until, horizon + lease)
   call('PEXPIREAT', leases_key, keys_until)
   call('PEXPIREAT', expiry_key, keys_until)
 end
 call('HSET', meta_key, 'hosts', totals.hosts, 'use', totals.use, 'held', totals.held,
      'unmet', totals.unmet, 'owed', totals.owed, 'sat_want', totals.sat_want,
      'sat_hosts', totals.sat_hosts, 'keys_until', keys_until)
-return { grant, totals.held, totals.hosts, learning and 1 or 0, limit, owed }
+return { grant, totals.held, totals.hosts, learning and 1 or 0, limit, owed, fallback }

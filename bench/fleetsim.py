@@ -39,6 +39,9 @@ ROUNDS = 5
 REFRESH_S = 1.0
 OWED_GAP_S = max(0.05, REFRESH_S / 4)  # agent.c's owed_gap(): how often an owed host asks
 LEASE_MS = 10000      # fleet_lease_ms's default
+FALLBACK_MS = 300000  # fleet_fallback_ms's default; the agent asks Redis to
+RESERVE_MS = FALLBACK_MS + int(REFRESH_S * 1000)  # reserve a refresh more
+AGENT = dict(fallback_ms=FALLBACK_MS, reserve_ms=RESERVE_MS)
 BUSY_WANT = 8         # half the hosts want 8 each: 4 x hosts, twice the limit
 BATCH = 50            # calls sent to Redis together, at most
 RELEASE_S = 0.05      # how long a host's connections over a lowered grant last
@@ -61,7 +64,7 @@ def redis_cpu_s(pid):
 def cost(redis, hosts, calls):
     """Redis's microseconds per lease call at HOSTS hosts, back to back."""
     fleet = Fleet(redis, LEASE_LUA, hosts, limit_for(hosts), LEASE_MS,
-                  fleet=f"cost{hosts}")
+                  fleet=f"cost{hosts}", **AGENT)
     for h in fleet.names[::2]:
         fleet.want[h] = BUSY_WANT
     for h in fleet.names:
@@ -124,7 +127,7 @@ def real_time(redis, redis_pid, hosts, steady_s):
     """Move time (s, None if not within MOVE_BUDGET_S), Redis CPU %, us per
     call and calls per second in the steady state, and the worst over-grant."""
     fleet = Fleet(redis, LEASE_LUA, hosts, limit_for(hosts), LEASE_MS,
-                  fleet=f"live{hosts}")
+                  fleet=f"live{hosts}", **AGENT)
     clock = Clock(fleet, time.monotonic())
     clock.run_until(time.monotonic() + IDLE_S)      # every host idle: headroom only
     busy = fleet.names[::2]
@@ -174,7 +177,8 @@ def convergence(redis, fleets):
     for trial in range(fleets):
         hosts = rng.choice((3, 5, 10, 30))
         limit = rng.randint(hosts, 4 * hosts)
-        fleet = Fleet(redis, LEASE_LUA, hosts, limit, LEASE_MS, fleet=f"conv{trial}")
+        fleet = Fleet(redis, LEASE_LUA, hosts, limit, LEASE_MS, fleet=f"conv{trial}",
+                      **AGENT)
         for h in fleet.names:
             fleet.want[h] = rng.randint(0, 8)
         share = max_min(fleet.want, limit)

@@ -204,9 +204,10 @@ static void print_config(const struct bh_config *config)
         printf("           refresh %d ms, lease %d ms, fallback ", config->fleet_refresh_ms,
                config->fleet_lease_ms);
         if (config->fleet_fallback < 0)
-            printf("split (fleet_limit / hosts last seen)\n");
+            printf("split (fleet_limit / hosts last seen)");
         else
-            printf("%d\n", config->fleet_fallback);
+            printf("%d", config->fleet_fallback);
+        printf(" for %d ms\n", config->fleet_fallback_ms);
     }
     for (int i = 0; i < config->compartment_count; i++)
         print_compartment(config, i);

@@ -62,7 +62,7 @@ EOF
     fleet=$(sed -n '/^fleet /,/^$/p' <<<"$output")
     assert_equal "$fleet" "fleet      redis://127.0.0.1:$REDIS_PORT/3, as host web-01.eu_west in fleet shop
            password in $T/redis.pass
-           refresh 250 ms, lease 500 ms, fallback 4"
+           refresh 250 ms, lease 500 ms, fallback 4 for 300000 ms"
     # [db]: no limit given: its ceiling is the fleet limit, at most 32767.
     local db
     db=$(sed -n '/^\[db\]/,/^$/p' <<<"$output")
@@ -94,7 +94,7 @@ EOF
     local host
     host=$(hostname | tr -c 'A-Za-z0-9._\n-' '-')
     assert_line "fleet      redis://127.0.0.1:$REDIS_PORT, as host $host in fleet $NS"
-    assert_line "           refresh 1000 ms, lease 10000 ms, fallback split (fleet_limit / hosts last seen)"
+    assert_line "           refresh 1000 ms, lease 10000 ms, fallback split (fleet_limit / hosts last seen) for 300000 ms"
     refute_output --partial "password"
     # limit = 2 was given: it stays this host's ceiling.
     assert_line "  limit        2"

@@ -92,8 +92,13 @@ lease_calls_past() { (($(lease_calls) >= $1)); }
     ((ms < 1000)) || fail "c's second connection waited $ms ms"
 }
 
-@test "a SIGKILLed agent's share goes back to the others within lease + refresh" {
-    three_hosts 6
+@test "a SIGKILLed agent's share goes back to the others within lease + fleet_fallback_ms + refresh" {
+    start_redis
+    start_server srv -1
+    # Redis cannot tell a dead agent from one cut off from it and living on
+    # its fallback: it keeps b's share for fleet_fallback_ms past its lease.
+    for h in a b c; do host $h 6 "$SERVER_PORT" 'fleet_fallback_ms = 1000'; done
+    for h in a b c; do start_agent $h; done
     local i b_clients=()
     for i in 1 2; do
         bg "$T/b.client.$i" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$T/b.ini" \
@@ -105,7 +110,7 @@ lease_calls_past() { (($(lease_calls) >= $1)); }
     wait_for -t 3 open_is srv 6   # a: 6 - b's 2
     kill -KILL "$AGENT_b" "${b_clients[@]}"
     wait_for -t 3 open_is srv 4
-    wait_for -t 4 open_is srv 6   # b's lease ended: its 2 went to a
+    wait_for -t 6 open_is srv 6   # b's lease and reserve ended: its 2 went to a
     # and host b, its agent gone, no longer uses a share: its connects wait
     run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
@@ -241,7 +246,7 @@ for step in range(2000):
     me["holding"] = random.randint(0, max(me["grant"], me["holding"]))
     want = me["holding"] + random.randint(0, 6)
     grant = command(sock, "EVALSHA", sha, 3, "h", "e", "m", h, want, me["holding"],
-                    me["grant"], 60000, 10, random.randint(0, 2))[0]
+                    me["grant"], 60000, 10, random.randint(0, 2), "split", 0)[0]
     me["grant"] = grant
     asked.add(h)
     if step >= 1000 and len(asked) < len(hosts):
@@ -296,4 +301,39 @@ PY
     run "$BULKHEAD" check "$T/a.ini"
     assert_failure 1
     assert_line --regexp "^bulkhead: $T/a.ini:[0-9]+: fleet_limit: needs fleet = redis://HOST:PORT in \[global\]$"
+}
+
+# burst HOST: 3 threads of one fail-fast process on HOST connect at the
+# same moment and hold for a second; its output in $T/HOST.burst.
+burst() {
+    on "$1" "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 3 1000 >"$T/$1.burst"
+}
+
+@test "a lone fail-fast host keeps the room its last burst needed: the next burst reaches fleet_limit at the server; another host asking gets it back" {
+    start_redis
+    start_server srv -1
+    DB_WAIT_MS=0 host a 3 "$SERVER_PORT"
+    start_agent a
+    wait_for -t 3 file_has "$T/agent.a.err" 'limit 0 -> 1'
+    # The first burst finds a limit of 1: two are refused, and the agent
+    # asks for 3.
+    burst a
+    run cat "$T/a.burst"
+    assert_line ok=1
+    assert_equal "$(server_stat srv max)" 1
+    wait_for -t 3 file_has "$T/agent.a.err" 'limit [0-9]+ -> 3'
+    # Ten refreshes later, its refusals long decayed, the next burst comes.
+    local from
+    from=$(lease_calls)
+    wait_for -t 10 lease_calls_past $((from + 10))
+    burst a
+    run cat "$T/a.burst"
+    assert_line ok=3
+    assert_equal "$(server_stat srv max)" 3
+    # a idles; b wants 2 and waits for them: a gives its room up.
+    host b 3 "$SERVER_PORT"
+    start_agent b
+    holders b 2 600000
+    wait_for -t 3 open_is srv 2
+    assert_equal "$(server_stat srv max)" 3
 }

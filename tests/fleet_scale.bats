@@ -57,7 +57,7 @@ PY
     assert_line within
 }
 
-@test "3,000 calls from 12 hosts that die, come back, see the limit lowered and Redis flushed: Redis's totals always match its leases, and no host is over-granted" {
+@test "3,000 calls from 12 hosts that die or fall silent on their fallback, come back, see the limit lowered and Redis flushed: Redis's totals always match its leases, and no host is over-granted" {
     start_redis
     run sim <<'PY'
 import random, sys, time
@@ -66,7 +66,9 @@ from lease_sim import Redis, Fleet
 redis = Redis(int(sys.argv[1]))
 random.seed(18)
 LEASE_MS = 200
-f = Fleet(redis, sys.argv[2], 12, 10, lease_ms=LEASE_MS)
+# A silent host uses its fallback share for 300 ms past its lease; Redis
+# reserves it for 350.
+f = Fleet(redis, sys.argv[2], 12, 10, lease_ms=LEASE_MS, fallback_ms=300, reserve_ms=350)
 leases, expiry, meta = f.keys
 alive = set(f.names)
 
@@ -81,7 +83,7 @@ def recount():
     entries, stored, ranked, exists = redis("EVAL", SNAPSHOT, 3, leases, expiry, meta)
     sums = dict(hosts=0, use=0, held=0, unmet=0, owed=0, sat_want=0, sat_hosts=0)
     for i in range(0, len(entries), 2):
-        w, h, g, e, s, o = map(int, entries[i + 1].split())
+        w, h, g, e, s, o, fb, r = map(int, entries[i + 1].split())
         for k, v in (("hosts", 1), ("use", max(g, h)), ("held", h),
                      ("unmet", max(0, w - g)), ("owed", o), ("sat_want", s * w),
                      ("sat_hosts", s)):
@@ -93,7 +95,8 @@ def recount():
 
 def over(asked_since_change):
     """The sum of max(grant, holding) over the hosts, past the limit; a host
-    past its own lease (LEASE_MS from when it asked) uses nothing.
+    past its own lease (LEASE_MS from when it asked) uses its fallback share,
+    and nothing once that has ended.
     Holdings above a lowered limit are never cut, so they count as
     allowed."""
     f.lapse()
@@ -134,9 +137,9 @@ from lease_sim import Redis, RedisError, keys
 
 redis = Redis(int(sys.argv[1]))
 sha = redis("SCRIPT", "LOAD", open(sys.argv[2]).read())
-good = ["h1", 3, 1, 0, 1000, 10, 1]
+good = ["h1", 3, 1, 0, 1000, 10, 1, "split", 0]
 for i, bad in ((1, ""), (2, "-1"), (3, "x"), (4, "1.5"), (5, "0"), (6, "1000001"),
-               (7, "1e3")):
+               (7, "1e3"), (8, "half"), (9, "172800001")):
     args = list(good)
     args[i - 1] = bad
     try:
@@ -158,6 +161,8 @@ PY
     assert_line --partial 'argument 5 (lease_ms) is "0", not a whole number from 1 to'
     assert_line --partial 'argument 6 (fleet_limit) is "1000001", not a whole number from 1 to 1000000'
     assert_line --partial 'argument 7 (headroom) is "1e3"'
-    assert_line --partial 'wants 3 keys and 7 arguments, got 3 and 6'
+    assert_line --partial 'argument 8 (fallback) is "half"'
+    assert_line --partial 'argument 9 (reserve_ms) is "172800001", not a whole number from 0 to 172800000'
+    assert_line --partial 'wants 3 keys and 9 arguments, got 3 and 6'
     assert_line "keys: []"
 }

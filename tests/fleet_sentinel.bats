@@ -154,7 +154,7 @@ now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
     mapfile -t time < <(redis-cli -p "$REPLICA_PORT" time)
     run redis-cli -p "$REPLICA_PORT" config set replica-read-only no
     assert_output OK
-    redis-cli -p "$REPLICA_PORT" hset "$(leases_key)" b "2 1 1 $((time[0] * 1000 + time[1] / 1000 + LEASE_MS)) 0 0" >/dev/null
+    redis-cli -p "$REPLICA_PORT" hset "$(leases_key)" b "2 1 1 $((time[0] * 1000 + time[1] / 1000 + LEASE_MS)) 0 0 1 0" >/dev/null
     redis-cli -p "$REPLICA_PORT" hdel "$(meta_key)" hosts >/dev/null
     wait_for -t 20 sentinel_master_is "$REPLICA_PORT"
     # New demand on a, which leases from the new master three times.

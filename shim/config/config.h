@@ -133,6 +133,7 @@ struct bh_config {
     int fleet_refresh_ms;       /* default 1000 */
     int fleet_lease_ms;         /* default 10000; >= 2 x fleet_refresh_ms */
     int fleet_fallback;         /* -1 (default): fleet_limit / hosts last seen */
+    int fleet_fallback_ms;      /* how long past the lease; default 300000 */
 };
 
 /* A parsed `fleet =` URL: one Redis (redis://HOST:PORT[/DB]), or the

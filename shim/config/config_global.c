@@ -168,6 +168,11 @@ static int set_fleet_lease_ms(struct parser *p, const char *key, const char *val
                       &p->config->fleet_lease_ms);
 }
 
+static int set_fleet_fallback_ms(struct parser *p, const char *key, const char *value)
+{
+    return set_number(p, key, value, 0, DEADLINE_MS_MAX, &p->config->fleet_fallback_ms);
+}
+
 static int set_fleet_fallback(struct parser *p, const char *key, const char *value)
 {
     if (strcmp(value, "split") == 0) {
@@ -277,5 +282,6 @@ const struct key_spec bh_global_keys[] = {
     { "fleet_refresh_ms", KEY_FLEET_REFRESH_MS, SECTION_GLOBAL, set_fleet_refresh_ms },
     { "fleet_lease_ms", KEY_FLEET_LEASE_MS, SECTION_GLOBAL, set_fleet_lease_ms },
     { "fleet_fallback", KEY_FLEET_FALLBACK, SECTION_GLOBAL, set_fleet_fallback },
+    { "fleet_fallback_ms", KEY_FLEET_FALLBACK_MS, SECTION_GLOBAL, set_fleet_fallback_ms },
     { "fleet_limit", KEY_FLEET_LIMIT, SECTION_COMPARTMENT, set_fleet_limit },};
 const size_t bh_global_keys_count = sizeof bh_global_keys / sizeof bh_global_keys[0];

@@ -218,6 +218,7 @@ static void set_defaults(struct bh_config *config)
     config->fleet_refresh_ms = DEFAULT_FLEET_REFRESH_MS;
     config->fleet_lease_ms = DEFAULT_FLEET_LEASE_MS;
     config->fleet_fallback = -1;
+    config->fleet_fallback_ms = DEFAULT_FLEET_FALLBACK_MS;
 }
 
 int bh_config_load(const char *path, struct bh_config *config,

@@ -137,3 +137,30 @@ sentinel_host() {
     host "$@"
     sed -i "s|^fleet = .*|fleet = redis-sentinel://127.0.0.1:$SENTINEL_PORT/$MASTER_NAME|" "$T/$1.ini"
 }
+
+# start_proxy [PORT]: a TCP proxy (socat) to Redis on PORT (default: a free
+# one), as $PROXY_PORT: a host whose fleet = points there loses Redis when
+# cut_proxy ends it, while the others keep theirs. It runs in a process
+# group of its own (its pid's), so that cutting it cuts the connections its
+# forks carry too. A machine without socat skips.
+start_proxy() {
+    command -v socat >/dev/null || skip "socat is not installed"
+    PROXY_PORT=${1:-$(free_port)}
+    setsid socat "TCP-LISTEN:$PROXY_PORT,bind=127.0.0.1,reuseaddr,fork" \
+        "TCP:127.0.0.1:$REDIS_PORT" >"$T/proxy.log" 2>&1 3>&- &
+    PROXY_PID=$!
+    track_pid "$PROXY_PID"
+    wait_for proxy_up || fail "socat did not start: $(cat "$T/proxy.log")"
+    [[ "$(ps -o pgid= -p "$PROXY_PID" | tr -d ' ')" == "$PROXY_PID" ]] ||
+        fail "socat is not its own process group"
+}
+
+proxy_up() {
+    [[ "$(redis-cli -p "$PROXY_PORT" ping 2>/dev/null)" == PONG ]]
+}
+
+# cut_proxy: ends the proxy and every connection it carries.
+cut_proxy() {
+    kill -KILL -- "-$PROXY_PID" 2>/dev/null || true
+    wait "$PROXY_PID" 2>/dev/null || true
+}

@@ -88,20 +88,27 @@ class Fleet:
     one ending before its next call), and reports at each call what it
     holds then: min(want, grant). Its own copy of the lease runs lease_ms
     from when it asked, as the agent's does; a host past it (dead, or
-    stalled) stops using its grant, and its connections end with it."""
+    stalled) falls to the fallback share Redis last answered for
+    fallback_ms, holding at most that, and then to nothing: its connections
+    end with it. reserve_ms is what it asks Redis to reserve past its lease
+    (the agent: fleet_fallback_ms + fleet_refresh_ms); fallback is "split"
+    or N, as fleet_fallback."""
 
     def __init__(self, redis, script_path, hosts, fleet_limit, lease_ms=10000,
-                 fleet="sim", compartment="db"):
+                 fleet="sim", compartment="db", fallback="split", fallback_ms=0,
+                 reserve_ms=0):
         self.redis = redis
         self.sha = redis("SCRIPT", "LOAD", open(script_path).read())
         self.keys = keys(fleet, compartment)
         self.limit = fleet_limit
         self.lease_ms = lease_ms
+        self.fallback, self.fallback_ms, self.reserve_ms = fallback, fallback_ms, reserve_ms
         self.names = [f"host-{i:04d}" for i in range(hosts)]
         self.want = {h: 0 for h in self.names}
         self.grant = {h: 0 for h in self.names}
         self.holding = {h: 0 for h in self.names}
         self.owed = {h: 0 for h in self.names}
+        self.share = {h: 0 for h in self.names}  # the fallback share last answered
         self.lease_end = {h: 0.0 for h in self.names}
         self.used = 0  # the sum over hosts of max(grant, holding), kept as it changes
         self.leased = set()  # hosts Redis has answered
@@ -112,11 +119,15 @@ class Fleet:
         self.used += max(grant, holding)
 
     def lapse(self, now=None):
-        """Hosts whose own lease has ended drop their grant and holding."""
+        """Hosts whose own lease has ended fall to their fallback share for
+        fallback_ms, then drop their grant and holding."""
         now = time.monotonic() if now is None else now
         for h in self.names:
-            if now >= self.lease_end[h]:
+            if now >= self.lease_end[h] + self.fallback_ms / 1000:
                 self._set(h, 0, 0)
+            elif now >= self.lease_end[h]:
+                kept = min(self.share[h], self.grant[h])
+                self._set(h, kept, min(self.holding[h], kept))
 
     def call(self, host):
         """One lease call for HOST, as the agent makes it; returns the reply."""
@@ -129,18 +140,19 @@ class Fleet:
         commands = []
         for host in hosts:
             if asked >= self.lease_end[host]:
-                self._set(host, 0, self.holding[host])
+                self.lapse(asked)
             holding = min(self.want[host], self.grant[host])
             self._set(host, self.grant[host], holding)
             # as the agent: a grant of 0 is sent as 1 once Redis has leased to it
             previous = self.grant[host] or int(host in self.leased)
             commands.append(("EVALSHA", self.sha, 3, *self.keys, host, self.want[host],
                              holding, previous, self.lease_ms, self.limit,
-                             max(1, holding // 10)))
+                             max(1, holding // 10), self.fallback, self.reserve_ms))
         replies = self.redis.pipeline(commands)
         for host, reply in zip(hosts, replies):
             self._set(host, reply[0], self.holding[host])
             self.owed[host] = reply[5]
+            self.share[host] = reply[6]
             self.lease_end[host] = asked + self.lease_ms / 1000
             self.leased.add(host)
         return replies

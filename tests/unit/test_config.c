@@ -399,6 +399,10 @@ static const struct error_case error_cases[] = {
       { "rules.ini:3: fleet_fallback: \"32768\" is neither split nor a whole number from 0 to 32767" } },
     { "fleet_fallback: negative", FLEET("fleet_fallback = -1\n"),
       { "rules.ini:3: fleet_fallback: \"-1\" is neither split nor a whole number from 0 to 32767" } },
+    { "fleet_fallback_ms: past a day", FLEET("fleet_fallback_ms = 86400001\n"),
+      { "rules.ini:3: fleet_fallback_ms: 86400001 is out of range (0 to 86400000)" } },
+    { "fleet_fallback_ms: a word", FLEET("fleet_fallback_ms = long\n"),
+      { "rules.ini:3: fleet_fallback_ms: \"long\" is not a whole number" } },
     { "fleet_limit: 0", FLEET("fleet = redis://r:6379\n") "fleet_limit = 0\n",
       { "rules.ini:7: fleet_limit: 0 is out of range (1 to 1000000)" } },
     { "fleet_limit: 1000001", FLEET("fleet = redis://r:6379\n") "fleet_limit = 1000001\n",
@@ -920,7 +924,7 @@ static const struct fleet_case fleet_cases[] = {
     { "fleet_limit with limit = 0", "fleet = redis://r:6379\n", "limit = 0\nfleet_limit = 50\n",
       "redis://r:6379", NULL, 1000, 10000, -1, 50, 0 },
     { "every fleet key", "fleet = redis://[::1]:6379/3\nfleet_password_file = /run/pass\nfleet_host = db-client-7\n"
-      "fleet_refresh_ms = 250\nfleet_lease_ms = 500\nfleet_fallback = 3\n", "limit = 9\nfleet_limit = 30\n",
+      "fleet_refresh_ms = 250\nfleet_lease_ms = 500\nfleet_fallback = 3\nfleet_fallback_ms = 0\n", "limit = 9\nfleet_limit = 30\n",
       "redis://[::1]:6379/3", "db-client-7", 250, 500, 3, 30, 9 },
 };
 
@@ -961,6 +965,8 @@ static void run_fleet_case(void **state)
     assert_int_equal(config.fleet_refresh_ms, row->refresh_ms);
     assert_int_equal(config.fleet_lease_ms, row->lease_ms);
     assert_int_equal(config.fleet_fallback, row->fallback);
+    assert_int_equal(config.fleet_fallback_ms,
+                     strstr(row->global, "fleet_fallback_ms = 0") ? 0 : 300000);
     assert_int_equal(config.compartment_count, 2);
     assert_int_equal(config.compartments[0].fleet_limit, row->fleet_limit);
     assert_int_equal(config.compartments[0].limit, row->limit);

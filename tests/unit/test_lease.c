@@ -40,10 +40,10 @@ static void a_good_answer_is_read_in_full(void **state)
 {
     (void)state;
     struct array a;
-    const long long values[] = { 3, 7, 12, 0, 40, 2 };
+    const long long values[] = { 3, 7, 12, 0, 40, 2, 3 };
     struct bh_lease_reply out;
     char why[256] = "";
-    assert_int_equal(bh_lease_read_reply(integers(&a, 6, values), META, &out, why,
+    assert_int_equal(bh_lease_read_reply(integers(&a, 7, values), META, &out, why,
                                          sizeof why), 0);
     assert_int_equal(out.grant, 3);
     assert_int_equal(out.fleet_in_use, 7);
@@ -51,6 +51,7 @@ static void a_good_answer_is_read_in_full(void **state)
     assert_int_equal(out.learning, 0);
     assert_int_equal(out.limit, 40);
     assert_int_equal(out.owed, 2);
+    assert_int_equal(out.fallback, 3);
 }
 
 /* Each row: one value out of place, and the line that says so. */
@@ -59,22 +60,25 @@ static void bad_answers_are_refused(void **state)
     (void)state;
     static const struct {
         size_t count;
-        long long values[7];
+        long long values[8];
         const char *why;
     } rows[] = {
-        /* a script of the version before: five figures, no owed */
-        { 5, { 3, 7, 12, 0, 40 }, "lease: unexpected answer from Redis (" META ")" },
-        { 7, { 3, 7, 12, 0, 40, 2, 1 }, "lease: unexpected answer from Redis (" META ")" },
-        { 6, { 3, 7, 12, 0, 0, 2 }, "bad fleet limit in Redis: " META " limit is 0, "
+        /* a script of the version before: six figures, no fallback */
+        { 6, { 3, 7, 12, 0, 40, 2 }, "lease: unexpected answer from Redis (" META ")" },
+        { 8, { 3, 7, 12, 0, 40, 2, 1, 1 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { 3, 7, 12, 0, 0, 2, 1 }, "bad fleet limit in Redis: " META " limit is 0, "
           "not a whole number from 1 to 1000000" },
-        { 6, { 3, 7, 12, 0, 1000001, 2 }, "bad fleet limit in Redis: " META " limit is "
+        { 7, { 3, 7, 12, 0, 1000001, 2, 1 }, "bad fleet limit in Redis: " META " limit is "
           "1000001, not a whole number from 1 to 1000000" },
-        { 6, { 41, 7, 12, 0, 40, 0 }, "lease: unexpected answer from Redis (" META ")" },
-        { 6, { -1, 7, 12, 0, 40, 0 }, "lease: unexpected answer from Redis (" META ")" },
-        { 6, { 3, 7, 0, 0, 40, 0 }, "lease: unexpected answer from Redis (" META ")" },
-        { 6, { 3, 7, 12, 2, 40, 0 }, "lease: unexpected answer from Redis (" META ")" },
-        { 6, { 3, 7, 12, 0, 40, 41 }, "lease: unexpected answer from Redis (" META ")" },
-        { 6, { 3, 7, 12, 0, 40, -1 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { 41, 7, 12, 0, 40, 0, 1 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { -1, 7, 12, 0, 40, 0, 0 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { 3, 7, 0, 0, 40, 0, 1 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { 3, 7, 12, 2, 40, 0, 1 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { 3, 7, 12, 0, 40, 41, 1 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { 3, 7, 12, 0, 40, -1, 1 }, "lease: unexpected answer from Redis (" META ")" },
+        /* a fallback past the grant would reserve less than the host uses */
+        { 7, { 3, 7, 12, 0, 40, 0, 4 }, "lease: unexpected answer from Redis (" META ")" },
+        { 7, { 3, 7, 12, 0, 40, 0, -1 }, "lease: unexpected answer from Redis (" META ")" },
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         struct array a;
@@ -92,9 +96,9 @@ static void a_non_integer_element_is_refused(void **state)
 {
     (void)state;
     struct array a;
-    const long long values[] = { 3, 7, 12, 0, 40, 2 };
-    integers(&a, 6, values);
-    a.items[5].type = REDIS_REPLY_STRING;
+    const long long values[] = { 3, 7, 12, 0, 40, 2, 3 };
+    integers(&a, 7, values);
+    a.items[6].type = REDIS_REPLY_STRING;
     struct bh_lease_reply out;
     char why[256] = "";
     assert_int_equal(bh_lease_read_reply(&a.reply, META, &out, why, sizeof why), -1);
