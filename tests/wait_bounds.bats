@@ -106,13 +106,10 @@ asyncio.run(main())
     assert_equal "$(server_stat srv total)" 3
 }
 
-@test "a weight above per_process is refused at once; check warns that every connect through it is" {
-    start_server srv -1
-    WEIGHT=3 downstream_rules 8 "per_process=2"
-    run "$BULKHEAD" check "$RULES"
-    assert_success
-    assert_line "bulkhead: $RULES:7: warning: match: weight=3 exceeds [downstream]'s per_process = 2: every connect through it is refused"
-    run timeout 20 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" python3 -c '
+# connect_once: one blocking python3 connect under the shim to the server;
+# prints "connected" or "refused=ERRNO".
+connect_once() {
+    timeout 20 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" python3 -c '
 import socket, sys
 try:
     socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -120,6 +117,15 @@ try:
 except OSError as e:
     print("refused=%d" % e.errno)
 ' "$SERVER_PORT"
+}
+
+@test "a weight above per_process is refused at once; check warns that every connect through it is" {
+    start_server srv -1
+    WEIGHT=3 downstream_rules 8 "per_process=2"
+    run "$BULKHEAD" check "$RULES"
+    assert_success
+    assert_line "bulkhead: $RULES:7: warning: match: weight=3 exceeds [downstream]'s per_process = 2: every connect through it is refused"
+    run connect_once
     assert_output "refused=111"
     assert_equal "$(server_stat srv total)" 0
 }
@@ -131,14 +137,7 @@ except OSError as e:
     assert_success
     assert_line "bulkhead: $RULES:7: warning: match: weight=3 exceeds the 2 permits of [downstream]'s common pool: only its reserves' members can connect through it"
     # Nothing is in use, and a blocking connect comes back at once.
-    run timeout 20 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" python3 -c '
-import socket, sys
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-    print("connected")
-except OSError as e:
-    print("refused=%d" % e.errno)
-' "$SERVER_PORT"
+    run connect_once
     assert_output "refused=111"
     run cat "$T/shim.log"
     assert_line --partial "at once: weight 3 exceeds the 2 permits of the common pool"
