@@ -63,7 +63,8 @@ setup() {
     output=$(tr -s '\n ' '  ' <<<"$output")
     local fact
     for fact in "The permit follows the socket, not the process that connected" \
-        "(vfork(), and posix_spawn() and system() in glibc) are not counted as copies" \
+        "Children of vfork() (x86-64), posix_spawn() and _Fork() are counted as copies" \
+        "Those of system(), popen() and a raw clone() are not" \
         "on exit(), on a return from main()" "_exit() or _Exit()" \
         "killed by a signal cannot do this" "SO_SNDTIMEO" "EINTR" \
         "at once: limit 0" "at once: full; wait_ms = 0" \
