@@ -21,7 +21,9 @@
  * (a bad fd: the kernel answers EBADF) or recorded (out of memory): a
  * program that rewrites its own sockaddr between our read and the
  * kernel's could slip past then, which a cap (not a sandbox) accepts;
- * the address is read only while the notification is valid. */
+ * the address is read only while the notification is valid. A program
+ * whose memory or fds the kernel will not let us read (EPERM: not
+ * dumpable) is neither: unreadable.c answers, as on_failure says. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -47,6 +49,7 @@
 struct job {
     struct job *next;  /* in the queue */
     struct sv_state *state;
+    const struct seccomp_notif *pending;  /* freed once answered (heir.c) */
     uint64_t id;
     pid_t tid;
     int fd;
@@ -81,7 +84,10 @@ int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length)
 {
     struct iovec here = { into, length };
     struct iovec there = { (void *)(uintptr_t)at, length };
-    return process_vm_readv(tid, &here, 1, &there, 1, 0) == (ssize_t)length ? 0 : -1;
+    ssize_t got = process_vm_readv(tid, &here, 1, &there, 1, 0);
+    if (got >= 0 && got < (ssize_t)length)
+        errno = EFAULT;  /* a short read: the rest is not mapped */
+    return got == (ssize_t)length ? 0 : -1;
 }
 
 /* A /proc file of pid, whole (NUL-terminated, up to size - 1 bytes). */
@@ -165,13 +171,20 @@ static void membership_for(struct sv_state *state, pid_t pid, int local,
     free(text);
 }
 
+pid_t sv_process_of(pid_t tid)
+{
+    return (pid_t)status_field(tid, "Tgid:", 0);
+}
+
 int sv_copy_fd(pid_t tid, int fd, pid_t *pid)
 {
-    *pid = (pid_t)status_field(tid, "Tgid:", 0);
+    *pid = sv_process_of(tid);
     int pidfd = *pid > 0 ? (int)syscall(SYS_pidfd_open, *pid, 0) : -1;
     int copy = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0) : -1;
+    int saved_errno = errno;  /* EPERM: the program may not be read */
     if (pidfd >= 0)
         close(pidfd);
+    errno = saved_errno;
     return copy;
 }
 
@@ -204,7 +217,9 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
     *err = rc < 0 ? errno : 0;
     clock_gettime(CLOCK_MONOTONIC, &after);
-    sv_socket_connecting(inode, sock, (struct sockaddr *)&job->to);
+    int failed = rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY;
+    if (!failed)
+        sv_socket_connecting(state, inode, sock, (struct sockaddr *)&job->to);
     if (rc < 0 && (*err == EINPROGRESS || *err == EINTR)) {
         /* under way (non-blocking, or interrupted): its outcome comes later */
         struct sv_connecting connecting = { sock, (struct sockaddr *)&job->to, inode,
@@ -217,7 +232,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
                              (after.tv_nsec - before.tv_nsec);
         sv_outcome_tell(state, shared, local, admitted->probe, *err, connect_ns);
     }
-    if (rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY)
+    if (failed)
         sv_socket_release(state, inode);
     return rc;
 }
@@ -266,6 +281,10 @@ int sv_is_stream(int sock)
 static struct answer carry_out(struct job *job, pid_t pid, int sock)
 {
     struct stat info;
+    if (sock < 0 && errno == EPERM) {
+        int err = sv_unreadable(job->state, job->tid);
+        return (struct answer) { !err, -1, err };
+    }
     if (sock < 0 || !sv_still_valid(job->state->listener, job->id) || !sv_is_stream(sock) ||
         fstat(sock, &info) < 0)
         return (struct answer) { 1, 0, 0 };  /* a bad fd: the kernel says EBADF */
@@ -293,6 +312,7 @@ static void handle(struct job *job)
         atomic_store(&job->state->rescan, 1);  /* the program is gone: so may its socket be */
         sv_wake(job->state);
     }
+    sv_pending_done(job->pending);
 }
 
 /* ---- workers ----
@@ -397,25 +417,31 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
     return counted;
 }
 
-void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
+int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
     struct job *job = calloc(1, sizeof *job);
     socklen_t length = (socklen_t)notif->data.args[2];
-    int readable = job && length >= sizeof(sa_family_t) && length <= sizeof job->to &&
-                   sv_read_memory(notif->pid, notif->data.args[1], &job->to, length) == 0 &&
-                   sv_still_valid(state->listener, notif->id);
+    int sized = job && length >= sizeof(sa_family_t) && length <= sizeof job->to;
+    int read = sized ? sv_read_memory(notif->pid, notif->data.args[1], &job->to, length) : -1;
+    if (sized && read < 0 && errno == EPERM) {
+        free(job);
+        sv_answer_unreadable(state, notif);
+        return 0;
+    }
+    int readable = read == 0 && sv_still_valid(state->listener, notif->id);
     if (readable && job->to.ss_family == AF_UNSPEC && disconnect_counted(state, notif)) {
         free(job);
-        return;  /* answered */
+        return 0;  /* answered */
     }
     if (!readable || (job->to.ss_family != AF_INET && job->to.ss_family != AF_INET6) ||
         (job->rule = bh_rule_index_match(state->rules, (struct sockaddr *)&job->to,
                                          length)) < 0) {
         free(job);
         sv_continue(state->listener, notif->id);
-        return;
+        return 0;
     }
-    *job = (struct job) { NULL, state, notif->id, (pid_t)notif->pid,
+    *job = (struct job) { NULL, state, notif, notif->id, (pid_t)notif->pid,
                           (int)notif->data.args[0], job->rule, job->to, length };
     dispatch(job);
+    return 1;
 }

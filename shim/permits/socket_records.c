@@ -12,6 +12,16 @@
  * last reference goes, or when the kernel says no process has the socket
  * open any more.
  *
+ * `bulkhead run`'s seccomp supervisor parks the permits it took for each
+ * socket of its tree the same way, once the socket's connect has begun
+ * (bh_socket_park_for_another), so that they outlive the supervisor too:
+ * killed, it gives back nothing the tree still has open. Such a record is
+ * unlisted: its one reference is the supervisor's, which drops it when the
+ * kernel says the socket is gone; no other process finds it (a program of
+ * the tree that receives the socket over SCM_RIGHTS took no reference in
+ * flight to take over), and once the supervisor is dead the reapers
+ * settle it by the kernel's word like any other.
+ *
  * Shared (the namespace's memory, struct bh_socket_records):
  *   - state: one word, changed only by compare-and-swap:
  *       references (low 32 bits): connections in fd tables naming the
@@ -23,8 +33,8 @@
  *         touches a later socket's record;
  *       LIVE: the record holds parked permits;
  *       BUSY: being filled, or its permits are going back (one process).
- *   - the other fields: written by the process that claimed the slot
- *     (BUSY) before LIVE is stored, read-only while LIVE.
+ *   - the other fields (unlisted included): written by the process that
+ *     claimed the slot (BUSY) before LIVE is stored, read-only while LIVE.
  *   - live: how many slots are LIVE or BUSY-filling; 0 spares every scan.
  * Writers: whoever holds a reference (fork, sendmsg, recvmsg, close, exec
  * hand-off in any process of the user running the shim), and any reaper
@@ -43,7 +53,9 @@
  *     and one store): the permits are parked and no record names them: a
  *     leak of `weight` permits until `bulkhead reset` or `set`. This is the
  *     one window where a SIGKILL costs a permit; the order is chosen so
- *     that it can never give one back twice.
+ *     that it can never give one back twice. (The holder record is
+ *     lowered before the semop, and raised again if it fails: a death
+ *     between leaves the holders hint high by `weight` until a reaper.)
  *   - holding a reference, by any signal: the reference is never dropped;
  *     the reaper gives the permits back once the kernel has closed the
  *     socket (every holder closed it or died).
@@ -133,18 +145,16 @@ static void note_addresses(struct bh_socket_record *record, int fd)
     record->family = local.ss_family;
 }
 
-/* This process's permits become the record's: +n with SEM_UNDO, -n
- * without, per pool, in one semop. */
+/* Permits this process holds by SEM_UNDO, `taken` of them, become the
+ * record's: +n with SEM_UNDO, -n without, per pool, in one semop. */
 static int park(struct bh_namespace *ns, struct bh_socket_record *record, int index,
-                int weight)
+                struct bh_taken taken)
 {
-    struct bh_taken taken = bh_holding_remove(index, weight);
     struct sembuf ops[4];
     int n = 0;
-    uint32_t common = (uint32_t)weight - taken.reserved;
-    if (common) {
-        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)common, SEM_UNDO };
-        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-common, 0 };
+    if (taken.common) {
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)taken.common, SEM_UNDO };
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-taken.common, 0 };
     }
     if (taken.reserved) {
         unsigned short slot = (unsigned short)atomic_load(
@@ -152,12 +162,9 @@ static int park(struct bh_namespace *ns, struct bh_socket_record *record, int in
         ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot), (short)taken.reserved, SEM_UNDO };
         ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot), (short)-taken.reserved, 0 };
     }
-    if (semop(ns->semid, ops, n) < 0) {
-        taken.common = common;
-        bh_holding_add(ns, index, taken);  /* still ours */
+    if (semop(ns->semid, ops, n) < 0)
         return -1;
-    }
-    record->common = common;
+    record->common = taken.common;
     record->reserved = taken.reserved;
     record->reserve = taken.reserve;
     return 0;
@@ -183,31 +190,86 @@ static struct bh_socket_record *claim(struct bh_socket_records *table, uint64_t 
     return NULL;
 }
 
-bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
+/* A new record for the socket with this inode, BUSY, its fields but the
+ * addresses and the permits written; NULL when all are taken. */
+static struct bh_socket_record *begin(struct bh_namespace *ns, uint64_t inode, int index,
+                                      int weight, uint32_t *generation, int *slot)
 {
     struct bh_socket_records *table = table_of(ns);
-    struct stat socket_stat;
-    uint32_t generation;
-    int slot;
-    if (!table || fstat(fd, &socket_stat) < 0)
-        return 0;
-    struct bh_socket_record *record = claim(table, socket_stat.st_ino, &generation, &slot);
+    struct bh_socket_record *record = table ? claim(table, inode, generation, slot) : NULL;
     if (!record)
-        return 0;
+        return NULL;
     atomic_fetch_add(&table->live, 1);
-    atomic_store(&record->inode, (uint64_t)socket_stat.st_ino);
+    atomic_store(&record->inode, inode);
     record->netns = net_namespace();
     record->compartment = index;
     record->weight = weight;
-    note_addresses(record, fd);
-    if (park(ns, record, index, weight) < 0) {
-        atomic_store(&record->inode, 0);
-        atomic_store(&record->state, with_generation(generation));
-        atomic_fetch_sub(&table->live, 1);
-        return 0;
-    }
+    record->unlisted = 0;
+    return record;
+}
+
+/* The permits could not be parked: the slot is free again. */
+static void abandon(struct bh_namespace *ns, struct bh_socket_record *record,
+                    uint32_t generation)
+{
+    atomic_store(&record->inode, 0);
+    atomic_store(&record->state, with_generation(generation));
+    atomic_fetch_sub(&ns->state->sockets.live, 1);
+}
+
+/* LIVE, with one reference: the maker's. */
+static bh_share publish(struct bh_socket_record *record, uint32_t generation, int slot)
+{
     atomic_store(&record->state, LIVE | with_generation(generation) | 1);
     return (generation << SLOT_BITS) | (uint32_t)slot;
+}
+
+bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
+{
+    struct stat socket_stat;
+    uint32_t generation;
+    int slot;
+    if (fstat(fd, &socket_stat) < 0)
+        return 0;
+    struct bh_socket_record *record = begin(ns, (uint64_t)socket_stat.st_ino, index, weight,
+                                            &generation, &slot);
+    if (!record)
+        return 0;
+    note_addresses(record, fd);
+    struct bh_taken taken = bh_holding_remove(index, weight);
+    taken.common = (uint32_t)weight - taken.reserved;
+    if (park(ns, record, index, taken) < 0) {
+        bh_holding_add(ns, index, taken);  /* still ours */
+        abandon(ns, record, generation);
+        return 0;
+    }
+    return publish(record, generation, slot);
+}
+
+bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
+                                    const struct bh_sock_id *id, int index,
+                                    struct bh_taken taken)
+{
+    uint32_t generation;
+    int slot;
+    struct bh_socket_record *record = begin(ns, inode, index,
+                                            (int)(taken.common + taken.reserved),
+                                            &generation, &slot);
+    if (!record)
+        return 0;
+    record->unlisted = 1;
+    record->family = id->family;
+    record->local_port = id->local_port;
+    record->remote_port = id->remote_port;
+    memcpy(record->local, id->local, sizeof record->local);
+    memcpy(record->remote, id->remote, sizeof record->remote);
+    bh_holding_remove_for_another(index, taken);
+    if (park(ns, record, index, taken) < 0) {
+        bh_holding_add_for_another(ns, index, taken);  /* still the caller's */
+        abandon(ns, record, generation);
+        return 0;
+    }
+    return publish(record, generation, slot);
 }
 
 int bh_socket_ref(struct bh_namespace *ns, bh_share share)
@@ -260,7 +322,7 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index, int
         int slot = (int)((inode + (uint64_t)i) % BH_SOCKET_RECORDS);
         struct bh_socket_record *record = &table->records[slot];
         uint64_t state = atomic_load(&record->state);
-        if ((state & LIVE) && atomic_load(&record->inode) == inode) {
+        if ((state & LIVE) && atomic_load(&record->inode) == inode && !record->unlisted) {
             *index = record->compartment;
             *weight = record->weight;
             return (generation_of(state) << SLOT_BITS) | (uint32_t)slot;

@@ -26,7 +26,7 @@ int bh_socket_ref(struct bh_namespace *ns, bh_share share);
  * returns 1. Async-signal-safe. */
 int bh_socket_unref(struct bh_namespace *ns, bh_share share);
 /* The live record of the socket with this inode (a received fd), with its
- * compartment and weight; 0 when none. */
+ * compartment and weight; 0 when none (or it is unlisted). */
 bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index,
                         int *weight);
 /* Records of compartment `index` (-1: all) whose socket no process has
@@ -40,6 +40,16 @@ struct bh_sock_id {
     uint16_t local_port, remote_port;
     uint32_t local[4], remote[4];
 };
+/* Like bh_socket_share, for permits this process took for another (a
+ * seccomp supervisor's, bh_permit_take_for_another: `taken`, by pool) for
+ * the socket with this inode and id, whose connect has begun: parked in an unlisted record (bh_socket_find never
+ * returns it) with one reference, the caller's, and out of the caller's
+ * holder record. 0 when none could be made: the permits stay the
+ * caller's. */
+struct bh_taken;
+bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
+                                    const struct bh_sock_id *id, int index,
+                                    struct bh_taken taken);
 /* A sock_diag request for the TCP socket with this id, in any state. */
 struct bh_sock_diag_ask {
     struct nlmsghdr header;
