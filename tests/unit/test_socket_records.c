@@ -2,7 +2,8 @@
  * with real loopback connections: parking a permit, references, the last
  * one giving it back exactly once, stale names, the kernel's word on a
  * closed socket (sock_diag), a parked permit outliving the process that
- * took it, and a member's permits going back to their pools. What each
+ * took it, a member's permits going back to their pools, and a seccomp
+ * supervisor's permits parked for another process. What each
  * test observes is the kernel's semaphores, through `stat`'s own calls. */
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -205,6 +206,61 @@ static void test_a_members_permits_go_back_to_their_pools(void **state)
     close(peer);
 }
 
+/* The addresses sock_diag finds a connected IPv4 socket by. */
+static struct bh_sock_id id_of(int fd)
+{
+    struct sockaddr_in local, remote;
+    socklen_t length = sizeof local;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&local, &length), 0);
+    length = sizeof remote;
+    assert_int_equal(getpeername(fd, (struct sockaddr *)&remote, &length), 0);
+    return (struct bh_sock_id){ AF_INET, local.sin_port, remote.sin_port,
+                                { local.sin_addr.s_addr }, { remote.sin_addr.s_addr } };
+}
+
+/* A seccomp supervisor's take for another process, parked: no process
+ * finds the record by inode, its taker's death gives nothing back, and
+ * the kernel's word settles it once the socket is closed, once. */
+static void test_parked_for_another_is_unlisted_and_outlives_its_taker(void **state)
+{
+    (void)state;
+    int c = compartment(1, 0), peer, fd = connected(&peer), index, weight;
+    struct stat socket_stat;
+    assert_int_equal(fstat(fd, &socket_stat), 0);
+    struct bh_sock_id id = id_of(fd);
+    int pipe_fds[2];
+    assert_int_equal(pipe(pipe_fds), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        static _Atomic uint32_t claimed[BH_MAX_COMPARTMENTS];
+        struct bh_compartment rules = { .limit = 1 };
+        struct bh_take take = { { c, -1, 1 }, &rules, claimed, NULL, NULL, NULL };
+        struct bh_take_outcome outcome;
+        bh_share share = 0;
+        if (bh_permit_take_for_another(&ns, &take, &outcome) == BH_TAKE_GRANTED)
+            share = bh_socket_park_for_another(&ns, (uint64_t)socket_stat.st_ino, &id, c,
+                                               bh_take_taken(&take.ask, &outcome));
+        (void)!write(pipe_fds[1], &share, sizeof share);
+        _exit(0);
+    }
+    bh_share share = 0;
+    assert_int_equal(read(pipe_fds[0], &share, sizeof share), (ssize_t)sizeof share);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    assert_true(share != 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_find(&ns, socket_stat.st_ino, &index, &weight), 0);
+    assert_int_equal(bh_socket_reap(&ns, c), 0);  /* still open here */
+    assert_int_equal(in_use(c), 1);
+    close(fd);
+    assert_int_equal(bh_socket_reap(&ns, c), 1);
+    assert_int_equal(in_use(c), 0);
+    assert_int_equal(bh_socket_unref(&ns, share), 0);  /* once, not twice */
+    assert_int_equal(in_use(c), 0);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    close(peer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_the_reaper_asks_the_kernel),
         cmocka_unit_test(test_a_parked_permit_outlives_its_taker),
         cmocka_unit_test(test_a_members_permits_go_back_to_their_pools),
+        cmocka_unit_test(test_parked_for_another_is_unlisted_and_outlives_its_taker),
     };
     return cmocka_run_group_tests(tests, set_up, tear_down);
 }
