@@ -193,7 +193,8 @@ static struct bh_socket_record *claim(struct bh_socket_records *table, uint64_t 
 /* A new record for the socket with this inode, BUSY, its fields but the
  * addresses and the permits written; NULL when all are taken. */
 static struct bh_socket_record *begin(struct bh_namespace *ns, uint64_t inode, int index,
-                                      int weight, uint32_t *generation, int *slot)
+                                      int weight, uint64_t netns, uint32_t *generation,
+                                      int *slot)
 {
     struct bh_socket_records *table = table_of(ns);
     struct bh_socket_record *record = table ? claim(table, inode, generation, slot) : NULL;
@@ -201,7 +202,7 @@ static struct bh_socket_record *begin(struct bh_namespace *ns, uint64_t inode, i
         return NULL;
     atomic_fetch_add(&table->live, 1);
     atomic_store(&record->inode, inode);
-    record->netns = net_namespace();
+    record->netns = netns;
     record->compartment = index;
     record->weight = weight;
     record->unlisted = 0;
@@ -232,7 +233,7 @@ bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
     if (fstat(fd, &socket_stat) < 0)
         return 0;
     struct bh_socket_record *record = begin(ns, (uint64_t)socket_stat.st_ino, index, weight,
-                                            &generation, &slot);
+                                            net_namespace(), &generation, &slot);
     if (!record)
         return 0;
     note_addresses(record, fd);
@@ -246,14 +247,23 @@ bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
     return publish(record, generation, slot);
 }
 
+/* A supervisor's net namespace, asked once (a /proc lookup per connect
+ * is measurable): it never leaves it. */
+static _Atomic uint64_t supervisor_netns;
+
 bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
                                     const struct bh_sock_id *id, int index,
                                     struct bh_taken taken)
 {
     uint32_t generation;
     int slot;
+    uint64_t netns = atomic_load_explicit(&supervisor_netns, memory_order_relaxed);
+    if (!netns) {
+        netns = net_namespace();
+        atomic_store_explicit(&supervisor_netns, netns, memory_order_relaxed);
+    }
     struct bh_socket_record *record = begin(ns, inode, index,
-                                            (int)(taken.common + taken.reserved),
+                                            (int)(taken.common + taken.reserved), netns,
                                             &generation, &slot);
     if (!record)
         return 0;
