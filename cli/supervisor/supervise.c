@@ -13,10 +13,11 @@
  * with counted sockets (its pidfd) and of its own children and orphans
  * (SIGCHLD), every second as a backstop, and when a compartment is full.
  * Sockets still connecting are looked at on their own schedule
- * (outcomes.c), and at a trapped close of their fd. Permits are held by
- * this process with SEM_UNDO: if it is
- * killed, the kernel gives them all back at once; the tree's trapped
- * calls then fail with ENOSYS. */
+ * (outcomes.c), and at a trapped close of their fd. Their permits are
+ * parked in socket records once their connects began (sockets.c): if
+ * this process is killed, the tree keeps them until its sockets are
+ * gone, and the heir it started before the tree (heir.c) answers the
+ * tree's trapped calls from then on. */
 #include <errno.h>
 #include <linux/seccomp.h>
 #include <poll.h>
