@@ -56,6 +56,7 @@ struct bh_socket_record {
     uint16_t unlisted;          /* 1: no process but its maker finds it */
     uint32_t local[4];
     uint32_t remote[4];
+    int32_t maker;              /* unlisted: the pid that settles it while alive */
 };
 
 struct bh_socket_records {

@@ -20,7 +20,9 @@
  * kernel says the socket is gone; no other process finds it (a program of
  * the tree that receives the socket over SCM_RIGHTS took no reference in
  * flight to take over), and once the supervisor is dead the reapers
- * settle it by the kernel's word like any other.
+ * settle it by the kernel's word like any other; while it lives they
+ * leave it to the supervisor (maker: its pid; a pid the kernel has given
+ * to another process since only delays that until the other exits).
  *
  * Shared (the namespace's memory, struct bh_socket_records):
  *   - state: one word, changed only by compare-and-swap:
@@ -33,7 +35,7 @@
  *         touches a later socket's record;
  *       LIVE: the record holds parked permits;
  *       BUSY: being filled, or its permits are going back (one process).
- *   - the other fields (unlisted included): written by the process that
+ *   - the other fields (unlisted, maker): written by the process that
  *     claimed the slot (BUSY) before LIVE is stored, read-only while LIVE.
  *   - live: how many slots are LIVE or BUSY-filling; 0 spares every scan.
  * Writers: whoever holds a reference (fork, sendmsg, recvmsg, close, exec
@@ -72,10 +74,12 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/sem.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "libc/libc.h"
 
@@ -206,6 +210,7 @@ static struct bh_socket_record *begin(struct bh_namespace *ns, uint64_t inode, i
     record->compartment = index;
     record->weight = weight;
     record->unlisted = 0;
+    record->maker = 0;
     return record;
 }
 
@@ -268,6 +273,7 @@ bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
     if (!record)
         return 0;
     record->unlisted = 1;
+    record->maker = (int32_t)getpid();
     record->family = id->family;
     record->local_port = id->local_port;
     record->remote_port = id->remote_port;
@@ -392,6 +398,14 @@ static int socket_open(const struct bh_socket_record *record)
     return bh_sock_diag_open(&id, atomic_load(&record->inode));
 }
 
+/* An unlisted record's maker asks the kernel about its sockets itself
+ * while it lives: others need not, once per record, at every full take. */
+static int maker_alive(const struct bh_socket_record *record)
+{
+    return record->unlisted && record->maker > 0 &&
+           (kill(record->maker, 0) == 0 || errno == EPERM);
+}
+
 int bh_socket_reap(struct bh_namespace *ns, int index)
 {
     struct bh_socket_records *table = table_of(ns);
@@ -403,7 +417,8 @@ int bh_socket_reap(struct bh_namespace *ns, int index)
         struct bh_socket_record *record = &table->records[slot];
         uint64_t state = atomic_load(&record->state);
         if (!(state & LIVE) || (index >= 0 && record->compartment != index) ||
-            record->family == 0 || record->netns != here || socket_open(record) != 0)
+            record->family == 0 || record->netns != here || maker_alive(record) ||
+            socket_open(record) != 0)
             continue;
         uint32_t generation = generation_of(state);
         if (atomic_compare_exchange_strong(&record->state, &state,

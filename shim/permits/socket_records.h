@@ -30,8 +30,9 @@ int bh_socket_unref(struct bh_namespace *ns, bh_share share);
 bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index,
                         int *weight);
 /* Records of compartment `index` (-1: all) whose socket no process has
- * open any more, as the kernel says (sock_diag), give their permits back.
- * Returns how many permits came back. */
+ * open any more, as the kernel says (sock_diag), give their permits back;
+ * an unlisted record whose maker lives is left to it. Returns how many
+ * permits came back. */
 int bh_socket_reap(struct bh_namespace *ns, int index);
 /* A TCP socket as sock_diag finds it: family (AF_INET, AF_INET6), ports
  * and addresses in network order (v4: the first word). */

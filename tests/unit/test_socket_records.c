@@ -261,6 +261,32 @@ static void test_parked_for_another_is_unlisted_and_outlives_its_taker(void **st
     close(peer);
 }
 
+/* While its maker lives, an unlisted record is the maker's to settle:
+ * other reapers do not ask the kernel about it. */
+static void test_a_live_makers_record_is_left_to_it(void **state)
+{
+    (void)state;
+    int c = compartment(1, 0), peer, fd = connected(&peer);
+    struct stat socket_stat;
+    assert_int_equal(fstat(fd, &socket_stat), 0);
+    struct bh_sock_id id = id_of(fd);
+    static _Atomic uint32_t claimed[BH_MAX_COMPARTMENTS];
+    struct bh_compartment rules = { .limit = 1 };
+    struct bh_take take = { { c, -1, 1 }, &rules, claimed, NULL, NULL, NULL };
+    struct bh_take_outcome outcome;
+    assert_int_equal(bh_permit_take_for_another(&ns, &take, &outcome), BH_TAKE_GRANTED);
+    bh_share share = bh_socket_park_for_another(&ns, (uint64_t)socket_stat.st_ino, &id, c,
+                                                bh_take_taken(&take.ask, &outcome));
+    assert_true(share != 0);
+    close(fd);
+    assert_int_equal(bh_socket_reap(&ns, c), 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_unref(&ns, share), 1);
+    assert_int_equal(in_use(c), 0);
+    atomic_fetch_sub(&claimed[c], 1);
+    close(peer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_a_parked_permit_outlives_its_taker),
         cmocka_unit_test(test_a_members_permits_go_back_to_their_pools),
         cmocka_unit_test(test_parked_for_another_is_unlisted_and_outlives_its_taker),
+        cmocka_unit_test(test_a_live_makers_record_is_left_to_it),
     };
     return cmocka_run_group_tests(tests, set_up, tear_down);
 }
