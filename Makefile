@@ -71,10 +71,10 @@ CLI_SRC  := $(wildcard cli/*.c cli/supervisor/*.c)
 # with the command.
 AGENT_SRC := $(wildcard agent/*.c) cli/stat_render.c cli/password_file.c
 TEST_SRC := $(wildcard tests/clients/*.c)
-# What the unit tests and fuzzers link: the parser, the matcher, the fd table,
+# What the unit tests and fuzzers link: the parser, the matcher, the log, the fd table,
 # the permits and breaker (test_breaker makes a namespace of its own) and the
 # real-symbol table they reach libc through.
-UNIT_CODE := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/*.c \
+UNIT_CODE := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/*.c shim/log/*.c \
                         shim/fdtable/*.c shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_NAMES := $(UNIT_SRC:tests/unit/%.c=%)
@@ -146,6 +146,9 @@ $(1)/unit/test_lease: $(1)/obj/agent/lease.o $(1)/obj/agent/sentinel.o
 $(1)/unit/test_lease: UNIT_LIBS := -lhiredis
 $(1)/obj/agent/lease.o: $(BUILD)/agent/lease_lua.h
 $(1)/obj/agent/lease.o $(1)/obj/tests/unit/test_lease.o: BH_CFLAGS += -I$(BUILD)/agent -Iagent
+# test_filter: the supervisor's seccomp filter, run by the test.
+$(1)/unit/test_filter: $(1)/obj/cli/supervisor/filter.o
+$(1)/obj/cli/supervisor/filter.o $(1)/obj/tests/unit/test_filter.o: BH_CFLAGS += -Icli
 endef
 $(eval $(call unit_rules,$(BUILD),))
 

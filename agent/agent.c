@@ -435,6 +435,7 @@ struct options {
     const char *config_path;
     const char *metrics;
     int verbose;
+    int help;
 };
 
 static int parse_options(int argc, char **argv, struct options *options)
@@ -443,11 +444,14 @@ static int parse_options(int argc, char **argv, struct options *options)
         { "config", required_argument, NULL, 'c' },
         { "metrics", required_argument, NULL, 'm' },
         { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     int option;
-    while ((option = getopt_long(argc, argv, "+c:v", long_options, NULL)) != -1) {
-        if (option == 'c')
+    while ((option = getopt_long(argc, argv, "+c:vh", long_options, NULL)) != -1) {
+        if (option == 'h')
+            options->help = 1;
+        else if (option == 'c')
             options->config_path = optarg;
         else if (option == 'm')
             options->metrics = optarg;
@@ -459,11 +463,17 @@ static int parse_options(int argc, char **argv, struct options *options)
     return 0;
 }
 
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: bulkhead-agent [run] [-c rules.ini] [--metrics HOST:PORT] [-v]\n"
+                 "       bulkhead-agent check [-c rules.ini]\n"
+                 "       bulkhead-agent set-limit [-c rules.ini] NAME N\n"
+                 "(bulkhead agent ... runs the same; man bulkhead-agent)\n");
+}
+
 static int usage(void)
 {
-    fprintf(stderr, "usage: bulkhead agent [-c rules.ini] [--metrics HOST:PORT] [-v]\n"
-                    "       bulkhead-agent check [-c rules.ini]\n"
-                    "       bulkhead-agent set-limit [-c rules.ini] NAME N\n");
+    print_usage(stderr);
     return EXIT_USAGE;
 }
 
@@ -517,6 +527,10 @@ int main(int argc, char **argv)
     struct options options = { 0 };
     if (parse_options(argc - shift, argv + shift, &options) < 0)
         return usage();
+    if (options.help) {
+        print_usage(stdout);
+        return 0;
+    }
     static struct agent agent;
     if (load_config(options.config_path, &agent.config) < 0 ||
         password_exposed(&agent.config))

@@ -6,7 +6,7 @@ bench_server first); see bench/README for what is measured and why.
 
 This is the driver: it sets up (plumbing.py, fixtures.py), runs the
 sections, one module each (core, handoff, deadlines, fleet, failover,
-fleetsim, adaptive, cost with policy, seccomp), and prints their lines and
+fleetsim, adaptive, records, cost with policy, seccomp), and prints their lines and
 budget.
 `--only NAME` runs one section; the full run runs them all but seccomp,
 and reports core and cost together (cost's budget takes core's wall
@@ -32,6 +32,7 @@ import fleet
 import fleetsim
 import handoff
 import plumbing
+import records
 import seccomp
 from plumbing import BenchError, Tee, log
 
@@ -44,10 +45,10 @@ QUICK = dict(rounds=3, cc_n=2000, pp_n=2000, rs_n=2000, req_n=1000,
 # returns (report lines, budget checks as (ok, text)).
 SECTIONS = {"handoff": handoff, "deadlines": deadlines, "cost": cost, "fleet": fleet,
             "failover": failover, "fleetsim": fleetsim, "adaptive": adaptive,
-            "seccomp": seccomp}
+            "records": records, "seccomp": seccomp}
 # The full run's steps after core's five (cost is the last, step 9).
 FULL_STEPS = (("6", handoff), ("7", deadlines), ("8", fleet), ("8a", failover),
-              ("8b", fleetsim), ("8c", adaptive))
+              ("8b", fleetsim), ("8c", adaptive), ("8d", records))
 
 
 def print_budget(checks):

@@ -48,6 +48,15 @@
  *                                    EOPNOTSUPP where Fast Open is off or
  *                                    refused), sending nothing; what is
  *                                    timed is the call (trapped by `run`)
+ *   shared_refusal HOST PORT N K     K connections (the compartment's limit),
+ *                                    a forked child that keeps copies of
+ *                                    them all (so each gets a shared-socket
+ *                                    record), then N connects, each refused
+ *                                    at once, timed one by one, and the
+ *                                    CPU time of them all (this thread's:
+ *                                    the machine's other load left out):
+ *                                    ns_per_op=F cpu_ns_per_op=C p50_ns=P
+ *                                    p99_ns=Q max_ns=M
  *
  * The single-connection modes run WARMUP iterations untimed, then N timed
  * with CLOCK_MONOTONIC around the loop alone, and print one line:
@@ -62,6 +71,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -73,6 +83,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -743,6 +754,69 @@ static int mode_getpid(long n)
     return 0;
 }
 
+/* ---- shared_refusal: fail fast with K shared-socket records --------------- */
+
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int mode_shared_refusal(long n, int k)
+{
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < (rlim_t)k + 64) {
+        limit.rlim_cur = limit.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &limit);
+    }
+    int *held = malloc((size_t)k * sizeof *held);
+    int64_t *each = malloc((size_t)n * sizeof *each);
+    int keep[2];
+    if (!held || !each || pipe(keep) < 0)
+        fail("memory or pipe");
+    for (int i = 0; i < k; i++)
+        if ((held[i] = open_connection()) < 0)
+            fail("connect under the limit");
+    pid_t child = fork();  /* the shim records every connection it copies */
+    if (child < 0)
+        fail("fork");
+    if (child == 0) {
+        char byte;
+        close(keep[1]);
+        (void)!read(keep[0], &byte, 1);  /* EOF: the parent is done */
+        _exit(0);
+    }
+    close(keep[0]);
+    int64_t total = 0, cpu = thread_cpu_ns();
+    for (long i = 0; i < n; i++) {
+        int64_t t0 = now_ns();
+        int fd = open_connection();
+        each[i] = now_ns() - t0;
+        total += each[i];
+        if (fd >= 0)
+            fail("a connect past the limit got in");
+    }
+    cpu = thread_cpu_ns() - cpu;
+    close(keep[1]);
+    waitpid(child, NULL, 0);
+    for (int i = 0; i < k; i++)
+        close(held[i]);
+    qsort(each, (size_t)n, sizeof *each, by_value);
+    printf("ns_per_op=%.2f cpu_ns_per_op=%.2f p50_ns=%" PRId64 " p99_ns=%" PRId64
+           " max_ns=%" PRId64 "\n", (double)total / (double)n, (double)cpu / (double)n,
+           each[n / 2], each[n * 99 / 100], each[n - 1]);
+    free(held);
+    free(each);
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -755,7 +829,8 @@ static void usage(void)
             "       bench_client capacity HOST PORT W DURATION_MS PACE_MS\n"
             "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
             "       bench_client getpid N\n"
-            "       bench_client fastopen HOST PORT N\n");
+            "       bench_client fastopen HOST PORT N\n"
+            "       bench_client shared_refusal HOST PORT N K\n");
     exit(2);
 }
 
@@ -787,6 +862,8 @@ int main(int argc, char **argv)
         mode_alternate(argv[2], argv[4]);
     if (strcmp(mode, "capacity") == 0 && argc >= 7)
         return mode_capacity(atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
+    if (strcmp(mode, "shared_refusal") == 0 && argc >= 6)
+        return mode_shared_refusal(atol(argv[4]), atoi(argv[5]));
     if (strcmp(mode, "contend") == 0 && argc >= 7)
         return mode_contend(argv[4], atoi(argv[5]), atoi(argv[6]));
     usage();

@@ -94,18 +94,19 @@ def poll(what, condition, timeout=20.0):
     raise BenchError(f"failover: {what} not within {timeout:.0f} s")
 
 
-def redis_server(port, *extra):
+def redis_server(tmp, port, *extra):
+    # --dir: a replica writes the master's RDB where it runs, never in the checkout.
     return start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                  "--appendonly", "no", *extra])
+                  "--appendonly", "no", "--dir", tmp, *extra])
 
 
 def trio(tmp, r):
     """A master, its replica in sync, and a sentinel that knows both: their
     processes, and the replica's and the sentinel's ports."""
     master, replica, sentinel = free_port(), free_port(), free_port()
-    procs = [redis_server(master)]
+    procs = [redis_server(tmp, master)]
     poll("the master", lambda: redis(master, "PING") == "PONG")
-    procs.append(redis_server(replica, "--replicaof", "127.0.0.1", str(master)))
+    procs.append(redis_server(tmp, replica, "--replicaof", "127.0.0.1", str(master)))
     poll("the replica's sync",
          lambda: "master_link_status:up" in redis(replica, "INFO", "replication"))
     conf = os.path.join(tmp, f"failover_sentinel{r}.conf")

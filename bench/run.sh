@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh: the bulkhead benchmark (`make bench` runs it after `make all`).
 #
-#   bench/run.sh [--quick] [--only handoff|deadlines|cost|fleet|fleetsim|adaptive|seccomp]
+#   bench/run.sh [--quick] [--only handoff|deadlines|cost|fleet|fleetsim|adaptive|records|seccomp]
 #
 # Builds the bench's own programs into build/bench/, then runs bench/bench.py,
 # which prints the table and the budget lines and writes the raw numbers to

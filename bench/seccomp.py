@@ -5,6 +5,7 @@ bench/README.
 """
 
 import os
+import time
 
 import plumbing
 from plumbing import CLIENT_CPU, env_for, kv, median, record, run
@@ -25,7 +26,7 @@ def seccomp_section(sink, cfg_m, cfg_u, quick):
     """A connect+close the seccomp supervisor of `bulkhead run` traps, beside
     the shim's and no cap at all. The static client makes the same calls as
     bench_client (it is bench_client, linked with -static): its connect and
-    close reach the supervisor; the dynamic one under --seccomp carries the
+    close reach the supervisor; the dynamic one under run carries the
     shim, which marks its calls, so the filter lets them through in the
     kernel. Client and supervisor share the client's CPU."""
     n, rounds = SECCOMP_N["quick" if quick else "full"]
@@ -36,7 +37,9 @@ def seccomp_section(sink, cfg_m, cfg_u, quick):
     variants = [
         ("bare", [plumbing.CLIENT], None),
         ("shim", [plumbing.CLIENT], cfg_m),
-        ("shim under --seccomp", under_run(cfg_m, plumbing.CLIENT, "--seccomp"), None),
+        ("shim, unmatched", [plumbing.CLIENT], cfg_u),
+        ("shim under run", under_run(cfg_m, plumbing.CLIENT), None),
+        ("shim under run, unmatched", under_run(cfg_u, plumbing.CLIENT), None),
         ("trapped, unmatched", under_run(cfg_u, static_client), None),
         ("trapped, matched", under_run(cfg_m, static_client), None),
     ]
@@ -55,7 +58,34 @@ def seccomp_section(sink, cfg_m, cfg_u, quick):
         ("trapped, matched", under_run(cfg_m, static_client), None),
     ], "fastopen ", f"sendto with MSG_FASTOPEN on a connected socket, {rounds} rounds x "
        f"{n}, median us per call (and over bare)")[1]
+    lines += exec_lines(cfg_m, rounds, bulkhead)
     return lines, checks
+
+
+def exec_lines(cfg, rounds, bulkhead, n=200):
+    """A dynamic program's start-up under run: sh starting /bin/true n
+    times, bare, with the shim, and under run (whose filter traps the
+    closes the loader makes past the shim's hooks)."""
+    loop = f"i=0; while [ $i -lt {n} ]; do /bin/true; i=$((i+1)); done"
+    variants = [("bare", ["sh", "-c", loop], None),
+                ("shim", ["sh", "-c", loop], cfg),
+                ("shim under run", [bulkhead, "run", "-c", cfg, "--", "sh", "-c", loop], None)]
+    values = {label: [] for label, _, _ in variants}
+    for r in range(-1, rounds):
+        for label, cmd, env_cfg in variants:
+            started = time.monotonic()
+            run(cmd, env_for(env_cfg), cpus=CLIENT_CPU)
+            if r >= 0:
+                v = (time.monotonic() - started) * 1e6 / n
+                values[label].append(v)
+                record("seccomp", "exec " + label, r, "us_per_op", f"{v:.3f}")
+    bare = median(values["bare"])
+    lines = [f"sh starting /bin/true, {rounds} rounds x {n}, median us per start "
+             f"(and over bare)"]
+    for label, _, _ in variants:
+        m = median(values[label])
+        lines.append(f"  {label:<24} {m:8.2f} us  {m - bare:+8.2f}")
+    return lines
 
 
 def timed(mode, sink, rounds, n, variants, tag, title):

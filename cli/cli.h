@@ -87,9 +87,11 @@ struct cli_target {
     { "namespace", required_argument, NULL, 'n' },        \
     { "user", required_argument, NULL, 'u' }
 #define CLI_TARGET_SHORT "c:n:u:"
+#define CLI_TARGET_HELP_NAMESPACE                                        \
+    "  -c, --config FILE     the namespace of FILE's [global] section\n" \
+    "  -n, --namespace NAME  that namespace\n"
 #define CLI_TARGET_HELP                                                       \
-    "  -c, --config FILE     the namespace of FILE's [global] section\n"      \
-    "  -n, --namespace NAME  that namespace\n"                                \
+    CLI_TARGET_HELP_NAMESPACE                                                 \
     "  -u, --user USER       USER's namespace (a name or a uid; root only,\n" \
     "                        unless USER is yourself)\n"
 /* Keeps the argument of -c, -n or -u in target: 1 when option was one of
@@ -127,13 +129,19 @@ int cli_target_namespace(const struct cli_target *target,
 int cli_target_open(const struct cli_target *target, struct bh_namespace *ns,
                     char name[BH_NAME_MAX]);
 
-/* When CMD, found as execvp finds it, cannot be interposed by the shim
- * (statically linked, a Go program, set-ID, or a script for such an
- * interpreter): says why in text (no newline) and returns 1; else 0.
- * raw_calls: 1 when the reason is that it makes its own system calls
- * (static, Go), which the seccomp supervisor can cap. */
-int cli_interpose_warning(const char *command, char *text, size_t textlen,
-                          int *raw_calls);
+/* Whether the shim can reach CMD, found as execvp finds it. */
+enum cli_reach {
+    CLI_REACHED,    /* a dynamic program, or a script for one */
+    CLI_RAW_CALLS,  /* static or Go: its own system calls, which the
+                       seccomp filter traps */
+    CLI_FOREIGN,    /* static or Go of the other word size (i386 on
+                       x86_64): the filter lets its calls through */
+    CLI_SET_ID,     /* set-ID: the loader drops LD_PRELOAD for it */
+};
+/* When CMD is not CLI_REACHED (or a script for such an interpreter),
+ * text says why, in one line with no newline. */
+enum cli_reach cli_interpose_warning(const char *command, char *text,
+                                     size_t textlen);
 
 /* Every process holding permits in a namespace, by compartment then pid;
  * as many as there are. */
@@ -153,8 +161,10 @@ int cli_holders_collect(struct bh_namespace *ns, struct cli_holders *holders);
 const struct cli_holder *cli_holders_of(const struct cli_holders *holders, int index,
                                         int *count);
 void cli_holders_free(struct cli_holders *holders);
-/* "1234(2),1240(1)": pids with the permits each holds; "-" for none.
- * malloc'd (NULL: out of memory). */
-char *cli_format_holders(const struct cli_holder *holders, int count);
+/* "1234(2),1240(1),shared(1)": pids with the permits each holds, then the
+ * permits of sockets several processes share (held until the last copy
+ * closes, by no one pid); "-" for none. malloc'd (NULL: out of memory). */
+char *cli_format_holders(const struct cli_holder *holders, int count,
+                         int shared_permits);
 
 #endif

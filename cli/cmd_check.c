@@ -118,14 +118,21 @@ static int common_pool(const struct bh_compartment *compartment)
 }
 
 /* A rule heavier than the common pool: only a reserve's members can ever
- * connect through it. Valid (they can), but said on stderr. */
+ * connect through it. Heavier than per_process: nobody can, since one
+ * connection would already hold more than a process may. The file stays
+ * valid (limit = 0 switches such rules off too), but each is said on stderr. */
 static void warn_heavy_rules(const struct bh_config *config)
 {
     for (int i = 0; i < config->rule_count; i++) {
         const struct bh_rule *rule = &config->rules[i];
         const struct bh_compartment *c = &config->compartments[rule->compartment];
         int common = common_pool(c);
-        if (c->limit > 0 && rule->weight > common)
+        if (c->limit > 0 && c->per_process && rule->weight > c->per_process)
+            fprintf(stderr, "bulkhead: %s:%d: warning: match: weight=%d exceeds "
+                    "[%s]'s per_process = %d: every connect through it is "
+                    "refused\n", config->path, rule->line, rule->weight, c->name,
+                    c->per_process);
+        else if (c->limit > 0 && rule->weight > common)
             fprintf(stderr, "bulkhead: %s:%d: warning: match: weight=%d exceeds "
                     "the %d permit%s of [%s]'s common pool: only its reserves' "
                     "members can connect through it\n", config->path, rule->line,
@@ -294,7 +301,8 @@ const struct cli_command cli_check_command = {
         "Exit status: 0 when the file is valid; 1 with every error on stderr,\n"
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not. A\n"
         "valid file may still draw a warning on stderr: a match weight above\n"
-        "its common pool (only the reserves' members can connect through it).\n",
+        "its common pool (only the reserves' members can connect through it)\n"
+        "or above per_process (nobody can).\n",
     .run = check,
 };
 
@@ -331,10 +339,21 @@ static const void *address_bytes(const struct addrinfo *address)
     return &((const struct sockaddr_in6 *)address->ai_addr)->sin6_addr;
 }
 
+/* The address --resolve NAME=ADDRESS gives host, or NULL. */
+static const char *resolved_as(char *const *overrides, const char *host)
+{
+    size_t length = strlen(host);
+    for (; overrides && *overrides; overrides++)
+        if (strncasecmp(*overrides, host, length) == 0 && (*overrides)[length] == '=')
+            return *overrides + length + 1;
+    return NULL;
+}
+
 /* Lists the addresses a program connecting to host would reach: the literal
- * itself, or what getaddrinfo gives, noted as the shim's resolver hooks do. */
+ * itself, or what --resolve or getaddrinfo gives, noted as the shim's
+ * resolver hooks do. */
 static int resolve(struct bh_rule_index *index, const char *host, unsigned port,
-                   struct addrinfo **addresses)
+                   char *const *overrides, struct addrinfo **addresses)
 {
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_NUMERICHOST };
@@ -342,8 +361,9 @@ static int resolve(struct bh_rule_index *index, const char *host, unsigned port,
     snprintf(service, sizeof service, "%u", port);
     if (getaddrinfo(host, service, &hints, addresses) == 0)
         return 0;
-    hints.ai_flags = 0;
-    int failure = getaddrinfo(host, service, &hints, addresses);
+    const char *given = resolved_as(overrides, host);
+    hints.ai_flags = given ? AI_NUMERICHOST : 0;
+    int failure = getaddrinfo(given ? given : host, service, &hints, addresses);
     if (failure) {
         cli_error("explain: %s: %s", host, gai_strerror(failure));
         return -1;
@@ -514,7 +534,7 @@ static void print_verdicts(const struct bh_config *config,
  * this process had resolved them for it. */
 static int explain_one(const struct bh_config *config,
                        const struct bh_identity *identity,
-                       const char *destination)
+                       char *const *overrides, const char *destination)
 {
     char text[512];
     unsigned port;
@@ -530,7 +550,7 @@ static int explain_one(const struct bh_config *config,
         return CLI_FAILED;
     }
     struct addrinfo *addresses;
-    int resolved = resolve(index, host, port, &addresses);
+    int resolved = resolve(index, host, port, overrides, &addresses);
     if (resolved >= 0) {
         print_verdicts(config, index, identity, destination, resolved,
                        addresses);
@@ -547,6 +567,8 @@ struct explain_request {
     struct bh_identity identity;
     char **env;
     int env_count;
+    char **resolve;  /* --resolve NAME=ADDRESS values, NULL-terminated */
+    int resolve_count;
     char interpreter[256];  /* a script's: what its #! line runs */
 };
 
@@ -571,6 +593,21 @@ static int add_explain_env(struct explain_request *request, char *assignment)
                                assignment);
     request->env[request->env_count++] = assignment;
     request->identity.env = request->env;
+    return -1;
+}
+
+/* --resolve NAME=ADDRESS, repeatable: NAME resolves to that address
+ * alone, as a program's own lookup would have it, without asking DNS. */
+static int add_explain_resolve(struct explain_request *request, char *assignment)
+{
+    const char *address = strchr(assignment, '=');
+    unsigned char bytes[sizeof(struct in6_addr)];
+    if (!address || address == assignment ||
+        (inet_pton(AF_INET, address + 1, bytes) != 1 &&
+         inet_pton(AF_INET6, address + 1, bytes) != 1))
+        return cli_usage_error(&cli_explain_command, "--resolve %s: not "
+                               "NAME=ADDRESS (an IPv4 or IPv6 address)", assignment);
+    request->resolve[request->resolve_count++] = assignment;
     return -1;
 }
 
@@ -638,6 +675,7 @@ static int explain_option(struct explain_request *request, int option,
     case 'p': return set_explain_program(request, optarg);
     case 'u': return set_explain_user(request, optarg);
     case 'e': return add_explain_env(request, optarg);
+    case 'r': return add_explain_resolve(request, optarg);
     }
     return cli_option_problem(&cli_explain_command, option, argv);
 }
@@ -652,6 +690,7 @@ static int parse_explain_options(struct explain_request *request, int argc,
         { "program", required_argument, NULL, 'p' },
         { "user", required_argument, NULL, 'u' },
         { "env", required_argument, NULL, 'e' },
+        { "resolve", required_argument, NULL, 'r' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -659,7 +698,8 @@ static int parse_explain_options(struct explain_request *request, int argc,
     bh_identity_self(&request->identity);
     request->identity.program = NULL;
     request->env = calloc((size_t)argc + 1, sizeof *request->env);
-    if (!request->env) {
+    request->resolve = calloc((size_t)argc + 1, sizeof *request->resolve);
+    if (!request->env || !request->resolve) {
         cli_error("explain: out of memory");
         return CLI_FAILED;
     }
@@ -678,24 +718,27 @@ static int explain(int argc, char **argv)
         parsed = cli_usage_error(&cli_explain_command, "no destination given");
     if (parsed >= 0) {
         free(request.env);
+        free(request.resolve);
         return parsed;
     }
     struct bh_config config;
     int loaded = cli_load_rules(request.config_path, &config) == 0;
     int status = loaded ? CLI_OK : CLI_FAILED;
     for (int i = optind; loaded && i < argc; i++) {
-        int outcome = explain_one(&config, &request.identity, argv[i]);
+        int outcome = explain_one(&config, &request.identity, request.resolve,
+                                  argv[i]);
         status = outcome > status ? outcome : status;
     }
     bh_config_free(&config);
     free(request.env);
+    free(request.resolve);
     return status;
 }
 
 const struct cli_command cli_explain_command = {
     .name = "explain",
     .synopsis = "bulkhead explain [-c rules.ini] [--program NAME] [--user NAME|UID] "
-                "[--env VAR=VALUE]... HOST:PORT|[V6]:PORT...",
+                "[--env VAR=VALUE]... [--resolve NAME=ADDRESS]... HOST:PORT|[V6]:PORT...",
     .help =
         "Says, for each destination, which compartment and which match rule\n"
         "(by line) a connection to it counts against, or that it is not\n"
@@ -717,6 +760,10 @@ const struct cli_command cli_explain_command = {
         "  --user NAME|UID       the effective user, for user= (default: yours)\n"
         "  --env VAR=VALUE       an environment variable, for env=; repeat it:\n"
         "                        together they replace your environment\n"
+        "  --resolve NAME=ADDRESS\n"
+        "                        NAME resolves to ADDRESS (IPv4 or IPv6) alone,\n"
+        "                        without DNS, as a program's lookup would give\n"
+        "                        it; repeat it for more names\n"
         "\n"
         "Exit status: 0; 1 when the rules are bad or a name does not resolve;\n"
         "2 when a destination is not HOST:PORT or [V6]:PORT, or an option is\n"

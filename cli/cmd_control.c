@@ -561,7 +561,7 @@ static void describe_use(struct bh_namespace *ns, int index,
     char *holders = NULL;
     if (cli_holders_collect(ns, &all) == 0) {
         const struct cli_holder *first = cli_holders_of(&all, index, &count);
-        holders = cli_format_holders(first, count);
+        holders = cli_format_holders(first, count, view->shared_permits);
     }
     size_t used = strlen(text);
     snprintf(text + used, textlen - used, "%s%s: %d permit%s held by %s, %d waiting",
@@ -733,7 +733,7 @@ static int reset_command(int argc, char **argv)
 
 const struct cli_command cli_reset_command = {
     .name = "reset",
-    .synopsis = "bulkhead reset [-c rules.ini | -n NAMESPACE] [-u USER] [--force] "
+    .synopsis = "bulkhead reset [-c rules.ini | -n NAMESPACE] [-u USER] [-f | --force] "
                 "[COMPARTMENT...]",
     .help =
         "Without COMPARTMENT: removes the namespace's shared state (its one\n"

@@ -38,7 +38,7 @@ static int key_command(int argc, char **argv)
 
 const struct cli_command cli_key_command = {
     .name = "key",
-    .synopsis = "bulkhead key [-c rules.ini | -n NAMESPACE]",
+    .synopsis = "bulkhead key [-c rules.ini | -n NAMESPACE] [-u USER]",
     .help =
         "Prints the System V key of the namespace's semaphore set and shared\n"
         "memory segment, as ipcs prints it (0x%08x), on one line. The key is a\n"
@@ -48,7 +48,8 @@ const struct cli_command cli_key_command = {
         "Unlike the commands that read or steer the state, key takes -u USER\n"
         "from anyone: the key is no secret.\n"
         "\n"
-        CLI_TARGET_HELP
+        CLI_TARGET_HELP_NAMESPACE
+        "  -u, --user USER       USER's namespace (a name or a uid; anyone may ask)\n"
         "\n"
         "  ipcs -s | grep \"$(bulkhead key -n default)\"\n"
         "  ipcrm -S \"$(bulkhead key -n NAME)\"   (bulkhead reset does this and more)\n"

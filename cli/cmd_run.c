@@ -100,8 +100,9 @@ static char *preload_with_shim(const char *shim, const char *existing)
     return preload;
 }
 
-/* The rules file as an absolute path, once it proved valid. */
-static int valid_rules(const char *given, char absolute[PATH_MAX])
+/* The rules file as an absolute path, once it proved valid; how many
+ * compartments it has in *compartments. */
+static int valid_rules(const char *given, char absolute[PATH_MAX], int *compartments)
 {
     char path[PATH_MAX];
     if (cli_locate_rules(given, path) < 0)
@@ -112,6 +113,7 @@ static int valid_rules(const char *given, char absolute[PATH_MAX])
     }
     struct bh_config config;
     int errors = cli_load_rules(absolute, &config);
+    *compartments = config.compartment_count;
     bh_config_free(&config);
     if (errors != 0)
         cli_error("run: %s is not valid; nothing was started", absolute);
@@ -135,17 +137,37 @@ static int prepare_environment(const char *rules, int strict)
     return 0;
 }
 
-enum seccomp_mode { SECCOMP_AUTO, SECCOMP_ALWAYS, SECCOMP_NEVER };
+enum supervision { NEVER, BY_DEFAULT, ALWAYS };
 
-/* The seccomp supervisor when asked, or when the shim cannot reach CMD
- * because it makes its own system calls; CMD's exit status, or -1 to go
- * on without it (not asked, or it could not start: said). */
-static int supervised(enum seccomp_mode mode, const char *rules, char **command,
-                      int unreachable, int raw_calls, const char *warning)
+/* CMD under the seccomp supervisor, which caps every static and Go
+ * program of the tree however deep (the shim marks its own calls, which
+ * the filter lets through); CMD's exit status, or -1 to exec it without
+ * (*said: its line said already). Not when the operator said
+ * --no-seccomp or the rules cap nothing; not by default when CMD is set-ID
+ * and the filter would cost it its privilege (no_new_privs, which only
+ * CAP_SYS_ADMIN spares); not where the kernel has no user notification. */
+static int supervised(enum supervision supervise, int compartments, const char *rules,
+                      char **command, enum cli_reach reach, const char *warning,
+                      int *said)
 {
-    if (mode == SECCOMP_NEVER || (mode == SECCOMP_AUTO && !raw_calls))
+    *said = 0;
+    if (supervise == NEVER || compartments == 0 ||
+        (supervise == BY_DEFAULT && reach == CLI_SET_ID &&
+         !sv_filter_keeps_privileges()))
         return -1;
-    return sv_run(rules, command, unreachable ? warning : "");
+    if (!sv_filter_supported()) {
+        *said = reach != CLI_REACHED;
+        if (*said)
+            cli_error("run: the kernel refused the seccomp filter (%s): %s; its "
+                      "connections will not be limited", strerror(errno), warning);
+        return -1;
+    }
+    if (reach == CLI_FOREIGN) {
+        *said = 1;
+        cli_error("run: warning: %s; its connections will not be limited", warning);
+    }
+    return sv_run(rules, command, reach == CLI_RAW_CALLS || reach == CLI_SET_ID
+                                      ? warning : "");
 }
 
 static int run(int argc, char **argv)
@@ -160,7 +182,7 @@ static int run(int argc, char **argv)
     };
     const char *given_rules = NULL;
     int strict = 0, option;
-    enum seccomp_mode mode = SECCOMP_AUTO;
+    enum supervision supervise = BY_DEFAULT;
     opterr = 0;
     while ((option = getopt_long(argc, argv, "+:c:h", options, NULL)) != -1) {
         if (option == 'c')
@@ -168,26 +190,27 @@ static int run(int argc, char **argv)
         else if (option == 's')
             strict = 1;
         else if (option == 'S' || option == 'N')
-            mode = option == 'S' ? SECCOMP_ALWAYS : SECCOMP_NEVER;
+            supervise = option == 'S' ? ALWAYS : NEVER;
         else
             return cli_option_problem(&cli_run_command, option, argv);
     }
     if (optind >= argc)
         return cli_usage_error(&cli_run_command, "no command to run");
     char rules[PATH_MAX];
-    if (valid_rules(given_rules, rules) < 0)
+    int compartments;
+    if (valid_rules(given_rules, rules, &compartments) < 0)
         return CLI_USAGE;
     if (prepare_environment(rules, strict) < 0)
         return CLI_FAILED;
     char warning[3 * PATH_MAX];
-    int raw_calls = 0;
-    int unreachable = cli_interpose_warning(argv[optind], warning, sizeof warning,
-                                            &raw_calls);
-    int status = supervised(mode, rules, argv + optind, unreachable, raw_calls, warning);
+    enum cli_reach reach = cli_interpose_warning(argv[optind], warning, sizeof warning);
+    int said;
+    int status = supervised(supervise, compartments, rules, argv + optind, reach,
+                            warning, &said);
     if (status >= 0)
         return status;
     /* Only a warning: the program may still be worth running, unlimited. */
-    if (unreachable)
+    if (reach != CLI_REACHED && !said)
         cli_error("run: warning: %s; its connections will not be limited",
                   warning);
     execvp(argv[optind], argv + optind);
@@ -207,17 +230,23 @@ const struct cli_command cli_run_command = {
         "2 without starting CMD. Then the shim goes first in LD_PRELOAD (the\n"
         "entries already there are kept, and no libbulkhead.so is added\n"
         "twice), BULKHEAD_CONFIG is set to the rules file's absolute path, and\n"
-        "CMD replaces bulkhead, so the exit status is CMD's own.\n"
+        "CMD starts, as below; the exit status is CMD's own.\n"
         "\n"
-        "CMD is looked up along PATH as execvp does. When it is a statically\n"
-        "linked program or a Go program (static or not: Go connects with its\n"
-        "own system calls), or a script for one, the shim cannot reach it:\n"
-        "run then stays as CMD's parent and caps its connects through seccomp\n"
-        "user notification (one line says so), and exits with CMD's status once\n"
-        "CMD and every process it left behind are gone. The programs of the\n"
-        "tree then run with no_new_privs: set-ID programs gain no privilege.\n"
-        "Where the kernel refuses the filter, one line says so and CMD runs\n"
-        "unlimited. A set-user-ID or set-group-ID program gets one warning\n"
+        "CMD is looked up along PATH as execvp does. run stays as CMD's\n"
+        "parent and supervises the whole tree through seccomp user\n"
+        "notification: every statically linked or Go program the tree starts,\n"
+        "however deep (behind env, timeout, nice, sh -c, a start script), has\n"
+        "its connects capped; the shim in the dynamic programs marks its own\n"
+        "calls, which the filter lets through. run exits with CMD's status\n"
+        "once CMD and every process it left behind are gone. Unless run has\n"
+        "CAP_SYS_ADMIN (root), the tree runs with no_new_privs: set-ID\n"
+        "programs in it gain no privilege. A static or Go CMD, or a script for\n"
+        "one, gets one line saying it is capped.\n"
+        "\n"
+        "run execs CMD instead, the shim alone reaching it, with --no-seccomp,\n"
+        "when the rules have no compartment, where the kernel has no seccomp\n"
+        "user notification, and when CMD is set-user-ID or set-group-ID and run\n"
+        "lacks CAP_SYS_ADMIN: a static, Go or set-ID CMD then gets one warning\n"
         "line and runs unlimited.\n"
         "\n"
         "  -c, --config FILE  the rules file (default: $BULKHEAD_CONFIG, else\n"
@@ -225,11 +254,11 @@ const struct cli_command cli_run_command = {
         "                     /etc/bulkhead/rules.ini)\n"
         "      --strict       set BULKHEAD_STRICT=1: a process that finds the\n"
         "                     rules bad exits 78 instead of running unlimited\n"
-        "      --seccomp      supervise the whole tree through seccomp, whatever\n"
-        "                     CMD is (connects the shim makes are still counted\n"
-        "                     by the shim alone)\n"
-        "      --no-seccomp   never: a static or Go CMD runs unlimited, as the\n"
-        "                     warning says\n"
+        "      --seccomp      supervise even a set-ID CMD without CAP_SYS_ADMIN\n"
+        "                     (it runs without its privilege); else the default\n"
+        "      --no-seccomp   never supervise: exec CMD, which only the shim\n"
+        "                     reaches (a static or Go program anywhere in the\n"
+        "                     tree runs unlimited)\n"
         "\n"
         "Exit status: CMD's; 2 for a usage error or a bad rules file; 1 when\n"
         "the shim cannot be found; 127 when CMD cannot be executed.\n",

@@ -25,6 +25,7 @@ struct snapshot {
     int count;
     struct compartment_row rows[BH_MAX_COMPARTMENTS];
     struct cli_holders holders;
+    struct bh_socket_table_view records;  /* shared-socket records */
 };
 
 enum output_format { FORMAT_TABLE, FORMAT_JSON, FORMAT_PROMETHEUS };
@@ -93,9 +94,10 @@ void cli_holders_free(struct cli_holders *holders)
     *holders = (struct cli_holders){ NULL, 0, 0 };
 }
 
-char *cli_format_holders(const struct cli_holder *holders, int count)
+char *cli_format_holders(const struct cli_holder *holders, int count,
+                         int shared_permits)
 {
-    char *text = malloc((size_t)count * 32 + 2);
+    char *text = malloc((size_t)count * 32 + 32);
     if (!text)
         return NULL;
     size_t used = 0;
@@ -104,6 +106,8 @@ char *cli_format_holders(const struct cli_holder *holders, int count)
         used += (size_t)sprintf(text + used, "%s%d(%" PRIu32 "%s)", i ? "," : "",
                                 (int)holders[i].pid, holders[i].permits,
                                 holders[i].waiting ? "+waits" : "");
+    if (shared_permits > 0)
+        sprintf(text + used, "%sshared(%d)", count ? "," : "", shared_permits);
     return text;
 }
 
@@ -146,6 +150,7 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
         bh_namespace_close(&ns);
         return -1;
     }
+    bh_socket_table_read(&ns, &snapshot->records);
     for (int i = 0; i < snapshot->count; i++)
         snapshot->rows[i].holders = cli_holders_of(&snapshot->holders, i,
                                                    &snapshot->rows[i].holder_count);
@@ -453,9 +458,17 @@ static void print_policy(const struct snapshot *snapshot)
 }
 
 /* Connections whose fds several processes hold (fork, SCM_RIGHTS): their
- * permits stay in use until the socket's last copy closes. */
+ * permits stay in use until the socket's last copy closes. The records
+ * that hold them are the namespace's, all compartments together. */
 static void print_shared(const struct snapshot *snapshot)
 {
+    const struct bh_socket_table_view *records = &snapshot->records;
+    if (records->in_use || records->refused)
+        printf("\nshared-socket records: %d of %d in use%s", records->in_use,
+               records->capacity, records->refused ? "" : "\n");
+    if (records->refused)
+        printf(", %" PRIu64 " refused: table full (those sockets' permits stayed "
+               "with the process that connected)\n", records->refused);
     int any = 0;
     for (int i = 0; i < snapshot->count; i++)
         any |= snapshot->rows[i].stat.view.shared > 0;
@@ -549,7 +562,8 @@ static void print_table(const struct snapshot *snapshot)
     print_table_line(cells[0], widths, "HOLDERS");
     for (int row = 0; row < snapshot->count; row++) {
         const struct compartment_row *data = &snapshot->rows[row];
-        char *holders = cli_format_holders(data->holders, data->holder_count);
+        char *holders = cli_format_holders(data->holders, data->holder_count,
+                                           data->stat.view.shared_permits);
         print_table_line(cells[row + 1], widths, holders ? holders : "?");
         free(holders);
     }
@@ -705,7 +719,12 @@ static void print_json(const struct snapshot *snapshot)
         printf("%s\n  ", i ? "," : "");
         print_json_compartment(&snapshot->rows[i]);
     }
-    printf("%s]}\n", snapshot->count ? "\n" : "");
+    printf("%s]", snapshot->count ? "\n" : "");
+    if (snapshot->present)  /* no records without shared state */
+        printf(", \"socket_records\": {\"in_use\": %d, \"capacity\": %d, "
+               "\"refused\": %" PRIu64 "}", snapshot->records.in_use,
+               snapshot->records.capacity, snapshot->records.refused);
+    printf("}\n");
 }
 
 static void print_prometheus(const struct snapshot *snapshot)
@@ -713,7 +732,8 @@ static void print_prometheus(const struct snapshot *snapshot)
     struct bh_stat_row rows[BH_MAX_COMPARTMENTS];
     for (int i = 0; i < snapshot->count; i++)
         rows[i] = snapshot->rows[i].stat;
-    bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count);
+    bh_stat_prometheus(stdout, snapshot->namespace_name, rows, snapshot->count,
+                       snapshot->present ? &snapshot->records : NULL);
 }
 
 static int show_once(const struct cli_target *target, enum output_format format,
@@ -831,7 +851,8 @@ const struct cli_command cli_stat_command = {
         "calls refused at once), TIMED_OUT (calls that waited wait_ms, then\n"
         "were refused), WAIT_MEAN_MS and WAIT_MAX_MS (over the connects that\n"
         "waited and got a permit) and HOLDERS (pid(permits) of the processes\n"
-        "holding permits). REJECTED and TIMED_OUT count calls, not connections\n"
+        "holding permits; shared(N): permits of sockets several processes\n"
+        "share, held until the last copy closes). REJECTED and TIMED_OUT count calls, not connections\n"
         "nor processes: a client that retries counts each refused attempt.\n"
         "Below it, for compartments that have seen connections or whose\n"
         "breaker ever left closed: BREAKER (closed, open (Ns left), open\n"
@@ -855,44 +876,83 @@ const struct cli_command cli_stat_command = {
         "\n"
         CLI_TARGET_HELP
         "      --json            one JSON object: {\"namespace\", \"compartments\":\n"
-        "                        [{\"name\", \"limit\", \"in_use\", \"waiting\",\n"
-        "                        \"peak\", \"acquired\", \"rejected\", \"timed_out\",\n"
-        "                        \"waits\", \"wait_mean_ms\", \"wait_max_ms\",\n"
-        "                        \"holders\": [{\"pid\", \"permits\", \"waiting\"}], \"breaker\":\n"
-        "                        {\"state\", \"forced\", \"since\" (Unix time in s;\n"
-        "                        null: never changed), \"open_left_ms\",\n"
-        "                        \"open_ms\", \"opened\", \"refused\", \"failures\",\n"
-        "                        \"probes_taken_over\"},\n"
+        "                        [{\"name\", \"limit\", \"in_use\", \"waiting\", \"peak\",\n"
+        "                        \"acquired\", \"rejected\", \"timed_out\", \"waits\",\n"
+        "                        \"wait_mean_ms\", \"wait_max_ms\",\n"
+        "                        \"holders\": [{\"pid\", \"permits\", \"waiting\"}],\n"
+        "                        \"per_process_refused\", \"bypassed\", \"shared\"\n"
+        "                        (connections whose fds several processes hold),\n"
+        "                        \"shared_permits\", \"reserves\": [{\"who\",\n"
+        "                        \"permits\", \"in_use\", \"free\", \"owes\",\n"
+        "                        \"waiting\"}], \"common_free\", \"common_owes\",\n"
+        "                        \"utilization\" and \"window\" (the last minute):\n"
+        "                        {\"seconds\", \"admitted\", \"refused\",\n"
+        "                        \"timed_out\", \"arrival_rate\", \"refused_rate\",\n"
+        "                        \"in_use_mean\", \"hold_count\", \"hold_p50_ms\",\n"
+        "                        \"hold_p99_ms\", \"turnaround_count\",\n"
+        "                        \"turnaround_p50_ms\", \"turnaround_p99_ms\"},\n"
+        "                        \"permit_seconds_total\", \"breaker\": {\"state\",\n"
+        "                        \"forced\", \"since\" (Unix time in s; null: never\n"
+        "                        changed), \"open_left_ms\", \"open_ms\", \"opened\",\n"
+        "                        \"refused\", \"failures\", \"probes_taken_over\"},\n"
         "                        \"connect_failures\", \"connect_timeouts\",\n"
         "                        \"io_timeouts\", \"connect_time\" and \"hold_time\":\n"
         "                        {\"bounds_ms\", \"counts\" (per bucket, the last\n"
-        "                        past 60 s), \"count\", \"sum_ms\"},\n"
-        "                        \"per_process_refused\", \"bypassed\", \"shared\"\n"
-        "                        (connections whose fds several processes hold),\n"
-        "                        \"shared_permits\", \"reserves\":\n"
-        "                        [{\"who\", \"permits\", \"in_use\", \"free\",\n"
-        "                        \"owes\", \"waiting\"}], \"common_free\",\n"
-        "                        \"common_owes\",\n"
-        "                        \"fleet\" (fleet compartments)}]}\n"
+        "                        past 60 s), \"count\", \"sum_ms\"}, \"fleet\" (fleet\n"
+        "                        compartments): {\"limit\", \"grant\", \"in_use\",\n"
+        "                        \"hosts\", \"state\"}, \"adaptive\" (null unless a\n"
+        "                        controller ever moved it): {\"mode\", \"min_limit\",\n"
+        "                        \"max_limit\", \"latency_ms\", \"estimate\",\n"
+        "                        \"baseline_ms\", \"recent_ms\", \"windows\",\n"
+        "                        \"changes\", \"last_change\": {\"from\", \"to\",\n"
+        "                        \"why\", \"at\"}}}], \"socket_records\":\n"
+        "                        {\"in_use\", \"capacity\", \"refused\" (sockets\n"
+        "                        copied while every record was taken)}}\n"
         "      --prometheus      Prometheus text exposition, labels namespace and\n"
         "                        compartment. Gauges bulkhead_permits_limit,\n"
-        "                        _permits_in_use, _waiters, _permits_peak,\n"
-        "                        _wait_max_seconds, bulkhead_breaker_state (0 closed,\n"
-        "                        1 open, 2 half-open), _breaker_forced (1: open by\n"
-        "                        set), _breaker_changed_seconds (Unix time; 0:\n"
-        "                        never); counters bulkhead_acquired_total,\n"
-        "                        _rejected_total, _timed_out_total,\n"
-        "                        _breaker_opened_total, _breaker_refusals_total,\n"
-        "                        _connect_failures_total, _connect_timeouts_total,\n"
-        "                        _io_timeouts_total, _per_process_refused_total,\n"
-        "                        _bypassed_total; gauges bulkhead_shared_connections,\n"
-        "                        bulkhead_reserve_permits\n"
-        "                        and _reserve_in_use, labelled who; the summary\n"
-        "                        bulkhead_wait_seconds (_sum, _count: waits that got\n"
-        "                        a permit); the histograms bulkhead_connect_seconds\n"
-        "                        and bulkhead_hold_seconds (_bucket by le in seconds,\n"
-        "                        cumulative up to +Inf, _sum, _count);\n"
-        "                        bulkhead_fleet_* for fleet compartments.\n"
+        "                        bulkhead_permits_in_use, bulkhead_waiters,\n"
+        "                        bulkhead_permits_peak, bulkhead_wait_max_seconds,\n"
+        "                        bulkhead_shared_connections, bulkhead_utilization\n"
+        "                        (the last minute), bulkhead_breaker_state (0\n"
+        "                        closed, 1 open, 2 half-open),\n"
+        "                        bulkhead_breaker_forced (1: open by set),\n"
+        "                        bulkhead_breaker_changed_seconds (Unix time; 0:\n"
+        "                        never), and, labelled who,\n"
+        "                        bulkhead_reserve_permits and\n"
+        "                        bulkhead_reserve_in_use. Counters\n"
+        "                        bulkhead_acquired_total, bulkhead_rejected_total,\n"
+        "                        bulkhead_timed_out_total,\n"
+        "                        bulkhead_breaker_opened_total,\n"
+        "                        bulkhead_breaker_refusals_total,\n"
+        "                        bulkhead_connect_failures_total,\n"
+        "                        bulkhead_connect_timeouts_total,\n"
+        "                        bulkhead_io_timeouts_total,\n"
+        "                        bulkhead_per_process_refused_total,\n"
+        "                        bulkhead_bypassed_total and\n"
+        "                        bulkhead_permit_seconds_total (its rate over the\n"
+        "                        limit is the utilization over any window). The\n"
+        "                        summary bulkhead_wait_seconds (_sum, _count: waits\n"
+        "                        that got a permit); the histograms\n"
+        "                        bulkhead_connect_seconds, bulkhead_hold_seconds\n"
+        "                        and bulkhead_turnaround_seconds (_bucket by le in\n"
+        "                        seconds, cumulative up to +Inf, _sum, _count).\n"
+        "                        Adaptive compartments: gauges\n"
+        "                        bulkhead_adaptive_mode,\n"
+        "                        bulkhead_adaptive_min_limit,\n"
+        "                        bulkhead_adaptive_max_limit,\n"
+        "                        bulkhead_adaptive_baseline_seconds,\n"
+        "                        bulkhead_adaptive_recent_seconds,\n"
+        "                        bulkhead_adaptive_changed_seconds,\n"
+        "                        bulkhead_adaptive_last_reason, counters\n"
+        "                        bulkhead_adaptive_changes_total and\n"
+        "                        bulkhead_adaptive_windows_total. Fleet\n"
+        "                        compartments: bulkhead_fleet_limit,\n"
+        "                        bulkhead_fleet_grant, bulkhead_fleet_in_use,\n"
+        "                        bulkhead_fleet_hosts and bulkhead_fleet_state.\n"
+        "                        Labelled namespace alone: the gauges\n"
+        "                        bulkhead_socket_records and\n"
+        "                        bulkhead_socket_records_capacity, the counter\n"
+        "                        bulkhead_socket_records_refused_total.\n"
         "      --watch SECONDS   redraw the table every SECONDS until Ctrl-C\n",
     .run = stat_command,
 };

@@ -303,12 +303,18 @@ static int suggest_command(int argc, char **argv)
         }
         suggest_one(&ns, (int)i, &o, &list[i]);
     }
-    if (status == CLI_OK && o.apply)  /* before printing: --json stays one document */
-        status = apply(&ns, name, list, (int)count, o.json ? stderr : stdout);
+    /* What was measured first, then what --apply changed below it, so that
+     * the table's LIMIT is the limit the suggestion was made against. With
+     * --json the changes go to stderr: the document stays one. */
     if (list && o.json)
         print_json(list, (int)count, o.window_s);
     else if (list)
         print_table(list, (int)count, name, o.window_s);
+    if (status == CLI_OK && o.apply) {
+        if (!o.json)
+            putchar('\n');
+        status = apply(&ns, name, list, (int)count, o.json ? stderr : stdout);
+    }
     if (!list)
         cli_error("suggest: out of memory");
     free(list);

@@ -300,19 +300,21 @@ static int find_command(const char *command, char path[PATH_MAX])
     return -1;
 }
 
-int cli_interpose_warning(const char *command, char *text, size_t textlen,
-                          int *raw_calls)
+enum cli_reach cli_interpose_warning(const char *command, char *text,
+                                     size_t textlen)
 {
     char path[PATH_MAX], culprit[PATH_MAX];
     const char *problem = find_command(command, path) == 0
         ? file_problem(path, 0, culprit) : NULL;
-    *raw_calls = problem == go_problem || problem == static_problem;
     if (!problem)
-        return 0;
+        return CLI_REACHED;
     if (strcmp(culprit, path) == 0)
         snprintf(text, textlen, "%s %s", path, problem);
     else
         snprintf(text, textlen, "%s is a script for %s, which %s", path,
                  culprit, problem);
-    return 1;
+    if (problem == go_problem || problem == static_problem)
+        return CLI_RAW_CALLS;
+    return problem == foreign_go_problem || problem == foreign_static_problem
+        ? CLI_FOREIGN : CLI_SET_ID;
 }

@@ -315,8 +315,38 @@ static void print_adaptive(FILE *out, const char *namespace_name,
     }
 }
 
+/* The namespace's shared-socket records: one sample each, none when
+ * records is NULL (no shared state yet). */
+static void print_socket_records(FILE *out, const char *namespace_name,
+                                 const struct bh_socket_table_view *records)
+{
+    static const struct {
+        const char *family, *type, *help;
+    } families[] = {
+        { "bulkhead_socket_records", "gauge",
+          "Records of counted sockets several processes hold, in use." },
+        { "bulkhead_socket_records_capacity", "gauge",
+          "How many such records the namespace can hold." },
+        { "bulkhead_socket_records_refused_total", "counter",
+          "Sockets copied to another process with every record taken: their "
+          "permits stayed with the process that connected." },
+    };
+    for (int f = 0; f < 3; f++) {
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", families[f].family, families[f].help,
+                families[f].family, families[f].type);
+        if (!records)
+            continue;
+        int64_t value = f == 0 ? records->in_use : f == 1 ? records->capacity
+                                                           : (int64_t)records->refused;
+        fprintf(out, "%s{namespace=\"", families[f].family);
+        print_label_value(out, namespace_name);
+        fprintf(out, "\"} %" PRId64 "\n", value);
+    }
+}
+
 void bh_stat_prometheus(FILE *out, const char *namespace_name,
-                        const struct bh_stat_row *rows, int count)
+                        const struct bh_stat_row *rows, int count,
+                        const struct bh_socket_table_view *records)
 {
     int fleet = any_fleet(rows, count);
     for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
@@ -343,6 +373,7 @@ void bh_stat_prometheus(FILE *out, const char *namespace_name,
                     "send to the first byte received after it.", turnaround_time,
                     namespace_name, rows, count);
     print_utilization(out, namespace_name, rows, count);
+    print_socket_records(out, namespace_name, records);
 }
 
 void bh_stat_window(struct bh_namespace *ns, int index, int seconds, int limit,
@@ -405,8 +436,10 @@ int bh_stat_write_prometheus(FILE *out, struct bh_namespace *ns,
     int rc = 0;
     for (uint32_t i = 0; i < count && rc == 0; i++)
         rc = bh_stat_read_row(ns, (int)i, &rows[i]);
+    struct bh_socket_table_view records;
+    bh_socket_table_read(ns, &records);
     if (rc == 0)
-        bh_stat_prometheus(out, namespace_name, rows, (int)count);
+        bh_stat_prometheus(out, namespace_name, rows, (int)count, &records);
     free(rows);
     return rc;
 }

@@ -51,9 +51,11 @@ int bh_stat_read_row(struct bh_namespace *ns, int index, struct bh_stat_row *row
 
 /* Every family once, with HELP and TYPE; a sample per compartment (fleet
  * families: per fleet compartment; histograms: their buckets, cumulative,
- * then _sum and _count). */
+ * then _sum and _count), and the namespace's shared-socket records (none
+ * when records is NULL: no shared state yet). */
 void bh_stat_prometheus(FILE *out, const char *namespace_name,
-                        const struct bh_stat_row *rows, int count);
+                        const struct bh_stat_row *rows, int count,
+                        const struct bh_socket_table_view *records);
 
 /* The same, read from the namespace now; 0, or -1 with errno. */
 int bh_stat_write_prometheus(FILE *out, struct bh_namespace *ns,

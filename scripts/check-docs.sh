@@ -84,6 +84,20 @@ run_blocks() {
     ((inside == 0)) || fail "$file:$start: runnable block never closed"
 }
 
+# Every reference a man page of this tree makes to one of bulkhead's own
+# pages (.BR name (N)) names a page that is here, in that section.
+check_man_references() {
+    local page line name section
+    for page in man/*.[1-8]; do
+        while read -r line name section; do
+            [[ -e man/$name.$section ]] ||
+                fail "$page:$line: refers to $name($section), which is not in man/"
+        done < <(awk '/^\.BR (lib)?bulkhead[^ ]* \([0-9]\)/ {
+                name = $2; gsub(/\\/, "", name); print NR, name, substr($3, 2, 1) }' "$page")
+    done
+}
+
+check_man_references
 for file in "$@"; do
     if [[ ! -r $file ]]; then
         fail "$file: cannot read"

@@ -226,7 +226,7 @@ for line in open(sys.argv[1]).read().splitlines():
         assert m.group(2) not in table, "second %s for %s" % m.group(1, 2)
         table[m.group(2)] = m.group(3)
         continue
-    m = re.match(r'(\w+)\{namespace="[^"]*",compartment="(\w+)"(?:,le="([^"]+)")?\} (\S+)$', line)
+    m = re.match(r'(\w+)\{namespace="[^"]*"(?:,compartment="(\w+)")?(?:,le="([^"]+)")?\} (\S+)$', line)
     assert m, line
     samples.append(m.groups())
 def family(name):

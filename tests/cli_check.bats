@@ -80,6 +80,27 @@ EOF
     assert_line --index 3 "bulkhead: $RULES: 3 errors"
 }
 
+@test "explain --resolve: a name that resolves nowhere here is explained as resolved to the address given" {
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[named]
+limit = 1
+match = orders.invalid:5432
+EOF
+    run "$BULKHEAD" explain -c "$RULES" orders.invalid:5432
+    assert_failure 1
+    run "$BULKHEAD" explain -c "$RULES" --resolve orders.invalid=10.9.8.7 \
+        --resolve other.invalid=::1 orders.invalid:5432 other.invalid:5432 10.9.8.7:5432
+    assert_success
+    assert_output "orders.invalid:5432 = 10.9.8.7 -> compartment named (line 5: match = orders.invalid:5432)
+other.invalid:5432 = ::1 -> not limited
+10.9.8.7:5432 -> not limited"
+    run "$BULKHEAD" explain -c "$RULES" --resolve orders.invalid=nowhere orders.invalid:5432
+    assert_failure 2
+    assert_line --index 0 "bulkhead: explain: --resolve orders.invalid=nowhere: not NAME=ADDRESS (an IPv4 or IPv6 address)"
+}
+
 @test "explain: a literal address gets the same answer whatever comes before it" {
     # localhost resolves to 127.0.0.1; a rule for the name must not make the
     # literal 127.0.0.1 match once the name was explained first.

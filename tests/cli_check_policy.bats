@@ -40,7 +40,7 @@ EOF
 namespace = $NS
 [db]
 limit = 10
-per_process = 3
+per_process = 4
 reserve = 2 for program=billing-*
 reserve = 1 for user=root
 reserve = 3 for env=BULKHEAD_CLASS=critical
@@ -63,7 +63,7 @@ EOF
   wait_ms      0 (fail fast)
   max_waiters  64
   errno        ECONNREFUSED
-  per_process  3 (one process holds at most 3)
+  per_process  4 (one process holds at most 4)
   reserve      2 for program=billing-*
   reserve      1 for user=root (uid 0)
   reserve      3 for env=BULKHEAD_CLASS=critical
@@ -257,7 +257,8 @@ bulkhead: $RULES: 1 error"
 @test "explain --help names its identity options" {
     run "$BULKHEAD" explain --help
     assert_success
-    assert_line --index 0 "usage: bulkhead explain [-c rules.ini] [--program NAME] [--user NAME|UID] [--env VAR=VALUE]... HOST:PORT|[V6]:PORT..."
+    assert_line --index 0 "usage: bulkhead explain [-c rules.ini] [--program NAME] [--user NAME|UID] [--env VAR=VALUE]... [--resolve NAME=ADDRESS]... HOST:PORT|[V6]:PORT..."
+    assert_line '  --resolve NAME=ADDRESS'
     assert_line --regexp '^  --program NAME +'
     assert_line --regexp '^  --user NAME\|UID +'
     assert_line --regexp '^  --env VAR=VALUE +'

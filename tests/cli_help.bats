@@ -91,3 +91,11 @@ setup() {
         [[ "$text" == *"$key"* ]] || fail "bulkhead.ini(5) does not name $key"
     done
 }
+
+@test "bulkhead-agent --help: its own usage on stdout, exit 0; a bad option is exit 2" {
+    run "$BH_ROOT/build/bulkhead-agent" --help
+    assert_success
+    assert_line --index 0 --partial "usage: bulkhead-agent [run]"
+    run "$BH_ROOT/build/bulkhead-agent" --bogus
+    assert_failure 2
+}

@@ -88,15 +88,15 @@ EOF
 @test "key: in the help, its own help and the man page" {
     run "$BULKHEAD" --help
     assert_success
-    assert_line "  bulkhead key [-c rules.ini | -n NAMESPACE]"
+    assert_line "  bulkhead key [-c rules.ini | -n NAMESPACE] [-u USER]"
     run "$BULKHEAD" help key
     assert_success
-    assert_line --index 0 "usage: bulkhead key [-c rules.ini | -n NAMESPACE]"
+    assert_line --index 0 "usage: bulkhead key [-c rules.ini | -n NAMESPACE] [-u USER]"
     run "$BULKHEAD" key --help
     assert_success
-    assert_line --index 0 "usage: bulkhead key [-c rules.ini | -n NAMESPACE]"
+    assert_line --index 0 "usage: bulkhead key [-c rules.ini | -n NAMESPACE] [-u USER]"
     run env MANWIDTH=80 MANPAGER=cat man -l "$BH_ROOT/man/bulkhead.1"
     assert_success
-    assert_line --regexp '^ +bulkhead key \[-c rules\.ini \| -n NAMESPACE\]$'
+    assert_line --regexp '^ +bulkhead key \[-c rules\.ini \| -n NAMESPACE\] \[-u USER\]$'
     assert_output --partial "LIMITS"
 }

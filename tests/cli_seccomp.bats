@@ -47,6 +47,10 @@ teardown() {
         done <"$T/trees"
     fi
     [[ -z "${NOBODY_DIR:-}" ]] || rm -rf "$NOBODY_DIR"
+    if [[ -f "$T/nobody_dir" ]]; then  # a test's tree run by nobody, and its namespace
+        timeout 10 "$BULKHEAD" reset --force -n "$NS" -u nobody >/dev/null 2>&1 || true
+        rm -rf "$(cat "$T/nobody_dir")"
+    fi
     if [[ -f "$T/other_users" ]]; then uid_teardown; else bh_teardown; fi
 }
 
@@ -60,23 +64,10 @@ bg_tree() {
     echo "$BG_PID" >>"$T/trees"
 }
 
-# build_if_stale BIN SRC HOW: BIN from SRC unless it is newer already;
-# built under a temporary name, so that a half-built one never runs.
-build_if_stale() {
-    local bin=$1 src=$2 how=$3
-    [[ -x "$bin" && "$bin" -nt "$src" ]] && return 0
-    mkdir -p "$(dirname "$bin")"
-    "$how" "$src" "$bin.$$" && mv "$bin.$$" "$bin" || fail "cannot build $bin"
-}
-
 go_build() {
     command -v go >/dev/null || fail "no Go toolchain (make deps installs golang-go)"
     (cd "$(dirname "$1")" && HOME="$T" GOCACHE="$BH_ROOT/build/go-cache" \
         GOFLAGS=-mod=mod go build -o "$2" "$(basename "$1")")
-}
-
-static_build() {
-    gcc -static -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$2" "$1" -lpthread
 }
 
 # count WORD FILE: lines of FILE that are exactly WORD.
@@ -497,6 +488,7 @@ no_run_left() {
     # its connections closed, their permits come back: the next tree gets 3
     exec {MORE}>&-
     wait_for server_open_is s 0
+    wait_for no_run_left  # the heir's last reap
     sv_run "$T/after" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 3 0
     assert_equal "$(count ok "$T/after")" 3
     assert_equal "$(server_stat s max)" 3
@@ -522,6 +514,9 @@ no_run_left() {
     assert_equal "$(server_stat s total)" 0
     kill -KILL "$go"
     wait_for server_open_is held 0
+    # the tree gone, its heir reaps once more and exits (a connect that
+    # finds the compartment full while another process reaps is refused)
+    wait_for no_run_left
     sv_run "$T/after" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 3 0
     assert_equal "$(count ok "$T/after")" 3
     assert_equal "$(server_stat s total)" 3
@@ -800,4 +795,140 @@ ns_dial() {
     wait_pid "$probe"
     assert_equal "$(cat "$T/probe")" "110 113"
     assert_equal "$(syns_since "$before")" 1
+}
+
+# ---- every static and Go program of the tree, however it was started
+#
+# Services start through wrappers (env, timeout, nice, a shell, a start
+# script, a uid change): run supervises the whole tree whatever CMD is, so
+# the Go or static program behind a dynamic wrapper is capped too.
+
+# capped_behind WRAPPER...: the Go client, then the static one, started
+# by bulkhead run (no flag) through WRAPPER: 3 of 8 reach the server at
+# limit 3, never more at once; no line but the supervisor's refusals.
+capped_behind() {
+    start_server s 1000
+    compartment_rules 3
+    sv_run "$T/go" -- "$@" "$GOHTTP" "http://127.0.0.1:$SERVER_PORT/" 8 0
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count ok "$T/go")" 3
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(grep -v '^bulkhead: refused ' "$T/go.err")" ""
+    sv_run "$T/static" -- "$@" "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count ok "$T/static")" 3
+    assert_equal "$(count ECONNREFUSED "$T/static")" 5
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(server_stat s total)" 6
+    assert_equal "$(grep -v '^bulkhead: refused ' "$T/static.err")" ""
+}
+
+@test "seccomp: a Go and a static client behind env X=1: 3 of 8 at limit 3" {
+    capped_behind env X=1
+}
+
+@test "seccomp: a Go and a static client behind timeout 30: 3 of 8 at limit 3" {
+    capped_behind timeout 30
+}
+
+@test "seccomp: a Go and a static client behind sh -c (as its child): 3 of 8 at limit 3" {
+    capped_behind sh -c '"$@"; exit $?' sh
+}
+
+@test "seccomp: a Go and a static client behind a #!/bin/sh start script that execs them: 3 of 8 at limit 3" {
+    printf '#!/bin/sh\nexport X=1\nexec "$@"\n' >"$T/start"
+    chmod +x "$T/start"
+    capped_behind "$T/start"
+}
+
+@test "seccomp: a Go and a static client behind nice and a uid change to nobody with LD_PRELOAD dropped (as sudo -u does) under root's run: 3 of 8 at limit 3" {
+    require_other_user
+    capped_behind nice env -u LD_PRELOAD setpriv --reuid 65534 --regid 65534 --clear-groups
+}
+
+@test "seccomp: run by a user without CAP_SYS_ADMIN (its tree under no_new_privs), a Go and a static client behind env: 3 of 8 at limit 3" {
+    require_other_user
+    local dir
+    dir=$(mktemp -d /tmp/bh-seccomp-nobody.XXXXXX)
+    echo "$dir" >"$T/nobody_dir"
+    chmod 755 "$dir"
+    start_server s 1000
+    compartment_rules 3
+    install -m 644 "$RULES" "$dir/rules.ini"
+    as_nobody "$BULKHEAD" run -c "$dir/rules.ini" -- env X=1 "$GOHTTP" \
+        "http://127.0.0.1:$SERVER_PORT/" 8 0 >"$T/go" 2>"$T/go.err" 3>&-
+    assert_equal "$(count ok "$T/go")" 3
+    as_nobody "$BULKHEAD" run -c "$dir/rules.ini" -- env X=1 "$FORK_SHARE" \
+        127.0.0.1 "$SERVER_PORT" 8 500 >"$T/static" 2>"$T/static.err" 3>&-
+    assert_equal "$(count ok "$T/static")" 3
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(server_stat s total)" 6
+}
+
+@test "seccomp: a bulkhead run that has the shim preloaded itself (/etc/ld.so.preload, an outer tree) counts each supervised connect once: 3 of 8 at limit 3" {
+    start_server s 1000
+    compartment_rules 3
+    SV_STATUS=0
+    LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$BULKHEAD" run -c "$RULES" -- \
+        "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500 >"$T/static" 2>"$T/static.err" 3>&- ||
+        SV_STATUS=$?
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count ok "$T/static")" 3
+    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(grep -c 'for bulkhead\[' "$T/static.err")" 0
+}
+
+@test "seccomp: a run inside a supervised tree cannot have a listener of its own: the outer supervisor caps its Go client, and its line says so" {
+    start_server s 1000
+    compartment_rules 3
+    sv_run "$T/go" -- "$BULKHEAD" run -c "$RULES" -- "$GOHTTP" "http://127.0.0.1:$SERVER_PORT/" 8 0
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(count ok "$T/go")" 3
+    assert_equal "$(server_stat s max)" 3
+    grep -qx "bulkhead: run: the kernel refused the seccomp filter (Device or resource busy): $GOHTTP is a Go program: Go makes its own system calls, which the shim never sees; an outer bulkhead run's supervisor caps it, by its rules" "$T/go.err"
+}
+
+# ---- without run: the shim says what it cannot reach
+
+@test "seccomp: without run, a shimmed process exec'ing a Go or a static program says so in one line naming bulkhead run; a dynamic one, none; under run, none" {
+    start_server s 200
+    compartment_rules 3
+    local tail="which LD_PRELOAD cannot reach: its connections are not limited; \`bulkhead run\` caps them through seccomp"
+    run_shim sh -c "exec '$GOHTTP' http://127.0.0.1:$SERVER_PORT/ 1 0" >"$T/go" 2>"$T/go.err"
+    assert_equal "$(cat "$T/go")" $'ok\ndone'
+    assert_equal "$(cat "$T/go.err")" "bulkhead: exec $GOHTTP: a Go program, $tail"
+    run_shim env "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 1 0 >"$T/static" 2>"$T/static.err"
+    assert_equal "$(count ok "$T/static")" 1
+    assert_equal "$(cat "$T/static.err")" "bulkhead: exec $FORK_SHARE: a statically linked program, $tail"
+    printf '#!%s\n' "$FORK_SHARE" >"$T/script"
+    chmod +x "$T/script"
+    run_shim sh -c "exec '$T/script'" >/dev/null 2>"$T/script.err" || true
+    assert_equal "$(grep bulkhead "$T/script.err")" "bulkhead: exec $T/script: a script for $FORK_SHARE, a statically linked program, $tail"
+    local loader
+    loader=$(readelf -lW /bin/true | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+    run_shim sh -c "env true; exec '$loader' /bin/true" 2>"$T/dynamic.err"
+    run_shim "$loader" /bin/sh -c "exec '$loader' /bin/true" 2>>"$T/dynamic.err"
+    assert_equal "$(cat "$T/dynamic.err")" ""
+    sv_run "$T/run" -- sh -c "exec '$GOHTTP' http://127.0.0.1:$SERVER_PORT/ 1 0"
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(cat "$T/run")" $'ok\ndone'
+    assert_equal "$(cat "$T/run.err")" ""
+}
+
+@test "seccomp: without run, the line comes once per process, and the exec goes on: a failed exec of a static program, then a Go program" {
+    start_server s 200
+    compartment_rules 3
+    cp "$FORK_SHARE" "$T/not_executable"
+    chmod -x "$T/not_executable"
+    SV_STATUS=0
+    run_shim python3 -c 'import os, sys
+try:
+    os.execv(sys.argv[1], [sys.argv[1]])
+except PermissionError:
+    os.execv(sys.argv[2], sys.argv[2:])' "$T/not_executable" "$GOHTTP" \
+        "http://127.0.0.1:$SERVER_PORT/" 1 0 >"$T/out" 2>"$T/err" || SV_STATUS=$?
+    assert_equal "$SV_STATUS" 0
+    assert_equal "$(cat "$T/out")" $'ok\ndone'
+    assert_equal "$(grep -c 'bulkhead: exec' "$T/err")" 1
+    grep -q "^bulkhead: exec $T/not_executable: a statically linked program, " "$T/err"
 }

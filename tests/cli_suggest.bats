@@ -97,6 +97,9 @@ EOF
     [[ $suggested -ge 2 && $suggested -lt 100 ]] || fail "suggested $suggested"
     run "$BULKHEAD" suggest -c "$RULES" --apply
     assert_success
+    # The table (LIMIT as measured against) comes first, the change after it.
+    assert_line --index 1 --regexp '^COMPARTMENT +LIMIT +SUGGESTED'
+    assert_line --index 2 --regexp "^c +200 +$suggested "
     assert_line --regexp "^c: limit 200 -> $suggested, 0 in use$"
     assert_line "[c]"
     assert_line "limit = $suggested"

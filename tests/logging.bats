@@ -106,15 +106,15 @@ print(os.getpid())' "$SERVER_PORT" "$1"
         "bulkhead: $RULES loaded: namespace \"$NS\", 1 compartment, 1 rule"
 }
 
-@test "a process whose rules.ini disagrees with the live limit says once, at warn, which it uses" {
+@test "a tree whose rules.ini disagrees with the live limit says once, at warn, which it uses and why" {
     start_server web -1
     payments_rules 0 "log = info"
     run_shim /bin/true 2>/dev/null
     payments_rules 5   # log = warn, the default
-    run --separate-stderr run_shim /bin/true
+    run --separate-stderr run_shim sh -c '/bin/true; sh -c /bin/true; /bin/true'
     assert_success
     assert_equal "$stderr" \
-        "bulkhead: [payments]: using the live limit 0 (set by bulkhead set or apply), not 5 from $RULES"
+        "bulkhead: using the namespace's live limits, [payments] 0 (file: 5), not $RULES's: set by bulkhead set or apply, or by the rules of a program that started earlier; bulkhead apply $RULES takes the file's"
     # ...and it does use it: a connection is refused.
     run --separate-stderr run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_failure

@@ -135,6 +135,9 @@ EOF
     run "$BULKHEAD" stat -c "$RULES" --json
     assert_output --partial '"in_use": 1,'
     assert_output --partial '"shared": 1, "shared_permits": 1,'
+    # The table's HOLDERS says who holds the permit in use: the share.
+    run "$BULKHEAD" stat -c "$RULES"
+    assert_line --regexp ' shared\(1\)$'
     touch "$T/go"
     wait_pid "$receiver"
     run cat "$T/receiver.out"
@@ -197,4 +200,66 @@ EOF
     wait_for server_idle
     assert_new_connection_gets_in
     [[ $(server_stat srv max) == 1 ]] || fail "server saw $(server_stat srv max) at once"
+}
+
+# many.py PORT COUNT READY GO: opens COUNT connections (all must get in),
+# forks a child that keeps them all until GO, closes its own copies and
+# exits; READY gets the child's pid. third.py PORT TRIES: tries TRIES
+# more connections at once, holds those that got in and prints how many.
+write_many_py() {
+    cat >"$T/many.py" <<'PY'
+import os, resource, socket, sys, time
+port, count, ready, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+connections = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+child = os.fork()
+if child == 0:
+    while not os.path.exists(go) and os.path.isdir(os.path.dirname(go)):
+        time.sleep(0.02)
+    os._exit(0)
+for c in connections:
+    c.close()
+with open(ready + ".tmp", "w") as f:
+    f.write("%d\n" % child)
+os.rename(ready + ".tmp", ready)
+PY
+    cat >"$T/third.py" <<'PY'
+import socket, sys
+port, tries = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for _ in range(tries):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", port)))
+    except OSError:
+        pass
+print("third=%d" % len(held), flush=True)
+PY
+}
+
+@test "4,200 shared sockets at limit 4,200: the parent's exit gives none back while the child holds them" {
+    ulimit -n 12000 2>/dev/null || skip "needs an fd limit of 12,000 for the server"
+    local count=4200
+    start_server many -1
+    PORT=$SERVER_PORT
+    compartment_rules "$count" wait_ms=0
+    write_many_py
+    bg_shim "$T/many.out" python3 "$T/many.py" "$PORT" "$count" "$T/ready" "$T/go"
+    local parent=$BG_PID
+    wait_for -t 120 test -s "$T/ready"
+    track_pid "$(cat "$T/ready")"
+    wait_pid "$parent"
+    run run_shim python3 "$T/third.py" "$PORT" 200
+    assert_success
+    local max
+    max=$(server_stat many max)
+    ((max <= count)) || fail "server saw $max at once (limit $count)"
+    assert_line third=0
+    [[ $(server_stat many open) == "$count" ]]
+    run "$BULKHEAD" stat -c "$RULES"
+    assert_line --regexp "^shared-socket records: 4200 of [0-9,]+ in use"
+    touch "$T/go"
+    wait_for -t 60 server_open_is many 0
+    run run_shim python3 "$T/third.py" "$PORT" 1
+    assert_line third=1
 }

@@ -106,6 +106,24 @@ asyncio.run(main())
     assert_equal "$(server_stat srv total)" 3
 }
 
+@test "a weight above per_process is refused at once; check warns that every connect through it is" {
+    start_server srv -1
+    WEIGHT=3 downstream_rules 8 "per_process=2"
+    run "$BULKHEAD" check "$RULES"
+    assert_success
+    assert_line "bulkhead: $RULES:7: warning: match: weight=3 exceeds [downstream]'s per_process = 2: every connect through it is refused"
+    run timeout 20 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" python3 -c '
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    print("connected")
+except OSError as e:
+    print("refused=%d" % e.errno)
+' "$SERVER_PORT"
+    assert_output "refused=111"
+    assert_equal "$(server_stat srv total)" 0
+}
+
 @test "a weight above the common pool is refused at once with the reason; check warns about it" {
     start_server srv -1
     WEIGHT=3 downstream_rules 4 "reserve=2 for program=billing"

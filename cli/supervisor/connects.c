@@ -23,13 +23,21 @@
  * kernel's could slip past then, which a cap (not a sandbox) accepts;
  * the address is read only while the notification is valid. A program
  * whose memory or fds the kernel will not let us read (EPERM: not
- * dumpable) is neither: unreadable.c answers, as on_failure says. */
+ * dumpable) is neither: unreadable.c answers, as on_failure says.
+ *
+ * A connect waits for its answer, and a signal may end that wait: before
+ * Linux 5.19 (or without SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, filter.c)
+ * any signal, and with SA_RESTART (timers, SIGCHLD, Go's SIGURG) the same
+ * connect traps again at once, as a new notification. Its job goes on:
+ * one admission per socket, however many restarts (see "jobs" below). */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <linux/net.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,16 +54,30 @@
 #include "policy/who.h"
 #include "supervisor/supervisor.h"
 
-struct job {
-    struct job *next;  /* in the queue */
-    struct sv_state *state;
-    const struct seccomp_notif *pending;  /* freed once answered (heir.c) */
-    uint64_t id;
+/* A thread's connect: its fd and the address it asked for. */
+struct call {
     pid_t tid;
     int fd;
-    int rule;
     struct sockaddr_storage to;
     socklen_t length;
+};
+
+struct job {
+    struct job *next;    /* in the queue */
+    struct job *active;  /* in the list of jobs in progress */
+    struct sv_state *state;
+    uint64_t id;         /* the newest notification of its connect: jobs_lock */
+    /* where that one was received (heir.c), freed once the job is over:
+     * jobs_lock while the job is listed */
+    const struct seccomp_notif *pending;
+    struct call call;
+    int rule;
+    int on_worker;       /* run by a worker thread, not the main one */
+    /* jobs_lock: */
+    pthread_t worker;
+    int admitting;       /* in admission, on a worker: may be interrupted */
+    int dead_looks;      /* looks in a row that found its id dead */
+    int superseded;      /* its thread made another call: dead for good */
 };
 
 static int respond(int listener, uint64_t id, int64_t value, int error, uint32_t flags)
@@ -188,7 +210,293 @@ int sv_copy_fd(pid_t tid, int fd, pid_t *pid)
     return copy;
 }
 
+/* ---- jobs in progress, by the thread that trapped them ----
+ *
+ * A thread makes one system call at a time: a connect trapped again by
+ * the same thread, on the same fd to the same address, is the restart of
+ * the one in progress, and its notification is handed to that job (the
+ * answer goes to the newest); another call of that thread means the old
+ * one is over (superseded).
+ *
+ * A notification that died for good (the program told EINTR, its process
+ * killed) would leave its job waiting for a permit: the main thread looks
+ * at the ids of the jobs in admission every LOOK_MS and interrupts the
+ * wait of one found dead twice in a row (SIGRTMIN, whose handler does
+ * nothing: the semaphore wait ends with EINTR, having taken nothing). A
+ * job that finds its notification dead waits up to GRACE_MS for a
+ * restart to hand it a new one; none coming, it stops there: before its
+ * admission it takes nothing, after it it gives its permits back without
+ * connecting. An answer whose notification died before the restart came
+ * in is kept (KEPT_MS at most) for that thread's next connect: the same
+ * fd and address get it instead of a second admission, as a restarted
+ * blocking connect in the kernel goes on with the connection under way.
+ *
+ * jobs_lock guards the list, the kept answers and the jobs' fields so
+ * marked; it is never held across a wait, a connect or an answer. */
+enum { LOOK_MS = 20, DEAD_LOOKS = 2, GRACE_MS = 50, KEPT_MS = 60000 };
+
+struct kept {
+    struct kept *next;
+    struct call call;
+    int rc, err;
+    int64_t at_ms;
+};
+
+static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t handed_over;  /* CLOCK_MONOTONIC: jobs_start */
+static struct job *jobs;
+static struct kept *kept_answers;
+static _Atomic int listed;  /* jobs in the list: looks are due (the main
+                              thread counts them in, so it polls no longer
+                              than LOOK_MS once one may wait) */
+static int64_t next_look_ms;
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static int same_call(const struct call *one, const struct call *other)
+{
+    return one->tid == other->tid && one->fd == other->fd && one->length == other->length &&
+           memcmp(&one->to, &other->to, one->length) == 0;
+}
+
+static void interrupted(int signal_number)
+{
+    (void)signal_number;  /* only to end a semaphore wait with EINTR */
+}
+
+/* Once, from the main thread: the interruption's handler (no SA_RESTART),
+ * the signal blocked here and so in the workers it starts, which unblock
+ * it while they wait in admission only. */
+static void jobs_start(void)
+{
+    struct sigaction action = { .sa_handler = interrupted };
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGRTMIN, &action, NULL);
+    sigset_t interrupt;
+    sigemptyset(&interrupt);
+    sigaddset(&interrupt, SIGRTMIN);
+    pthread_sigmask(SIG_BLOCK, &interrupt, NULL);
+    pthread_condattr_t attributes;
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&handed_over, &attributes);
+    pthread_condattr_destroy(&attributes);
+}
+
+/* The kept answer of call's thread leaves the list (as do the expired);
+ * returned when it is call's own, else freed. jobs_lock held. */
+static struct kept *kept_for(const struct call *call)
+{
+    struct kept *found = NULL;
+    int64_t now = monotonic_ms();
+    for (struct kept **at = &kept_answers; *at;) {
+        struct kept *kept = *at;
+        if (kept->call.tid != call->tid && now - kept->at_ms <= KEPT_MS) {
+            at = &kept->next;
+            continue;
+        }
+        *at = kept->next;
+        if (kept->call.tid == call->tid && same_call(&kept->call, call))
+            found = kept;
+        else
+            free(kept);
+    }
+    return found;
+}
+
+enum restart {
+    RESTART_NONE,      /* a connect of its own, for a job */
+    RESTART_HANDED,    /* handed to the job in progress, with its pending slot */
+    RESTART_ANSWERED,  /* answered now, as kept */
+};
+
+/* Main thread: whether a matched connect restarts one in progress (its
+ * job answers it, and the slot of the notification it replaces is free)
+ * or one answered too late. */
+static enum restart restarted(struct sv_state *state, const struct seccomp_notif *notif,
+                              const struct call *call)
+{
+    int handed = 0;
+    pthread_mutex_lock(&jobs_lock);
+    for (struct job *job = jobs; job; job = job->active) {
+        if (job->call.tid != call->tid || job->superseded)
+            continue;
+        if (same_call(&job->call, call)) {
+            job->id = notif->id;
+            job->dead_looks = 0;
+            if (!handed++) {  /* one job per thread's connect: the first has its slot */
+                sv_pending_done(job->pending);  /* its notification died */
+                job->pending = notif;
+            }
+        } else {
+            job->superseded = 1;
+            if (job->admitting)
+                pthread_kill(job->worker, SIGRTMIN);
+        }
+    }
+    pthread_cond_broadcast(&handed_over);
+    struct kept *kept = kept_for(call);
+    pthread_mutex_unlock(&jobs_lock);
+    enum restart restart = handed ? RESTART_HANDED : kept ? RESTART_ANSWERED : RESTART_NONE;
+    if (restart == RESTART_ANSWERED)
+        respond(state->listener, notif->id, kept->rc, kept->rc < 0 ? -kept->err : 0, 0);
+    free(kept);
+    return restart;
+}
+
+/* Whether the program still waits for the job's answer: its notification
+ * is valid, or a restart hands over a new one within GRACE_MS. */
+static int still_wanted(struct job *job)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += GRACE_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    int wanted = 0;
+    pthread_mutex_lock(&jobs_lock);
+    while (!job->superseded) {
+        uint64_t id = job->id;
+        pthread_mutex_unlock(&jobs_lock);
+        wanted = sv_still_valid(job->state->listener, id);
+        pthread_mutex_lock(&jobs_lock);
+        if (wanted || job->superseded)
+            break;
+        if (job->id == id &&
+            pthread_cond_timedwait(&handed_over, &jobs_lock, &until) == ETIMEDOUT &&
+            job->id == id)
+            break;
+    }
+    pthread_mutex_unlock(&jobs_lock);
+    return wanted;
+}
+
+int sv_connects_due_ms(void)
+{
+    if (atomic_load(&listed) == 0)
+        return -1;
+    int64_t wait = next_look_ms - monotonic_ms();
+    return wait < 0 ? 0 : wait > LOOK_MS ? LOOK_MS : (int)wait;
+}
+
+void sv_connects_look(struct sv_state *state)
+{
+    int64_t now = monotonic_ms();
+    if (now < next_look_ms)
+        return;
+    next_look_ms = now + LOOK_MS;
+    pthread_mutex_lock(&jobs_lock);
+    for (struct job *job = jobs; job; job = job->active) {
+        if (!job->admitting || sv_still_valid(state->listener, job->id))
+            job->dead_looks = 0;
+        else if (++job->dead_looks >= DEAD_LOOKS)
+            pthread_kill(job->worker, SIGRTMIN);
+    }
+    pthread_mutex_unlock(&jobs_lock);
+}
+
+/* The job leaves the list. jobs_lock held. */
+static void unlist(struct job *job)
+{
+    struct job **at = &jobs;
+    while (*at != job)
+        at = &(*at)->active;
+    *at = job->active;
+    atomic_fetch_sub(&listed, 1);
+}
+
+enum delivery { DELIVERED, UNDELIVERED, ONCE_MORE };
+
+/* The job's answer, to the newest notification of its connect. One that
+ * found it dead is kept for the restart (a CONTINUE is not: the restart
+ * is decided afresh, as is one after a job that gave up); a notification
+ * handed over after the answer went out is a connect of its own, on the
+ * same fd to the same address (ONCE_MORE: the job does it again).
+ * Otherwise the job leaves the list. */
+static enum delivery deliver(struct job *job, int proceed, int rc, int err)
+{
+    pthread_mutex_lock(&jobs_lock);
+    for (;;) {
+        uint64_t id = job->id;
+        pthread_mutex_unlock(&jobs_lock);
+        int sent = respond(job->state->listener, id, proceed ? 0 : rc,
+                           proceed || rc == 0 ? 0 : -err,
+                           proceed ? SECCOMP_USER_NOTIF_FLAG_CONTINUE : 0) == 0;
+        pthread_mutex_lock(&jobs_lock);
+        if (job->id != id && sent) {
+            pthread_mutex_unlock(&jobs_lock);
+            return ONCE_MORE;
+        }
+        if (job->id != id)
+            continue;  /* the restart came in meanwhile: it gets the answer */
+        struct kept *kept = !sent && !proceed && !job->superseded ? malloc(sizeof *kept) : NULL;
+        if (kept) {
+            *kept = (struct kept) { kept_answers, job->call, rc, err, monotonic_ms() };
+            kept_answers = kept;
+        }
+        unlist(job);
+        pthread_mutex_unlock(&jobs_lock);
+        return sent ? DELIVERED : UNDELIVERED;
+    }
+}
+
+/* The job stops without an answer: its notification is dead. */
+static void forsake(struct job *job)
+{
+    pthread_mutex_lock(&jobs_lock);
+    unlist(job);
+    pthread_mutex_unlock(&jobs_lock);
+}
+
+/* bh_admit, which the main thread may interrupt while the job is marked
+ * admitting (a worker's only: the main thread never interrupts itself). */
+static int admit_interruptibly(struct job *job, const struct bh_applicant *applicant,
+                               int sock, struct bh_admitted *admitted)
+{
+    struct sv_state *state = job->state;
+    sigset_t interrupt;
+    sigemptyset(&interrupt);
+    sigaddset(&interrupt, SIGRTMIN);
+    pthread_mutex_lock(&jobs_lock);
+    job->worker = pthread_self();
+    job->admitting = job->on_worker;
+    pthread_mutex_unlock(&jobs_lock);
+    pthread_sigmask(SIG_UNBLOCK, &interrupt, NULL);
+    int shared = bh_admit(&state->admitter, applicant, sock, &state->config.rules[job->rule],
+                          (struct sockaddr *)&job->call.to, admitted);
+    int saved_errno = errno;
+    pthread_sigmask(SIG_BLOCK, &interrupt, NULL);
+    pthread_mutex_lock(&jobs_lock);
+    job->admitting = 0;
+    pthread_mutex_unlock(&jobs_lock);
+    errno = saved_errno;
+    return shared;
+}
+
 /* ---- the connect itself ---- */
+
+/* What admission took for process, given back uncounted. */
+static void give_back(struct sv_state *state, struct sv_process *process, int shared,
+                      const struct bh_admitted *admitted)
+{
+    struct bh_applicant applicant = { .pid = process->pid, .claimed = process->claimed };
+    bh_admission_release(&state->admitter, &applicant, shared, admitted->taken);
+    if (admitted->probe)
+        bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), admitted->probe);
+}
+
+/* The supervisor's own connects go straight to the kernel: a bulkhead run
+ * that has the shim preloaded (run inside another run's tree, or
+ * /etc/ld.so.preload) would otherwise count each of them a second time. */
+static int raw_connect(int sock, const struct sockaddr *to, socklen_t length)
+{
+    return (int)syscall(SYS_connect, sock, to, length);
+}
 
 /* Admitted: count the socket, connect, and give the permits back at once
  * if it failed outright. Returns the connect's result for the program. */
@@ -202,11 +510,8 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     int counted = sv_socket_count(inode, shared, admitted->taken, process);
     if (counted < 0) {
         /* out of memory: it goes uncounted rather than held for good */
-        struct bh_applicant applicant = { .pid = process->pid, .claimed = process->claimed };
-        bh_admission_release(&state->admitter, &applicant, shared, admitted->taken);
-        if (admitted->probe)
-            bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), admitted->probe);
-        int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
+        give_back(state, process, shared, admitted);
+        int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
         *err = rc < 0 ? errno : 0;
         return rc;
     }
@@ -214,16 +519,16 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
         sv_wake(state);
     struct timespec before, after;
     clock_gettime(CLOCK_MONOTONIC, &before);
-    int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
+    int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
     *err = rc < 0 ? errno : 0;
     clock_gettime(CLOCK_MONOTONIC, &after);
     int failed = rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY;
     if (!failed)
-        sv_socket_connecting(state, inode, sock, (struct sockaddr *)&job->to);
+        sv_socket_connecting(state, inode, sock, (struct sockaddr *)&job->call.to);
     if (rc < 0 && (*err == EINPROGRESS || *err == EINTR)) {
         /* under way (non-blocking, or interrupted): its outcome comes later */
-        struct sv_connecting connecting = { sock, (struct sockaddr *)&job->to, inode,
-                                            process->pid, job->fd, shared, local,
+        struct sv_connecting connecting = { sock, (struct sockaddr *)&job->call.to, inode,
+                                            process->pid, job->call.fd, shared, local,
                                             admitted->probe };
         if (sv_outcome_watch(state, &connecting))
             sv_wake(state);
@@ -238,10 +543,12 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
 }
 
 /* What the program's connect returns: CONTINUE (not ours: the kernel
- * does it), or the result of ours. */
+ * does it), or the result of ours; or nothing (forsaken: the program no
+ * longer waits for it). */
 struct answer {
     int proceed;
     int rc, err;
+    int forsaken;
 };
 
 /* Admission for the process, then the connect. */
@@ -251,7 +558,7 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     const struct bh_rule *rule = &state->config.rules[job->rule];
     struct sv_process *process = sv_process_get(pid);
     if (!process)
-        return (struct answer) { 1, 0, 0 };  /* out of memory: uncounted, as today */
+        return (struct answer) { 1, 0, 0, 0 };  /* out of memory: uncounted */
     static _Thread_local struct bh_membership membership[BH_MAX_COMPARTMENTS];
     membership_for(state, pid, rule->compartment, membership);
     char name[64] = "";
@@ -260,12 +567,18 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     struct bh_applicant applicant = { pid, name, membership, process->claimed,
                                       sv_sockets_reap, state, NULL };
     struct bh_admitted admitted;
-    int shared = bh_admit(&state->admitter, &applicant, sock, rule,
-                          (struct sockaddr *)&job->to, &admitted);
-    struct answer answer = { shared == BH_GATE_PASS, -1, errno };
-    if (shared >= 0)
+    int shared, wanted = 1;
+    do  /* interrupted: its notification died, or seemed to */
+        shared = admit_interruptibly(job, &applicant, sock, &admitted);
+    while (shared == BH_GATE_REFUSED && errno == EINTR && (wanted = still_wanted(job)));
+    struct answer answer = { shared == BH_GATE_PASS, -1, errno, !wanted };
+    if (shared >= 0 && !still_wanted(job)) {
+        give_back(state, process, shared, &admitted);  /* taken, and never connected */
+        answer.forsaken = 1;
+    } else if (shared >= 0) {
         answer.rc = connect_counted(job, sock, inode, shared, &admitted, process,
                                     &answer.err);
+    }
     sv_process_put(process);
     return answer;
 }
@@ -282,33 +595,39 @@ static struct answer carry_out(struct job *job, pid_t pid, int sock)
 {
     struct stat info;
     if (sock < 0 && errno == EPERM) {
-        int err = sv_unreadable(job->state, job->tid);
-        return (struct answer) { !err, -1, err };
+        int err = sv_unreadable(job->state, job->call.tid);
+        return (struct answer) { !err, -1, err, 0 };
     }
-    if (sock < 0 || !sv_still_valid(job->state->listener, job->id) || !sv_is_stream(sock) ||
-        fstat(sock, &info) < 0)
-        return (struct answer) { 1, 0, 0 };  /* a bad fd: the kernel says EBADF */
+    if (sock >= 0 && !still_wanted(job))
+        return (struct answer) { 0, 0, 0, 1 };  /* the fd may not be that call's any more */
+    if (sock < 0 || !sv_is_stream(sock) || fstat(sock, &info) < 0)
+        return (struct answer) { 1, 0, 0, 0 };  /* a bad fd: the kernel says EBADF */
     if (!sv_socket_counted(info.st_ino))
         return admit_and_connect(job, pid, sock, info.st_ino);
     /* connect() again on a counted socket: polling its progress */
-    int rc = connect(sock, (struct sockaddr *)&job->to, job->length);
-    return (struct answer) { 0, rc, rc < 0 ? errno : 0 };
+    int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
+    return (struct answer) { 0, rc, rc < 0 ? errno : 0, 0 };
 }
 
 /* Our copy of the socket is closed before the answer: once the program
  * runs on and closes its own, the kernel must see no other reference. */
 static void handle(struct job *job)
 {
-    int listener = job->state->listener;
-    pid_t pid;
-    int sock = sv_copy_fd(job->tid, job->fd, &pid);
-    struct answer answer = carry_out(job, pid, sock);
-    if (sock >= 0)
-        close(sock);
-    if (answer.proceed)
-        sv_continue(listener, job->id);
-    else if (respond(listener, job->id, answer.rc, answer.rc < 0 ? -answer.err : 0, 0) < 0)
-    {
+    enum delivery delivery = ONCE_MORE;
+    while (delivery == ONCE_MORE) {
+        pid_t pid;
+        int sock = sv_copy_fd(job->call.tid, job->call.fd, &pid);
+        struct answer answer = carry_out(job, pid, sock);
+        if (sock >= 0)
+            close(sock);
+        if (answer.forsaken) {
+            forsake(job);
+            delivery = DELIVERED;  /* nothing to deliver */
+            break;
+        }
+        delivery = deliver(job, answer.proceed, answer.rc, answer.err);
+    }
+    if (delivery == UNDELIVERED) {
         atomic_store(&job->state->rescan, 1);  /* the program is gone: so may its socket be */
         sv_wake(job->state);
     }
@@ -343,6 +662,7 @@ static void *worker(void *unused)
             queue_tail = NULL;
         queued--;
         pthread_mutex_unlock(&queue_lock);
+        job->on_worker = 1;
         handle(job);
         free(job);
         pthread_mutex_lock(&queue_lock);
@@ -388,24 +708,42 @@ static void dispatch(struct job *job)
     }
 }
 
+int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6])
+{
+    if (!sv_filter_socketcall(&notif->data)) {
+        memcpy(args, notif->data.args, 6 * sizeof args[0]);
+        return 0;
+    }
+    /* socketcall(call, uint32_t *args): as many as that call takes */
+    uint32_t words[6] = { 0 };
+    uint32_t call = (uint32_t)notif->data.args[0];
+    size_t count = call == SYS_SENDTO ? 6 : call == SYS_SENDMMSG ? 4 : 3;
+    if (sv_read_memory((pid_t)notif->pid, notif->data.args[1], words,
+                       count * sizeof words[0]) < 0)
+        return -1;
+    for (int i = 0; i < 6; i++)
+        args[i] = words[i];
+    return 0;
+}
+
 /* connect(AF_UNSPEC) dissolves a connection: on a counted socket it is
  * done here, on the copy, and the permits go back once it succeeded (as
  * the shim gives them back). From the main thread: a disconnect never
  * waits, and so no look at the socket's outcome (outcomes.c) runs
  * meanwhile. 0: not a counted socket (the caller answers CONTINUE). */
-static int disconnect_counted(struct sv_state *state, const struct seccomp_notif *notif)
+static int disconnect_counted(struct sv_state *state, const struct seccomp_notif *notif, int fd)
 {
     if (sv_sockets_live() == 0)
         return 0;
     pid_t pid;
-    int sock = sv_copy_fd((pid_t)notif->pid, (int)notif->data.args[0], &pid);
+    int sock = sv_copy_fd((pid_t)notif->pid, fd, &pid);
     struct stat info;
     int counted = sock >= 0 && fstat(sock, &info) == 0 &&
                   sv_still_valid(state->listener, notif->id) && sv_socket_counted(info.st_ino);
     if (counted) {
         struct sockaddr unspec = { .sa_family = AF_UNSPEC };
         sv_outcome_forget(state, info.st_ino);
-        int rc = connect(sock, &unspec, sizeof unspec), err = rc < 0 ? errno : 0;
+        int rc = raw_connect(sock, &unspec, sizeof unspec), err = rc < 0 ? errno : 0;
         if (rc == 0)
             sv_socket_release(state, info.st_ino);
         close(sock);  /* before the answer, as handle() does */
@@ -417,31 +755,57 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
     return counted;
 }
 
+/* The connect's fd and destination, read while its notification is valid;
+ * -1 with errno: unreadable (EPERM: the kernel will not let us, unreadable.c
+ * answers; otherwise answered CONTINUE: the kernel says what is wrong). */
+static int read_call(struct sv_state *state, const struct seccomp_notif *notif,
+                     struct call *call)
+{
+    uint64_t args[6];
+    if (sv_call_args(notif, args) < 0)
+        return -1;
+    *call = (struct call) { (pid_t)notif->pid, (int)args[0], { 0 }, (socklen_t)args[2] };
+    if (call->length < sizeof(sa_family_t) || call->length > sizeof call->to) {
+        errno = EINVAL;
+        return -1;
+    }
+    return sv_read_memory(call->tid, args[1], &call->to, call->length) == 0 &&
+           sv_still_valid(state->listener, notif->id) ? 0 : -1;
+}
+
 int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
-    struct job *job = calloc(1, sizeof *job);
-    socklen_t length = (socklen_t)notif->data.args[2];
-    int sized = job && length >= sizeof(sa_family_t) && length <= sizeof job->to;
-    int read = sized ? sv_read_memory(notif->pid, notif->data.args[1], &job->to, length) : -1;
-    if (sized && read < 0 && errno == EPERM) {
-        free(job);
+    static pthread_once_t started = PTHREAD_ONCE_INIT;
+    struct call call;
+    int readable = read_call(state, notif, &call) == 0;
+    if (!readable && errno == EPERM) {
         sv_answer_unreadable(state, notif);
         return 0;
     }
-    int readable = read == 0 && sv_still_valid(state->listener, notif->id);
-    if (readable && job->to.ss_family == AF_UNSPEC && disconnect_counted(state, notif)) {
-        free(job);
+    if (readable && call.to.ss_family == AF_UNSPEC &&
+        disconnect_counted(state, notif, call.fd))
         return 0;  /* answered */
-    }
-    if (!readable || (job->to.ss_family != AF_INET && job->to.ss_family != AF_INET6) ||
-        (job->rule = bh_rule_index_match(state->rules, (struct sockaddr *)&job->to,
-                                         length)) < 0) {
-        free(job);
+    int rule = -1;
+    if (readable && (call.to.ss_family == AF_INET || call.to.ss_family == AF_INET6))
+        rule = bh_rule_index_match(state->rules, (struct sockaddr *)&call.to, call.length);
+    struct job *job = rule >= 0 ? calloc(1, sizeof *job) : NULL;
+    if (!job) {
         sv_continue(state->listener, notif->id);
         return 0;
     }
-    *job = (struct job) { NULL, state, notif, notif->id, (pid_t)notif->pid,
-                          (int)notif->data.args[0], job->rule, job->to, length };
+    pthread_once(&started, jobs_start);
+    enum restart restart = restarted(state, notif, &call);
+    if (restart != RESTART_NONE) {
+        free(job);
+        return restart == RESTART_HANDED;
+    }
+    *job = (struct job) { .state = state, .id = notif->id, .pending = notif, .call = call,
+                          .rule = rule };
+    pthread_mutex_lock(&jobs_lock);
+    job->active = jobs;
+    jobs = job;
+    atomic_fetch_add(&listed, 1);
+    pthread_mutex_unlock(&jobs_lock);
     dispatch(job);
     return 1;
 }

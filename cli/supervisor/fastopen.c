@@ -15,10 +15,15 @@
  * connects are refused, its Fast Open sends fail as above, so that it
  * falls back to connect() and is told why there.
  *
+ * A 32-bit program's socketcall sends are all trapped (the filter cannot
+ * read their flags): those with MSG_FASTOPEN fail, the rest proceed, as
+ * do all of an unreadable program's (their flags cannot be known).
+ *
  * All of it is quick (no admission, nothing that waits): done on the
  * main thread. As for connect, a program that rewrites its address after
  * our read and before the kernel's can slip past: a cap, not a sandbox. */
 #include <errno.h>
+#include <linux/net.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -94,11 +99,28 @@ static int socket_is_stream(const struct seccomp_notif *notif)
     return stream;
 }
 
+/* A 32-bit socketcall send, trapped whatever its flags (they are in the
+ * program's memory, out of the filter's reach): with MSG_FASTOPEN it
+ * fails, whatever the destination, as the filter fails the 32-bit ABI's
+ * direct sends with it (their msghdr is not read); without, CONTINUE. */
+static int compat_fastopen(const struct seccomp_notif *notif)
+{
+    uint64_t args[6];
+    uint32_t call = (uint32_t)notif->data.args[0];
+    return sv_call_args(notif, args) == 0 &&
+           (args[call == SYS_SENDMSG ? 2 : 3] & MSG_FASTOPEN) != 0;
+}
+
 void sv_fastopen_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
-    int matched = destination_matched(state, notif);
-    int refused = matched < 0 ? sv_unreadable(state, (pid_t)notif->pid) != 0
+    int refused;
+    if (sv_filter_compat(&notif->data)) {
+        refused = compat_fastopen(notif);
+    } else {
+        int matched = destination_matched(state, notif);
+        refused = matched < 0 ? sv_unreadable(state, (pid_t)notif->pid) != 0
                               : matched && socket_is_stream(notif);
+    }
     if (refused && sv_still_valid(state->listener, notif->id))
         sv_fail(state->listener, notif->id, EOPNOTSUPP);
     else

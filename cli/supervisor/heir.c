@@ -21,9 +21,9 @@
  *     first, the same way (the pending table, below).
  * The tree's open connections keep their permits: the supervisor parked
  * them in socket records (sockets.c), settled by the kernel's word when
- * their sockets are gone. The heir asks it every second, and once more
- * when the tree is gone (the listener hangs up: no process uses the
- * filter), and exits.
+ * their sockets are gone. The heir asks it every second, and once the
+ * tree is gone (the listener hangs up: no process uses the filter) until
+ * none of the supervisor's records is left (a second at most), and exits.
  *
  * Why not supervise on: the supervisor's state (its counted sockets,
  * per_process counts, watched outcomes, waiting workers) died with it,
@@ -65,6 +65,7 @@
 enum {
     PENDING_SLOTS = 4096,
     REAP_EVERY_MS = 1000,     /* the heir's look at parked sockets */
+    SETTLE_MS = 1000,         /* its last looks, once the tree is gone */
     HEIR_EXIT_WAIT_MS = 1000, /* run's wait for the heir after "done" */
 };
 
@@ -125,17 +126,20 @@ struct heir {
 static int orphan_refusal(struct sv_state *state, const struct seccomp_notif *notif)
 {
     struct sockaddr_storage to;
-    socklen_t length = (socklen_t)notif->data.args[2];
+    uint64_t args[6];
+    if (sv_call_args(notif, args) < 0)  /* a 32-bit socketcall's, in memory */
+        return errno == EPERM ? sv_unreadable(state, (pid_t)notif->pid) : 0;
+    socklen_t length = (socklen_t)args[2];
     if (length < sizeof(struct sockaddr_in) || length > sizeof to)
         return 0;  /* no TCP connect (EINVAL, or AF_UNSPEC's disconnect) */
-    if (sv_read_memory((pid_t)notif->pid, notif->data.args[1], &to, length) < 0)
+    if (sv_read_memory((pid_t)notif->pid, args[1], &to, length) < 0)
         return errno == EPERM ? sv_unreadable(state, (pid_t)notif->pid) : 0;
     int rule = to.ss_family == AF_INET || to.ss_family == AF_INET6
                    ? bh_rule_index_match(state->rules, (struct sockaddr *)&to, length) : -1;
     if (rule < 0 || state->config.on_failure_open)
         return 0;
     pid_t pid;
-    int sock = sv_copy_fd((pid_t)notif->pid, (int)notif->data.args[0], &pid);
+    int sock = sv_copy_fd((pid_t)notif->pid, (int)args[0], &pid);
     if (sock < 0)
         return errno == EPERM ? sv_unreadable(state, (pid_t)notif->pid) : 0;
     int stream = sv_is_stream(sock);
@@ -162,9 +166,10 @@ static void answer(struct heir *heir, const struct seccomp_notif *notif)
     if (!sv_still_valid(state->listener, notif->id))
         return;  /* answered, or its caller is gone */
     tell_once(heir);
-    if (notif->data.nr == __NR_close) {
+    enum sv_call call = sv_filter_call(&notif->data);  /* whatever its ABI */
+    if (call == SV_CALL_CLOSE) {
         sv_continue(state->listener, notif->id);
-    } else if (notif->data.nr == __NR_connect) {
+    } else if (call == SV_CALL_CONNECT) {
         int err = orphan_refusal(state, notif);
         if (err)
             sv_fail(state->listener, notif->id, err);
@@ -180,6 +185,22 @@ static int64_t now_ms(void)
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* The tree gone: what its exit closed goes back. The listener may hang
+ * up before the last process's files are closed, so the heir looks until
+ * none of the supervisor's records is left, SETTLE_MS at most (a socket
+ * passed out of the tree keeps its record: any reaper settles it later). */
+static void settle(struct heir *heir)
+{
+    struct bh_namespace *ns = &heir->state->ns;
+    int64_t until = now_ms() + SETTLE_MS;
+    bh_socket_reap_surely(ns, -1);
+    while (bh_socket_made_by(ns, (int32_t)heir->supervisor) > 0 && now_ms() < until) {
+        struct timespec pause = { 0, 10 * 1000000L };
+        nanosleep(&pause, NULL);
+        bh_socket_reap_surely(ns, -1);
+    }
 }
 
 /* Until no process uses the filter any more. */
@@ -210,8 +231,8 @@ static void take_over(struct heir *heir, int listener)
             break;
         }
     }
-    bh_socket_reap(&state->ns, -1);  /* what the tree's exit closed */
     free(notif);
+    settle(heir);
 }
 
 /* Out of the tree's way: its own session, only stderr of run's files. */

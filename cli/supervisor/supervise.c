@@ -13,11 +13,12 @@
  * with counted sockets (its pidfd) and of its own children and orphans
  * (SIGCHLD), every second as a backstop, and when a compartment is full.
  * Sockets still connecting are looked at on their own schedule
- * (outcomes.c), and at a trapped close of their fd. Their permits are
- * parked in socket records once their connects began (sockets.c): if
- * this process is killed, the tree keeps them until its sockets are
- * gone, and the heir it started before the tree (heir.c) answers the
- * tree's trapped calls from then on. */
+ * (outcomes.c), and at a trapped close of their fd; connects in progress
+ * every 20 ms, for notifications that died while they wait (connects.c).
+ * Their permits are parked in socket records once their connects began
+ * (sockets.c): if this process is killed, the tree keeps them until its
+ * sockets are gone, and the heir it started before the tree (heir.c)
+ * answers the tree's trapped calls from then on. */
 #include <errno.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -247,12 +248,13 @@ static void take_notification(struct sv_state *state, struct tree *tree,
         sv_pending_done(notif);
         return;  /* its caller is gone already */
     }
-    if (notif->data.nr == __NR_connect) {
+    enum sv_call call = sv_filter_call(&notif->data);
+    if (call == SV_CALL_CONNECT) {
         if (!sv_connect_trapped(state, notif))
             sv_pending_done(notif);  /* else a worker's, once it answered */
         return;
     }
-    if (notif->data.nr != __NR_close) {  /* a send with MSG_FASTOPEN */
+    if (call == SV_CALL_SEND) {  /* with MSG_FASTOPEN, or a 32-bit socketcall's */
         sv_fastopen_trapped(state, notif);
         sv_pending_done(notif);
         return;
@@ -281,8 +283,11 @@ static void scan_if_due(struct sv_state *state, struct tree *tree)
 static int poll_timeout(const struct tree *tree, int names_ms)
 {
     int timeout = names_ms, outcomes_ms = sv_outcomes_due_ms();
+    int connects_ms = sv_connects_due_ms();
     if (outcomes_ms >= 0 && (timeout < 0 || outcomes_ms < timeout))
         timeout = outcomes_ms;
+    if (connects_ms >= 0 && (timeout < 0 || connects_ms < timeout))
+        timeout = connects_ms;
     if (tree->scan_at) {
         int64_t wait = tree->scan_at - now_ms();
         int scan_ms = wait < 0 ? 0 : (int)wait;
@@ -339,6 +344,7 @@ static void supervise(struct sv_state *state, struct tree *tree)
             take_notification(state, tree, notif, size);
         scan_if_due(state, tree);
         sv_outcomes_poll(state);
+        sv_connects_look(state);
     }
     free(notif);
 }
@@ -391,11 +397,14 @@ int sv_run(const char *rules, char **argv, const char *why)
         child(channel[1], argv, &old);
     close(channel[1]);
     state.listener = sv_receive_fd(channel[0]);
+    int refused = errno;
     sv_heir_hand(heir, state.listener);
-    if (state.listener < 0)
-        cli_error("run: the kernel refused the seccomp filter (%s): %s; its "
-                  "connections will not be limited", strerror(errno), why);
-    else if (why[0])
+    if (state.listener < 0 && why[0])  /* busy: a filter of the tree has a listener */
+        cli_error("run: the kernel refused the seccomp filter (%s): %s; %s",
+                  strerror(refused), why, refused == EBUSY && getenv(BH_SUPERVISED_VARIABLE)
+                      ? "an outer bulkhead run's supervisor caps it, by its rules"
+                      : "its connections will not be limited");
+    else if (state.listener >= 0 && why[0])
         cli_error("run: %s: capped through seccomp", why);
     if (state.listener >= 0)
         ioctl(state.listener, SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);

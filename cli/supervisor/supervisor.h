@@ -37,11 +37,28 @@
 
 /* ---- filter.c ---- */
 
-/* In the child, before exec: no_new_privs, then the filter; returns the
- * listener fd, or -1 with errno (the kernel lacks user notification). */
+/* In the child, before exec: no_new_privs (unless it keeps privileges),
+ * then the filter; returns the listener fd, or -1 with errno (the kernel
+ * lacks user notification, or a filter of the tree has a listener). */
 int sv_filter_install(void);
-/* Whether this build knows the machine's system call numbers. */
+/* The filter's instructions, for the unit test that runs them. */
+struct sock_filter;
+const struct sock_filter *sv_filter_program(unsigned short *length);
+/* Whether this build knows the machine's system call numbers and the
+ * kernel has user notification; 0 with errno when not. Installs nothing. */
 int sv_filter_supported(void);
+/* Whether the filter goes in without no_new_privs (CAP_SYS_ADMIN). */
+int sv_filter_keeps_privileges(void);
+/* What a trapped call is, whatever its ABI. */
+enum sv_call { SV_CALL_CONNECT, SV_CALL_CLOSE, SV_CALL_SEND };
+struct seccomp_data;
+enum sv_call sv_filter_call(const struct seccomp_data *data);
+/* Whether it is the 32-bit ABI's (i386 on x86_64): its pointers and
+ * structures are 32-bit, and socketcall's arguments are in memory. */
+int sv_filter_compat(const struct seccomp_data *data);
+/* Whether it is socketcall(): the call in args[0], its arguments in the
+ * program's memory at args[1] (sv_call_args). */
+int sv_filter_socketcall(const struct seccomp_data *data);
 
 /* ---- the supervisor's state, shared by its threads ---- */
 
@@ -119,6 +136,11 @@ int sv_sockets_live(void);
 struct seccomp_notif;
 /* 1 when a worker answers it (and then frees its pending slot: heir.c). */
 int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
+/* Main thread: ms until the jobs waiting in admission are due for a look
+ * (whether their notifications died); -1 none. */
+int sv_connects_due_ms(void);
+/* Main thread: interrupts the wait of jobs whose notifications died. */
+void sv_connects_look(struct sv_state *state);
 /* Answers a notification: the call proceeds as the program made it. */
 void sv_continue(int listener, uint64_t id);
 /* Answers a notification: the call fails with err, and is not made. */
@@ -136,6 +158,9 @@ pid_t sv_process_of(pid_t tid);
 int sv_copy_fd(pid_t tid, int fd, pid_t *pid);
 /* Whether a socket is SOCK_STREAM. */
 int sv_is_stream(int sock);
+/* The trapped call's arguments where the native call has them (a
+ * socketcall's read from the program's memory); 0, or -1. */
+int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6]);
 
 /* ---- fastopen.c ---- */
 
@@ -221,8 +246,8 @@ int sv_receive_fd(int channel);
 
 /* Runs argv supervised and returns its exit status; -1 when supervision
  * could not start (said in one line): run then goes on as without it.
- * why: what keeps the shim from the program ("" when nothing does), for
- * the line that says it is capped, or not, after all. */
+ * why: what keeps the shim from the program, for the line that says it
+ * is capped, or not, after all; "" when nothing does: no line. */
 int sv_run(const char *rules, char **argv, const char *why);
 
 #endif

@@ -106,9 +106,11 @@ int sv_unreadable(struct sv_state *state, pid_t tid)
 void sv_answer_unreadable(struct sv_state *state, const struct seccomp_notif *notif)
 {
     /* shorter than a sockaddr_in, no TCP connect is made (the kernel
-     * answers EINVAL, or disconnects for AF_UNSPEC) */
-    int err = notif->data.args[2] < sizeof(struct sockaddr_in)
-                  ? 0 : sv_unreadable(state, (pid_t)notif->pid);
+     * answers EINVAL, or disconnects for AF_UNSPEC); a 32-bit socketcall's
+     * length is in the memory we may not read */
+    int short_address = !sv_filter_socketcall(&notif->data) &&
+                        notif->data.args[2] < sizeof(struct sockaddr_in);
+    int err = short_address ? 0 : sv_unreadable(state, (pid_t)notif->pid);
     if (err && sv_still_valid(state->listener, notif->id))
         sv_fail(state->listener, notif->id, err);
     else

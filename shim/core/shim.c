@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,42 +112,79 @@ static int load_rules(void)
     return 0;
 }
 
-/* The live controller wins over the rules, like the live limit: say so
- * when they differ (bulkhead apply pushes the file's). */
-static void note_live_adaptive(const struct bh_compartment *compartment, int shared)
+/* What differs between the namespace's live state and these rules, one
+ * "[name] live (file)" entry after another, said once per process tree at
+ * the end of registration. */
+struct live_differences {
+    char limits[512], modes[512];
+};
+
+static void append_entry(char *list, size_t size, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void append_entry(char *list, size_t size, const char *format, ...)
+{
+    size_t used = strlen(list);
+    if (used + 4 >= size)
+        return;
+    if (used)
+        used += (size_t)snprintf(list + used, size - used, ", ");
+    va_list args;
+    va_start(args, format);
+    vsnprintf(list + used, size - used, format, args);
+    va_end(args);
+}
+
+/* The live limit and controller win over the rules: a limit set by
+ * bulkhead set or apply, or by the rules of a program started earlier in
+ * the namespace, stays until the namespace is reset. */
+static void note_live(const struct bh_compartment *compartment, int shared,
+                      int live_limit, struct live_differences *differ)
 {
     enum bh_adaptive_mode live = (enum bh_adaptive_mode)atomic_load(
         &bh_adaptive_fields(&bh_shim.ns, shared)->mode);
+    if (live_limit != bh_starting_limit(compartment) && compartment->fleet_limit == 0 &&
+        !bh_adaptive_on(&bh_shim.ns, shared))
+        append_entry(differ->limits, sizeof differ->limits, "[%s] %d (file: %d)",
+                     compartment->name, live_limit, compartment->limit);
     if (live != compartment->adaptive)
-        bh_log(BH_LOG_WARN, "[%s]: using the live adaptive = %s (set by bulkhead "
-               "set or apply), not %s from %s", compartment->name,
-               bh_adaptive_mode_name(live), bh_adaptive_mode_name(compartment->adaptive),
-               bh_shim.config.path);
+        append_entry(differ->modes, sizeof differ->modes, "[%s] %s (file: %s)",
+                     compartment->name, bh_adaptive_mode_name(live),
+                     bh_adaptive_mode_name(compartment->adaptive));
+}
+
+static void say_live_differences(const struct live_differences *differ)
+{
+    static const char why[] = "set by bulkhead set or apply, or by the rules of "
+                              "a program that started earlier";
+    if (differ->limits[0])
+        bh_log_once_per_tree("BULKHEAD_LIVE_SAID", BH_LOG_WARN, "using the namespace's "
+                             "live limits, %s, not %s's: %s; bulkhead apply %s "
+                             "takes the file's", differ->limits, bh_shim.config.path,
+                             why, bh_shim.config.path);
+    if (differ->modes[0])
+        bh_log_once_per_tree("BULKHEAD_LIVE_ADAPTIVE_SAID", BH_LOG_WARN, "using the "
+                             "namespace's live adaptive modes, %s, not %s's: %s; "
+                             "bulkhead apply %s takes the file's", differ->modes,
+                             bh_shim.config.path, why, bh_shim.config.path);
 }
 
 static void note_registered(int i, int shared, int live_limit,
-                            const struct bh_identity *self)
+                            const struct bh_identity *self,
+                            struct live_differences *differ)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
-    int start = bh_starting_limit(compartment);
     bh_shim.shared_index[i] = shared < 0 ? -1 : shared;
-    if (shared >= 0) {
-        bh_shim.local_index[shared] = i;
-        bh_shim.membership[i] = bh_membership_of(&bh_shim.config, &bh_shim.ns, i, shared,
-                                                 self);
-    }
-    if (shared < 0)
+    if (shared < 0) {
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
                                "not limited", compartment->name, bh_shim.config.namespace_name,
-               strerror(-shared));
-    else if (live_limit != start && compartment->fleet_limit == 0 &&
-             !bh_adaptive_on(&bh_shim.ns, shared))
-        bh_log(BH_LOG_WARN, "[%s]: using the live limit %d (set by bulkhead "
-               "set or apply), not %d from %s",
-               compartment->name, live_limit, compartment->limit,
-               bh_shim.config.path);
-    if (shared >= 0)
-        note_live_adaptive(compartment, shared);
+                               strerror(-shared));
+        return;
+    }
+    bh_shim.local_index[shared] = i;
+    bh_shim.membership[i] = bh_membership_of(&bh_shim.config, &bh_shim.ns, i, shared,
+                                             self);
+    note_live(compartment, shared, live_limit, differ);
 }
 
 /* Every compartment of the rules, under one take of the namespace lock. */
@@ -154,6 +192,7 @@ static void register_compartments(void)
 {
     static int starts[BH_MAX_COMPARTMENTS], indexes[BH_MAX_COMPARTMENTS],
                live_limits[BH_MAX_COMPARTMENTS];
+    static struct live_differences differ;
     int count = bh_shim.config.compartment_count;
     struct bh_identity self;
     bh_identity_self(&self);
@@ -163,8 +202,10 @@ static void register_compartments(void)
                                  count, indexes, live_limits) < 0)
         for (int i = 0; i < count; i++)
             indexes[i] = -errno;
+    differ.limits[0] = differ.modes[0] = '\0';
     for (int i = 0; i < count; i++)
-        note_registered(i, indexes[i], live_limits[i], &self);
+        note_registered(i, indexes[i], live_limits[i], &self, &differ);
+    say_live_differences(&differ);
 }
 
 /* The namespace's shared state is out of reach: another user's object

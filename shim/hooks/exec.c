@@ -2,7 +2,8 @@
  *
  * glibc's execv, execvp, execl... call an internal execve alias, so each
  * one is hooked, not just execve. Every hook adds the hand-off variable
- * (see core/handoff.c) to the environment the new image starts with. No
+ * (see core/handoff.c) to the environment the new image starts with, and
+ * first says when that image is one the shim cannot reach (core/reach.c). No
  * malloc (exec may run in a vfork child, or a signal handler) and little
  * stack (a handler's alternate stack may be small). */
 #include <errno.h>
@@ -11,6 +12,7 @@
 
 #include "core/handoff.h"
 #include "core/outcome.h"
+#include "core/reach.h"
 #include "hooks/export.h"
 #include "libc/libc.h"
 
@@ -30,6 +32,7 @@ static int bh_exec(enum exec_kind kind, const char *name, int fd,
                    char *const argv[], char *const envp[])
 {
     struct bh_handoff handoff;
+    bh_reach_before_exec(name, kind == BY_SEARCH, fd);
     bh_outcome_before_exec();
     if (!bh_handoff_encode(&handoff, envp))
         return exec_real(kind, name, fd, argv, envp);

@@ -38,8 +38,9 @@ struct bh_histogram {
 };
 
 /* Sockets several processes hold (socket_records.c says what the fields
- * mean and who writes them). */
-enum { BH_SOCKET_RECORDS = 4096 };
+ * mean and who writes them). Slots are claimed lowest first, so only the
+ * pages of as many records as were ever live at once are touched. */
+enum { BH_SOCKET_RECORDS = 65536 };
 
 struct bh_socket_record {
     _Atomic uint64_t state;     /* references, generation, LIVE and BUSY */
@@ -61,7 +62,11 @@ struct bh_socket_record {
 
 struct bh_socket_records {
     _Atomic uint32_t live;      /* records LIVE or being made: 0 spares scans */
-    uint32_t unused;
+    _Atomic uint32_t used;      /* no slot at or above it was ever claimed */
+    _Atomic uint32_t free_hint; /* the lowest slot that may be free */
+    _Atomic uint32_t full_said; /* 1 once a share found the table full (logged) */
+    _Atomic uint64_t refused;   /* shares refused: the table was full */
+    _Atomic int64_t reap_after_ns;  /* CLOCK_MONOTONIC: no reap starts before it */
     struct bh_socket_record records[BH_SOCKET_RECORDS];
 };
 

@@ -25,7 +25,7 @@
 #include "permits/window.h"
 
 enum {
-    BH_LAYOUT_VERSION = 10,     /* of layout.h: part of the key */
+    BH_LAYOUT_VERSION = 11,     /* of layout.h: part of the key */
     BH_MAX_HOLDER_PAGES = 1024,
 };
 

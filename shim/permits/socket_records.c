@@ -30,7 +30,7 @@
  *         record, one per process that holds the socket through the shim,
  *         plus copies in flight (forked but not yet running, sent but not
  *         yet received);
- *       generation (20 bits): bumped each time the slot is claimed, part
+ *       generation (16 bits): bumped each time the slot is claimed, part
  *         of the name processes keep (bh_share), so a stale name never
  *         touches a later socket's record;
  *       LIVE: the record holds parked permits;
@@ -38,19 +38,35 @@
  *   - the other fields (unlisted, maker): written by the process that
  *     claimed the slot (BUSY) before LIVE is stored, read-only while LIVE.
  *   - live: how many slots are LIVE or BUSY-filling; 0 spares every scan.
+ *   - used, free_hint: slots are claimed lowest first, so that scans stop
+ *     at `used` (raised by claims, never lowered) and only the pages of
+ *     as many records as were ever live at once are touched; free_hint,
+ *     lowered by every free and raised by claims, is where a claim starts
+ *     looking (a hint: a claim that finds nothing above it looks below).
+ *   - full_said, refused: a share that found every slot taken counts
+ *     itself, and the first one logs it (once per namespace).
+ *   - reap_after_ns: no reap starts before it. A reaper moves it a second
+ *     ahead by compare-and-swap (so one process reaps at a time; a reaper
+ *     killed mid-way delays the next by that second), then, done, to its
+ *     end plus ten times what it took, at least REAP_EVERY_MS and at most
+ *     that second: reaping costs about a tenth of one CPU per namespace at
+ *     most, however many refused connects ask for it.
  * Writers: whoever holds a reference (fork, sendmsg, recvmsg, close, exec
  * hand-off in any process of the user running the shim), and any reaper
  * (a connect that found its compartment full, `bulkhead stat`).
  *
  * Signal handlers: unref (the close path) is compare-and-swap, semop and
  * atomics: no lock, nothing a handler could deadlock on. share, ref and
- * find are the same plus fstat/getsockname/getpeername/stat. The reaper
- * opens a netlink socket; it runs from connect and stat only.
+ * find are the same plus fstat/getsockname/getpeername/stat (and a share
+ * that finds the table full reaps and logs once). The reaper opens a
+ * netlink socket and maps memory; it runs from connect, share and stat.
  *
  * What a death costs, at each point:
  *   - while claiming (BUSY, not LIVE): the process still holds its permits
  *     by SEM_UNDO, given back by the kernel; the slot is lost (one of
  *     BH_SOCKET_RECORDS) until `bulkhead reset`.
+ *   - while reaping: reap_after_ns stays a second ahead, so the next reap
+ *     waits that long; a record it had moved to BUSY is as below.
  *   - after the parking semop, before LIVE is stored (the semop's return
  *     and one store): the permits are parked and no record names them: a
  *     leak of `weight` permits until `bulkhead reset` or `set`. This is the
@@ -74,16 +90,21 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/sem.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "libc/clock.h"
 #include "libc/libc.h"
+#include "log/log.h"
 
-enum { SLOT_BITS = 12, GENERATION_BITS = 20 };
+enum { SLOT_BITS = 16, GENERATION_BITS = 16 };
 #define REFERENCES 0xffffffffull
 #define LIVE (1ull << 62)
 #define BUSY (1ull << 63)
@@ -174,23 +195,75 @@ static int park(struct bh_namespace *ns, struct bh_socket_record *record, int in
     return 0;
 }
 
-/* A free slot, made BUSY under a new generation; NULL when all are taken. */
-static struct bh_socket_record *claim(struct bh_socket_records *table, uint64_t inode,
+/* Raises a shared count to at least `value`. */
+static void raise_to(_Atomic uint32_t *count, uint32_t value)
+{
+    uint32_t now = atomic_load(count);
+    while (now < value && !atomic_compare_exchange_weak(count, &now, value))
+        ;
+}
+
+/* Lowers a shared count to at most `value`. Async-signal-safe. */
+static void lower_to(_Atomic uint32_t *count, uint32_t value)
+{
+    uint32_t now = atomic_load(count);
+    while (now > value && !atomic_compare_exchange_weak(count, &now, value))
+        ;
+}
+
+/* Slot `slot`, made BUSY under a new generation if it is free. */
+static struct bh_socket_record *claim_slot(struct bh_socket_records *table, uint32_t slot,
+                                           uint32_t *generation)
+{
+    struct bh_socket_record *record = &table->records[slot];
+    uint64_t state = atomic_load(&record->state);
+    if (state & (LIVE | BUSY))
+        return NULL;
+    *generation = (generation_of(state) + 1) & ((1u << GENERATION_BITS) - 1);
+    if (!*generation)
+        *generation = 1;
+    if (!atomic_compare_exchange_strong(&record->state, &state,
+                                        BUSY | with_generation(*generation)))
+        return NULL;
+    raise_to(&table->used, slot + 1);
+    return record;
+}
+
+/* The lowest free slot, from the hint up, then below it; NULL when all
+ * are taken. */
+static struct bh_socket_record *claim(struct bh_socket_records *table,
                                       uint32_t *generation, int *slot)
 {
-    for (int i = 0; i < BH_SOCKET_RECORDS; i++) {
-        *slot = (int)((inode + (uint64_t)i) % BH_SOCKET_RECORDS);
-        struct bh_socket_record *record = &table->records[*slot];
-        uint64_t state = atomic_load(&record->state);
-        if (state & (LIVE | BUSY))
-            continue;
-        *generation = (generation_of(state) + 1) & ((1u << GENERATION_BITS) - 1);
-        if (!*generation)
-            *generation = 1;
-        if (atomic_compare_exchange_strong(&record->state, &state,
-                                           BUSY | with_generation(*generation)))
+    uint32_t hint = atomic_load(&table->free_hint);
+    if (atomic_load(&table->live) >= BH_SOCKET_RECORDS)
+        return NULL;
+    for (uint32_t i = 0; i < BH_SOCKET_RECORDS; i++) {
+        uint32_t at = (hint + i) % BH_SOCKET_RECORDS;
+        struct bh_socket_record *record = claim_slot(table, at, generation);
+        if (record) {
+            *slot = (int)at;
+            atomic_compare_exchange_strong(&table->free_hint, &hint, at + 1);
             return record;
+        }
     }
+    return NULL;
+}
+
+/* A free slot, or NULL after reaping once more and logging (once per
+ * namespace) that the table is full. */
+static struct bh_socket_record *claim_or_say_full(struct bh_namespace *ns,
+                                                  uint32_t *generation, int *slot)
+{
+    struct bh_socket_records *table = &ns->state->sockets;
+    struct bh_socket_record *record = claim(table, generation, slot);
+    if (record || (bh_socket_reap(ns, -1) > 0 && (record = claim(table, generation, slot))))
+        return record;
+    atomic_fetch_add(&table->refused, 1);
+    if (atomic_exchange(&table->full_said, 1) == 0)
+        bh_log(BH_LOG_WARN, "namespace \"%s\": all %d shared-socket records are in use: "
+               "a socket copied to another process now keeps its permit with the "
+               "process that connected (bulkhead stat counts these refusals)",
+               ns->state->namespace_name, BH_SOCKET_RECORDS);
     return NULL;
 }
 
@@ -201,7 +274,7 @@ static struct bh_socket_record *begin(struct bh_namespace *ns, uint64_t inode, i
                                       int *slot)
 {
     struct bh_socket_records *table = table_of(ns);
-    struct bh_socket_record *record = table ? claim(table, inode, generation, slot) : NULL;
+    struct bh_socket_record *record = table ? claim_or_say_full(ns, generation, slot) : NULL;
     if (!record)
         return NULL;
     atomic_fetch_add(&table->live, 1);
@@ -216,10 +289,11 @@ static struct bh_socket_record *begin(struct bh_namespace *ns, uint64_t inode, i
 
 /* The permits could not be parked: the slot is free again. */
 static void abandon(struct bh_namespace *ns, struct bh_socket_record *record,
-                    uint32_t generation)
+                    uint32_t generation, int slot)
 {
     atomic_store(&record->inode, 0);
     atomic_store(&record->state, with_generation(generation));
+    lower_to(&ns->state->sockets.free_hint, (uint32_t)slot);
     atomic_fetch_sub(&ns->state->sockets.live, 1);
 }
 
@@ -246,7 +320,7 @@ bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
     taken.common = (uint32_t)weight - taken.reserved;
     if (park(ns, record, index, taken) < 0) {
         bh_holding_add(ns, index, taken);  /* still ours */
-        abandon(ns, record, generation);
+        abandon(ns, record, generation, slot);
         return 0;
     }
     return publish(record, generation, slot);
@@ -282,7 +356,7 @@ bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
     bh_holding_remove_for_another(index, taken);
     if (park(ns, record, index, taken) < 0) {
         bh_holding_add_for_another(ns, index, taken);  /* still the caller's */
-        abandon(ns, record, generation);
+        abandon(ns, record, generation, slot);
         return 0;
     }
     return publish(record, generation, slot);
@@ -309,6 +383,7 @@ static void give_back(struct bh_namespace *ns, struct bh_socket_record *record,
     bh_permit_release_parked(ns, record->compartment, taken);
     atomic_store(&record->inode, 0);
     atomic_store(&record->state, with_generation(generation));
+    lower_to(&ns->state->sockets.free_hint, (uint32_t)(record - ns->state->sockets.records));
     atomic_fetch_sub(&ns->state->sockets.live, 1);
 }
 
@@ -334,14 +409,14 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index, int
     struct bh_socket_records *table = table_of(ns);
     if (!table || !atomic_load(&table->live))
         return 0;
-    for (int i = 0; i < BH_SOCKET_RECORDS; i++) {
-        int slot = (int)((inode + (uint64_t)i) % BH_SOCKET_RECORDS);
+    uint32_t used = atomic_load(&table->used);
+    for (uint32_t slot = 0; slot < used; slot++) {
         struct bh_socket_record *record = &table->records[slot];
         uint64_t state = atomic_load(&record->state);
         if ((state & LIVE) && atomic_load(&record->inode) == inode && !record->unlisted) {
             *index = record->compartment;
             *weight = record->weight;
-            return (generation_of(state) << SLOT_BITS) | (uint32_t)slot;
+            return (generation_of(state) << SLOT_BITS) | slot;
         }
     }
     return 0;
@@ -406,29 +481,215 @@ static int maker_alive(const struct bh_socket_record *record)
            (kill(record->maker, 0) == 0 || errno == EPERM);
 }
 
+/* ---- reaping: one dump of the kernel's sockets, then the records it
+ * no longer shows, each confirmed by its own question ---- */
+
+enum {
+    REAP_EVERY_MS = 5,      /* at most one reap per namespace this often */
+    REAP_SHARE = 10,        /* ... and no more than 1/REAP_SHARE of the time */
+    REAP_LEASE_MS = 1000,   /* how long a reaper keeps others out */
+    DUMP_BUFFER = 32768,
+    NEW_SYN_RECV = 12,      /* a request socket (the kernel's TCP_NEW_SYN_RECV) */
+};
+
+/* The sockets of the live records, each once, with `open` once a dump
+ * shows it (a hash set), and the records to check (slot and the inode
+ * it had): both in memory mapped for one reap. */
+struct seen {
+    uint64_t inode;
+    uint64_t open;
+};
+
+struct pending {
+    uint64_t inode;
+    uint64_t slot;
+};
+
+struct reap {
+    struct seen *set;
+    uint32_t mask;          /* set size - 1, a power of two */
+    uint32_t count;         /* records to check */
+    struct pending *records;
+    int families;           /* 1: AF_INET, 2: AF_INET6 */
+    char *buffer;           /* DUMP_BUFFER bytes */
+    size_t mapped;
+};
+
+/* The socket's place in the set: its own, or the empty one it would take. */
+static struct seen *seen_of(const struct reap *reap, uint64_t inode)
+{
+    uint32_t at = (uint32_t)(inode * 0x9e3779b97f4a7c15ull >> 32) & reap->mask;
+    while (reap->set[at].inode && reap->set[at].inode != inode)
+        at = (at + 1) & reap->mask;
+    return &reap->set[at];
+}
+
+/* The live records of this net namespace with a known address (the only
+ * ones the kernel can be asked about) and no living maker to settle them,
+ * in memory mapped for this reap;
+ * 0, or -1 (no memory). */
+static int gather(struct bh_socket_records *table, struct reap *reap)
+{
+    uint32_t used = atomic_load(&table->used), size = 64;
+    while (size < 2 * used)
+        size *= 2;
+    reap->mask = size - 1;
+    reap->mapped = size * sizeof *reap->set + used * sizeof *reap->records + DUMP_BUFFER;
+    void *memory = mmap(NULL, reap->mapped, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED)
+        return -1;
+    reap->set = memory;
+    reap->records = (struct pending *)(reap->set + size);
+    reap->buffer = (char *)(reap->records + used);
+    reap->count = 0;
+    reap->families = 0;
+    uint64_t here = net_namespace();
+    for (uint32_t slot = 0; slot < used; slot++) {
+        struct bh_socket_record *record = &table->records[slot];
+        uint64_t inode = atomic_load(&record->inode);
+        if (!(atomic_load(&record->state) & LIVE) || record->family == 0 ||
+            record->netns != here || inode == 0 || maker_alive(record))
+            continue;
+        seen_of(reap, inode)->inode = inode;
+        reap->records[reap->count++] = (struct pending){ inode, slot };
+        reap->families |= record->family == AF_INET6 ? 2 : 1;
+    }
+    return 0;
+}
+
+/* Marks the candidates among one answer's sockets. 1 at the dump's end,
+ * 0 for more, -1 on an error. */
+static int mark(struct reap *reap, ssize_t length)
+{
+    for (struct nlmsghdr *header = (struct nlmsghdr *)reap->buffer;
+         NLMSG_OK(header, (size_t)length); header = NLMSG_NEXT(header, length)) {
+        if (header->nlmsg_type == NLMSG_DONE)
+            return 1;
+        if (header->nlmsg_type == NLMSG_ERROR)
+            return -1;
+        const struct inet_diag_msg *socket = NLMSG_DATA(header);
+        if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY && socket->idiag_inode) {
+            struct seen *seen = seen_of(reap, socket->idiag_inode);
+            seen->open = seen->inode != 0;
+        }
+    }
+    return 0;
+}
+
+/* One dump of the family's TCP sockets that can have an inode (not
+ * listening, not TIME_WAIT, not a request). 0, or -1. */
+static int dump(struct reap *reap, int family)
+{
+    struct {
+        struct nlmsghdr header;
+        struct inet_diag_req_v2 request;
+    } ask = {
+        .header = { .nlmsg_len = sizeof ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                    .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+        .request = { .sdiag_family = (uint8_t)family, .sdiag_protocol = IPPROTO_TCP,
+                     .idiag_states = ~((1u << TCP_LISTEN) | (1u << TCP_TIME_WAIT) |
+                                       (1u << TCP_SYN_RECV) | (1u << NEW_SYN_RECV)) },
+    };
+    int fd = libc_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+    int done = libc_sendto(fd, &ask, sizeof ask, 0, (struct sockaddr *)&kernel,
+                           sizeof kernel) == (ssize_t)sizeof ask ? 0 : -1;
+    while (done == 0) {
+        ssize_t length = libc_recv(fd, reap->buffer, DUMP_BUFFER, 0);
+        done = length > 0 ? mark(reap, length) : -1;
+    }
+    libc_close(fd);
+    return done == 1 ? 0 : -1;
+}
+
+/* Gives back the records no dump showed, once the kernel confirms each
+ * (a dump can miss a socket that moved meanwhile). Permits of `index`
+ * (-1: all) that came back. */
+static int give_back_unseen(struct bh_namespace *ns, const struct reap *reap, int index)
+{
+    int given = 0;
+    for (uint32_t i = 0; i < reap->count; i++) {
+        const struct pending *pending = &reap->records[i];
+        if (seen_of(reap, pending->inode)->open)
+            continue;
+        struct bh_socket_record *record = &ns->state->sockets.records[pending->slot];
+        uint64_t state = atomic_load(&record->state);
+        if (!(state & LIVE) || atomic_load(&record->inode) != pending->inode ||
+            socket_open(record) != 0)
+            continue;
+        uint32_t generation = generation_of(state);
+        int compartment = record->compartment, weight = record->weight;
+        if (atomic_compare_exchange_strong(&record->state, &state,
+                                           BUSY | with_generation(generation))) {
+            give_back(ns, record, generation);
+            given += index < 0 || compartment == index ? weight : 0;
+        }
+    }
+    return given;
+}
+
+/* Whether this process reaps now: none has within the interval, and no
+ * other is reaping. A time further ahead than any reaper sets is another
+ * clock's (a time namespace's): not waited for. */
+static int may_reap(struct bh_socket_records *table, int64_t now)
+{
+    int64_t after = atomic_load(&table->reap_after_ns);
+    return (now >= after || after - now > bh_ms_to_ns(REAP_LEASE_MS)) &&
+           atomic_compare_exchange_strong(&table->reap_after_ns, &after,
+                                          now + bh_ms_to_ns(REAP_LEASE_MS));
+}
+
+/* One reap, this process's turn taken at `start`. */
+static int reap_now(struct bh_namespace *ns, struct bh_socket_records *table, int index,
+                    int64_t start)
+{
+    int saved_errno = errno, given = 0;
+    struct reap reap;
+    if (gather(table, &reap) == 0) {
+        if ((!(reap.families & 1) || dump(&reap, AF_INET) == 0) &&
+            (!(reap.families & 2) || dump(&reap, AF_INET6) == 0))
+            given = give_back_unseen(ns, &reap, index);
+        munmap(reap.set, reap.mapped);
+    }
+    int64_t end = bh_clock_ns(CLOCK_MONOTONIC), pause = REAP_SHARE * (end - start);
+    if (pause < bh_ms_to_ns(REAP_EVERY_MS))
+        pause = bh_ms_to_ns(REAP_EVERY_MS);
+    if (pause > bh_ms_to_ns(REAP_LEASE_MS))
+        pause = bh_ms_to_ns(REAP_LEASE_MS);
+    atomic_store(&table->reap_after_ns, end + pause);
+    errno = saved_errno;
+    return given;
+}
+
 int bh_socket_reap(struct bh_namespace *ns, int index)
 {
     struct bh_socket_records *table = table_of(ns);
     if (!table || !atomic_load(&table->live))
         return 0;
-    int saved_errno = errno, given = 0;
-    uint64_t here = net_namespace();
-    for (int slot = 0; slot < BH_SOCKET_RECORDS; slot++) {
-        struct bh_socket_record *record = &table->records[slot];
-        uint64_t state = atomic_load(&record->state);
-        if (!(state & LIVE) || (index >= 0 && record->compartment != index) ||
-            record->family == 0 || record->netns != here || maker_alive(record) ||
-            socket_open(record) != 0)
-            continue;
-        uint32_t generation = generation_of(state);
-        if (atomic_compare_exchange_strong(&record->state, &state,
-                                           BUSY | with_generation(generation))) {
-            given += record->weight;
-            give_back(ns, record, generation);
+    int64_t start = bh_clock_ns(CLOCK_MONOTONIC);
+    return may_reap(table, start) ? reap_now(ns, table, index, start) : 0;
+}
+
+int bh_socket_reap_surely(struct bh_namespace *ns, int index)
+{
+    struct bh_socket_records *table = table_of(ns);
+    if (!table)
+        return 0;
+    int64_t start = bh_clock_ns(CLOCK_MONOTONIC);
+    int64_t until = start + 2 * bh_ms_to_ns(REAP_LEASE_MS);  /* a dead reaper's lease, past */
+    int turn = 0;
+    while (!turn && start < until && atomic_load(&table->live)) {
+        turn = may_reap(table, start);
+        if (!turn) {
+            struct timespec pause = { 0, 1000000 };
+            nanosleep(&pause, NULL);
+            start = bh_clock_ns(CLOCK_MONOTONIC);
         }
     }
-    errno = saved_errno;
-    return given;
+    return turn ? reap_now(ns, table, index, start) : 0;
 }
 
 int bh_socket_count(struct bh_namespace *ns, int index, int *permits)
@@ -436,8 +697,8 @@ int bh_socket_count(struct bh_namespace *ns, int index, int *permits)
     struct bh_socket_records *table = table_of(ns);
     int count = 0;
     *permits = 0;
-    for (int slot = 0; table && atomic_load(&table->live) && slot < BH_SOCKET_RECORDS;
-         slot++) {
+    uint32_t used = table && atomic_load(&table->live) ? atomic_load(&table->used) : 0;
+    for (uint32_t slot = 0; slot < used; slot++) {
         struct bh_socket_record *record = &table->records[slot];
         if ((atomic_load(&record->state) & LIVE) && record->compartment == index) {
             count++;
@@ -445,4 +706,27 @@ int bh_socket_count(struct bh_namespace *ns, int index, int *permits)
         }
     }
     return count;
+}
+
+int bh_socket_made_by(struct bh_namespace *ns, int32_t maker)
+{
+    struct bh_socket_records *table = table_of(ns);
+    int count = 0;
+    uint32_t used = table && atomic_load(&table->live) ? atomic_load(&table->used) : 0;
+    for (uint32_t slot = 0; slot < used; slot++) {
+        struct bh_socket_record *record = &table->records[slot];
+        count += (atomic_load(&record->state) & LIVE) && record->unlisted &&
+                 record->maker == maker;
+    }
+    return count;
+}
+
+void bh_socket_table_read(struct bh_namespace *ns, struct bh_socket_table_view *view)
+{
+    struct bh_socket_records *table = table_of(ns);
+    *view = (struct bh_socket_table_view){ .capacity = BH_SOCKET_RECORDS };
+    if (!table)
+        return;
+    view->in_use = (int)atomic_load(&table->live);
+    view->refused = atomic_load(&table->refused);
 }

@@ -34,6 +34,10 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index,
  * an unlisted record whose maker lives is left to it. Returns how many
  * permits came back. */
 int bh_socket_reap(struct bh_namespace *ns, int index);
+/* The same, waiting its turn (up to two seconds) where bh_socket_reap
+ * skips it because another process reaped or reaps within the interval:
+ * a last look that must happen (run's heir, once its tree is gone). */
+int bh_socket_reap_surely(struct bh_namespace *ns, int index);
 /* A TCP socket as sock_diag finds it: family (AF_INET, AF_INET6), ports
  * and addresses in network order (v4: the first word). */
 struct bh_sock_id {
@@ -66,5 +70,17 @@ int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode);
 
 /* Live records of compartment `index` and the permits they hold. */
 int bh_socket_count(struct bh_namespace *ns, int index, int *permits);
+/* How many unlisted records process `maker` made are live. */
+int bh_socket_made_by(struct bh_namespace *ns, int32_t maker);
+
+/* The whole table: records live, how many there can be, and shares
+ * refused because every one was taken (their sockets' permits stayed
+ * with the process that connected). */
+struct bh_socket_table_view {
+    int in_use;
+    int capacity;
+    uint64_t refused;
+};
+void bh_socket_table_read(struct bh_namespace *ns, struct bh_socket_table_view *view);
 
 #endif

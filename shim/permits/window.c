@@ -186,6 +186,22 @@ static inline void note_last(struct bh_window_shared *window, int64_t at_ns)
     atomic_store_explicit(&window->last_ns, at_ns, memory_order_relaxed);
 }
 
+/* A hold's start may come before the figure that claimed its second (a
+ * refusal while it was held): the second's first moment moves back to it,
+ * so that a window never starts after a permit time it sums. A load and a
+ * compare when it does not. */
+static inline void note_first(struct bh_window_second *slot, int64_t second,
+                              int64_t since_ns)
+{
+    uint32_t us = (uint32_t)((since_ns - second * NS_PER_S) / NS_PER_US);
+    uint32_t first = atomic_load_explicit(&slot->first_us, memory_order_relaxed);
+    while (__builtin_expect(us < first, 0) &&
+           !atomic_compare_exchange_weak_explicit(&slot->first_us, &first, us,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
 /* ---- recording ---- */
 
 void bh_window_count_many(struct bh_window_shared *window, enum bh_window_event event,
@@ -220,9 +236,11 @@ static __attribute__((noinline)) void spread_permit_time(struct bh_window_shared
             atomic_fetch_add_explicit(&slot->permit_us,
                                       (uint64_t)weight * (uint64_t)((end - start) / NS_PER_US),
                                       memory_order_relaxed);
-            if (start == since_ns)
+            if (start == since_ns) {
                 atomic_fetch_add_explicit(&slot->events[BH_WINDOW_ADMITTED], 1,
                                           memory_order_relaxed);
+                note_first(slot, second, since_ns);
+            }
         }
         end = start;
     }
@@ -250,6 +268,7 @@ hold(struct bh_window_shared *window, int weight, int64_t since_ns, int64_t now_
     atomic_fetch_add_explicit(&slot->permit_us, (uint64_t)weight * held_us,
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&slot->events[BH_WINDOW_ADMITTED], 1, memory_order_relaxed);
+    note_first(slot, second, since_ns);
 }
 
 void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_ns,

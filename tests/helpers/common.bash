@@ -200,6 +200,21 @@ file_has() {
     [[ -f "$1" ]] && grep -Eq -- "$2" "$1"
 }
 
+# build_if_stale BIN SRC HOW: BIN from SRC unless it is newer already;
+# built under a temporary name, so that a half-built one never runs.
+build_if_stale() {
+    local bin=$1 src=$2 how=$3
+    [[ -x "$bin" && "$bin" -nt "$src" ]] && return 0
+    mkdir -p "$(dirname "$bin")"
+    "$how" "$src" "$bin.$$" && mv "$bin.$$" "$bin" || fail "cannot build $bin"
+}
+
+# static_build SRC BIN: a gcc -static client (tests/clients/static/), as
+# the seccomp supervisor's tests run them.
+static_build() {
+    gcc -static -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$2" "$1" -lpthread
+}
+
 # ------------------------------------------------------------- servers ----
 
 # start_server NAME HOLD_MS [HOST]: a holdserver in the background. Sets and

@@ -187,9 +187,11 @@ static const struct error_case error_cases[] = {
     { "text after a header", HEAD "match = 10.0.0.1:80\n[b] x\nlimit = 1\nmatch = 10.0.0.2:80\n",
       { "rules.ini:6: unexpected text after [b]" } },
     { "an unclosed header", HEAD "match = 10.0.0.1:80\n[b\n",
-      { "rules.ini:6: syntax error" } },
+      { "rules.ini:6: \"[b\": a section header needs its closing ]" } },
     { "a line that is not key = value", HEAD "match = 10.0.0.1:80\nthis is not a setting\n",
-      { "rules.ini:6: syntax error" } },
+      { "rules.ini:6: \"this is not a setting\" is not a key = value line, a [section] header or a comment" } },
+    { "a long stray line is cut", HEAD "match = 10.0.0.1:80\n  0123456789012345678901234567890123456789abc\n",
+      { "rules.ini:6: \"0123456789012345678901234567890123456789...\" is not a key = value line, a [section] header or a comment" } },
     /* Deadlines and the breaker. */
     { "connect_timeout_ms: below the first SYN retransmission", HEAD "match = 10.0.0.1:80\nconnect_timeout_ms = 500\n",
       { "rules.ini:6: connect_timeout_ms: 500 is below 1000: the kernel cannot fail a connect before its first SYN retransmission, 1 s after the SYN" } },

@@ -2,9 +2,10 @@
  * with real loopback connections: parking a permit, references, the last
  * one giving it back exactly once, stale names, the kernel's word on a
  * closed socket (sock_diag), a parked permit outliving the process that
- * took it, a member's permits going back to their pools, and a seccomp
- * supervisor's permits parked for another process. What each
- * test observes is the kernel's semaphores, through `stat`'s own calls. */
+ * took it, a member's permits going back to their pools, one reap per
+ * interval, a full table, and a seccomp supervisor's permits parked for
+ * another process. What each test observes is the kernel's semaphores,
+ * through `stat`'s own calls. */
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,10 +15,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "permits/layout.h"
 #include "permits/permits.h"
 #include "namespace_fixture.h"
 
@@ -137,6 +140,26 @@ static void test_found_by_the_sockets_inode(void **state)
     close(peer);
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Reaps until some permit of compartment c comes back, for up to 2 s;
+ * when the last try ended, in *ended. */
+static int reap_until_given(int c, int64_t *ended)
+{
+    int64_t give_up = now_ns() + 2000000000;
+    int given;
+    do {
+        given = bh_socket_reap(&ns, c);
+        *ended = now_ns();
+    } while (given == 0 && *ended < give_up);
+    return given;
+}
+
 /* References that nobody will drop (holders killed): the kernel says when
  * the socket is closed everywhere, and only then. */
 static void test_the_reaper_asks_the_kernel(void **state)
@@ -146,10 +169,11 @@ static void test_the_reaper_asks_the_kernel(void **state)
     assert_true(take(c, -1, 1));
     bh_share share = bh_socket_share(&ns, fd, c, 1);
     assert_int_equal(bh_socket_ref(&ns, share), 0);
+    int64_t ended;
     assert_int_equal(bh_socket_reap(&ns, c), 0);   /* still open here */
     assert_int_equal(in_use(c), 1);
     close(fd);
-    assert_int_equal(bh_socket_reap(&ns, c), 1);
+    assert_int_equal(reap_until_given(c, &ended), 1);
     assert_int_equal(in_use(c), 0);
     assert_int_equal(bh_socket_reap(&ns, c), 0);
     assert_int_equal(bh_socket_unref(&ns, share), 0);  /* once, not twice */
@@ -206,6 +230,71 @@ static void test_a_members_permits_go_back_to_their_pools(void **state)
     close(peer);
 }
 
+/* A reap asks the kernel at most once per interval (5 ms) per namespace:
+ * a socket closed just after one reap is seen by the next. */
+static void test_one_reap_per_interval(void **state)
+{
+    (void)state;
+    int c = compartment(2, 0), peer_a, peer_b, a = connected(&peer_a), b = connected(&peer_b);
+    int64_t ended;
+    assert_true(take(c, -1, 1));
+    bh_share share_a = bh_socket_share(&ns, a, c, 1);
+    assert_true(take(c, -1, 1));
+    bh_share share_b = bh_socket_share(&ns, b, c, 1);
+    assert_int_equal(bh_socket_ref(&ns, share_a), 0);  /* references nobody drops */
+    assert_int_equal(bh_socket_ref(&ns, share_b), 0);
+    close(a);
+    assert_int_equal(reap_until_given(c, &ended), 1);
+    close(b);
+    int given = bh_socket_reap(&ns, c);
+    if (now_ns() - ended < 4000000) {  /* else this machine stalled past the interval */
+        assert_int_equal(given, 0);
+        assert_int_equal(in_use(c), 1);
+        given = reap_until_given(c, &ended);
+    }
+    assert_int_equal(given, 1);
+    assert_int_equal(in_use(c), 0);
+    close(peer_a);
+    close(peer_b);
+}
+
+/* Every record taken (65,536): the next share is refused and counted, its
+ * permit stays with the process that took it; a freed record serves the
+ * next share. */
+static bh_share shares[BH_SOCKET_RECORDS];
+
+static void test_a_full_table_refuses_and_counts(void **state)
+{
+    (void)state;
+    int full[3] = { compartment(32767, 0), compartment(32767, 0), compartment(2, 0) };
+    int spare = compartment(1, 0), peer, fd = connected(&peer);
+    struct bh_socket_table_view table;
+    for (int i = 0; i < BH_SOCKET_RECORDS; i++) {
+        int c = full[i < 32767 ? 0 : i < 65534 ? 1 : 2];
+        assert_true(take(c, -1, 1));
+        shares[i] = bh_socket_share(&ns, fd, c, 1);
+        assert_true(shares[i] != 0);
+    }
+    bh_socket_table_read(&ns, &table);
+    assert_int_equal(table.in_use, BH_SOCKET_RECORDS);
+    assert_int_equal(table.capacity, BH_SOCKET_RECORDS);
+    assert_true(take(spare, -1, 1));
+    assert_int_equal(bh_socket_share(&ns, fd, spare, 1), 0);
+    bh_socket_table_read(&ns, &table);
+    assert_int_equal(table.refused, 1);
+    assert_int_equal(in_use(spare), 1);
+    assert_int_equal(bh_socket_unref(&ns, shares[100]), 1);
+    shares[100] = bh_socket_share(&ns, fd, spare, 1);
+    assert_true(shares[100] != 0);
+    for (int i = 0; i < BH_SOCKET_RECORDS; i++)
+        assert_int_equal(bh_socket_unref(&ns, shares[i]), 1);
+    assert_int_equal(in_use(full[0]) + in_use(full[1]) + in_use(full[2]) + in_use(spare), 0);
+    bh_socket_table_read(&ns, &table);
+    assert_int_equal(table.in_use, 0);
+    close(fd);
+    close(peer);
+}
+
 /* The addresses sock_diag finds a connected IPv4 socket by. */
 static struct bh_sock_id id_of(int fd)
 {
@@ -252,7 +341,8 @@ static void test_parked_for_another_is_unlisted_and_outlives_its_taker(void **st
     assert_int_equal(bh_socket_reap(&ns, c), 0);  /* still open here */
     assert_int_equal(in_use(c), 1);
     close(fd);
-    assert_int_equal(bh_socket_reap(&ns, c), 1);
+    int64_t ended;
+    assert_int_equal(reap_until_given(c, &ended), 1);
     assert_int_equal(in_use(c), 0);
     assert_int_equal(bh_socket_unref(&ns, share), 0);  /* once, not twice */
     assert_int_equal(in_use(c), 0);
@@ -279,7 +369,8 @@ static void test_a_live_makers_record_is_left_to_it(void **state)
                                                 bh_take_taken(&take.ask, &outcome));
     assert_true(share != 0);
     close(fd);
-    assert_int_equal(bh_socket_reap(&ns, c), 0);
+    for (int64_t until = now_ns() + 50000000; now_ns() < until;)  /* reaps past the interval */
+        assert_int_equal(bh_socket_reap(&ns, c), 0);
     assert_int_equal(in_use(c), 1);
     assert_int_equal(bh_socket_unref(&ns, share), 1);
     assert_int_equal(in_use(c), 0);
@@ -296,6 +387,8 @@ int main(void)
         cmocka_unit_test(test_the_reaper_asks_the_kernel),
         cmocka_unit_test(test_a_parked_permit_outlives_its_taker),
         cmocka_unit_test(test_a_members_permits_go_back_to_their_pools),
+        cmocka_unit_test(test_one_reap_per_interval),
+        cmocka_unit_test(test_a_full_table_refuses_and_counts),
         cmocka_unit_test(test_parked_for_another_is_unlisted_and_outlives_its_taker),
         cmocka_unit_test(test_a_live_makers_record_is_left_to_it),
     };

@@ -170,6 +170,20 @@ static void test_permit_time_spread_over_the_seconds_held(void **state)
     assert_int_equal(view.permit_us_total, 600000000);
 }
 
+/* Two permits held for 1.2 s from T0, a refusal 100 ms after they were
+ * taken: the window starts when they were taken, not at the refusal, so
+ * that in use never averages more than the permits there were. */
+static void test_a_window_starts_no_later_than_what_it_sums(void **state)
+{
+    (void)state;
+    bh_window_count(window, BH_WINDOW_REFUSED, T0 + 200 * S + 100 * MS);
+    bh_window_hold(window, 1, T0 + 200 * S, T0 + 201 * S + 200 * MS);
+    bh_window_hold(window, 1, T0 + 200 * S + 1 * MS, T0 + 201 * S + 201 * MS);
+    bh_window_read(window, 60, T0 + 202 * S, &view);
+    assert_int_equal(view.permit_us, 2400000);
+    assert_int_equal(view.window_ns, 1201 * MS);
+}
+
 static void test_windowed_histograms(void **state)
 {
     (void)state;
@@ -268,6 +282,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sums_over_a_window_from_the_first_figure,
                                         set_up, tear_down),
         cmocka_unit_test_setup_teardown(test_permit_time_spread_over_the_seconds_held,
+                                        set_up, tear_down),
+        cmocka_unit_test_setup_teardown(test_a_window_starts_no_later_than_what_it_sums,
                                         set_up, tear_down),
         cmocka_unit_test_setup_teardown(test_windowed_histograms, set_up, tear_down),
         cmocka_unit_test_setup_teardown(test_a_slot_left_mid_clear, set_up, tear_down),
