@@ -15,6 +15,7 @@
 
 load helpers/common
 load helpers/netns
+load helpers/uid
 
 setup() {
     bh_setup
@@ -35,6 +36,8 @@ setup() {
     build_if_stale "$REUSE" "$BH_ROOT/tests/clients/static/reuse_number.c" static_build
     FLOOD="$BH_ROOT/build/tests/connect_flood"
     build_if_stale "$FLOOD" "$BH_ROOT/tests/clients/static/connect_flood.c" static_build
+    HOLD="$BH_ROOT/build/tests/hold_connect"
+    build_if_stale "$HOLD" "$BH_ROOT/tests/clients/static/hold_connect.c" static_build
 }
 teardown() {
     local tree
@@ -43,11 +46,12 @@ teardown() {
             kill -KILL -- "-$tree" 2>/dev/null || true
         done <"$T/trees"
     fi
+    [[ -z "${NOBODY_DIR:-}" ]] || rm -rf "$NOBODY_DIR"
     if [[ -f "$T/nobody_dir" ]]; then  # a test's tree run by nobody, and its namespace
         timeout 10 "$BULKHEAD" reset --force -n "$NS" -u nobody >/dev/null 2>&1 || true
         rm -rf "$(cat "$T/nobody_dir")"
     fi
-    bh_teardown
+    if [[ -f "$T/other_users" ]]; then uid_teardown; else bh_teardown; fi
 }
 
 # bg_tree OUT RUN_ARGS...: bulkhead run in the background (as bg), in a
@@ -444,22 +448,113 @@ fds_of() { ls "/proc/$1/fd" | wc -l; }
     assert_equal "$(server_stat s max)" 1
 }
 
-@test "seccomp: SIGKILL of bulkhead run itself gives every permit back" {
+# orphan_tree N: a tree whose static client holds N connections to the
+# server, then makes one more connect per line written to fd $MORE (see
+# hold_connect), and closes them all when it is closed; its run is
+# $SUPERVISOR, its output $T/tree (run's lines in $T/tree.err).
+orphan_tree() {
+    mkfifo "$T/more"
+    bg_tree "$T/tree" --seccomp -c "$RULES" -- sh -c "exec '$HOLD' 127.0.0.1 $SERVER_PORT $1 <'$T/more'"
+    SUPERVISOR=$BG_PID
+    exec {MORE}>"$T/more"
+    wait_for file_has "$T/tree" '^held$'
+}
+
+# no_run_left: no `bulkhead run` of this test's rules is left (the heir
+# included).
+no_run_left() {
+    ! pgrep -f -- "run .*-c $RULES" >/dev/null
+}
+
+@test "seccomp: SIGKILL of the supervisor while its program holds 3 permits at limit 3: nobody else gets them while the connections are open; the orphan's next connect fails with the compartment's errno and one line; closed, they come back" {
+    start_server s -1
+    compartment_rules 3 errno=EHOSTUNREACH
+    orphan_tree 3
+    assert_equal "$(count ok "$T/tree")" 3
+    kill -KILL "$SUPERVISOR"
+    wait "$SUPERVISOR" 2>/dev/null || true
+    # another tree: the permits are the open connections', not free
+    sv_run "$T/other" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 3 0
+    assert_equal "$(count EHOSTUNREACH "$T/other")" 3
+    assert_equal "$(server_stat s max)" 3
+    # the orphan connects again: refused as the compartment refuses, said once
+    echo >&"$MORE"
+    echo >&"$MORE"
+    wait_for eval '(($(grep -c . "$T/tree") == 6))'
+    assert_equal "$(tail -2 "$T/tree")" $'EHOSTUNREACH\nEHOSTUNREACH'
+    assert_equal "$(grep -c 'supervisor' "$T/tree.err")" 1
+    grep -q "^bulkhead: run: the seccomp supervisor (pid $SUPERVISOR) died" "$T/tree.err"
+    assert_equal "$(server_stat s total)" 3
+    # its connections closed, their permits come back: the next tree gets 3
+    exec {MORE}>&-
+    wait_for server_open_is s 0
+    wait_for no_run_left  # the heir's last reap
+    sv_run "$T/after" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 3 0
+    assert_equal "$(count ok "$T/after")" 3
+    assert_equal "$(server_stat s max)" 3
+    wait_for no_run_left
+}
+
+@test "seccomp: SIGKILL of the supervisor while a Go program holds 3 permits at limit 3: another tree is refused while they are open, and gets them once the program is gone" {
     start_server held 30000
     local held=$SERVER_PORT
-    start_server s 300
+    start_server s -1
     printf '[global]\nnamespace = %s\n[api]\nlimit = 3\nmatch = 127.0.0.1:%s\nmatch = 127.0.0.1:%s\n' \
         "$NS" "$held" "$SERVER_PORT" >"$RULES"
     bg_tree "$T/held" -c "$RULES" -- "$GOHTTP" "http://127.0.0.1:$held/" 3 0
-    local supervisor=$BG_PID
+    local supervisor=$BG_PID go
     wait_for server_open_is held 3
-    track_pid "$(pgrep -P "$supervisor")"  # the Go client: left running, holding
+    go=$(pgrep -P "$supervisor")
+    track_pid "$go"
     kill -KILL "$supervisor"
     wait "$supervisor" 2>/dev/null || true
+    sv_run "$T/other" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 3 0
+    assert_equal "$(count ECONNREFUSED "$T/other")" 3
     assert_equal "$(server_stat held open)" 3
-    sv_run "$T/go" -- "$GOHTTP" "http://127.0.0.1:$SERVER_PORT/" 8 0
-    assert_equal "$(count ok "$T/go")" 3
-    assert_equal "$(server_stat s max)" 3
+    assert_equal "$(server_stat s total)" 0
+    kill -KILL "$go"
+    wait_for server_open_is held 0
+    # the tree gone, its heir reaps once more and exits (a connect that
+    # finds the compartment full while another process reaps is refused)
+    wait_for no_run_left
+    sv_run "$T/after" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 3 0
+    assert_equal "$(count ok "$T/after")" 3
+    assert_equal "$(server_stat s total)" 3
+    wait_for no_run_left
+}
+
+# nobody_rules LIMIT [KEY=VALUE...]: compartment_rules in a directory user
+# nobody can read, as $NOBODY_RULES; nobody's namespace is removed at
+# teardown.
+nobody_rules() {
+    require_other_user
+    "${AS_NOBODY[@]}" test -x "$BULKHEAD" -a -x "$HOLD" ||
+        skip "$BULKHEAD or $HOLD is out of nobody's reach"
+    NOBODY_DIR=$(mktemp -d /tmp/bh-seccomp.XXXXXX)
+    chmod 755 "$NOBODY_DIR"
+    NOBODY_RULES="$NOBODY_DIR/rules.ini"
+    compartment_rules "$@"
+    cp "$RULES" "$NOBODY_RULES"
+    chmod 644 "$NOBODY_RULES"
+    echo nobody >>"$T/other_users"
+}
+
+@test "seccomp: a non-dumpable static program run as nobody (its supervisor may not read it) connecting 10 at limit 3: each connect is refused with the compartment's errno and one line says why; with on_failure = open, all go through and the line says so" {
+    start_server s -1
+    nobody_rules 3 errno=EHOSTUNREACH
+    run "${AS_NOBODY[@]}" "$BULKHEAD" run --seccomp -c "$NOBODY_RULES" -- \
+        "$HOLD" 127.0.0.1 "$SERVER_PORT" 10 --undumpable </dev/null
+    assert_success
+    assert_equal "$(grep -cx EHOSTUNREACH <<<"$output")" 10
+    assert_equal "$(server_stat s total)" 0
+    assert_equal "$(grep -c '^bulkhead: run: cannot inspect hold_connect\[[0-9]*\]' <<<"$output")" 1
+    assert_line --regexp "^bulkhead: run: cannot inspect hold_connect\[[0-9]+\]'s connects \(Operation not permitted: it is not dumpable, and run may not read a non-dumpable process without CAP_SYS_PTRACE\): refusing them with EHOSTUNREACH \(on_failure = closed\)$"
+    sed -i 's/^\[global\]$/&\non_failure = open/' "$NOBODY_RULES"
+    run "${AS_NOBODY[@]}" "$BULKHEAD" run --seccomp -c "$NOBODY_RULES" -- \
+        "$HOLD" 127.0.0.1 "$SERVER_PORT" 10 --undumpable </dev/null
+    assert_success
+    assert_equal "$(grep -cx ok <<<"$output")" 10
+    assert_line --regexp "^bulkhead: run: cannot inspect hold_connect\[[0-9]+\]'s connects .*: letting them through uncounted \(on_failure = open\)$"
 }
 
 # member_rules: limit 2, of which a reserve of 1 for program=member (the
@@ -511,7 +606,7 @@ pools_are_exact() {
     assert_equal "$(server_stat s max)" 2
 }
 
-@test "seccomp: SIGKILL of bulkhead run holding a reserve member's and a non-member's permits, after giving one back, returns each to its own pool" {
+@test "seccomp: SIGKILL of bulkhead run holding a reserve member's and a non-member's permits, after giving one back: once its programs are gone, each comes back to its own pool" {
     start_server s -1
     member_rules
     bg_tree "$T/tree" --seccomp -c "$RULES" -- sh -c "
@@ -525,8 +620,10 @@ pools_are_exact() {
     assert_equal "$(head -1 "$T/member2")" ok
     kill -KILL "$supervisor"
     wait "$supervisor" 2>/dev/null || true
-    # its clients still hold their connections; run's permits came back
+    # its clients still hold their connections, and their permits
     assert_equal "$(server_stat s open)" 2
+    kill -KILL -- "-$supervisor"
+    wait_for server_open_is s 0
     pools_are_exact "$T/after"
 }
 

@@ -21,7 +21,9 @@
  * (a bad fd: the kernel answers EBADF) or recorded (out of memory): a
  * program that rewrites its own sockaddr between our read and the
  * kernel's could slip past then, which a cap (not a sandbox) accepts;
- * the address is read only while the notification is valid.
+ * the address is read only while the notification is valid. A program
+ * whose memory or fds the kernel will not let us read (EPERM: not
+ * dumpable) is neither: unreadable.c answers, as on_failure says.
  *
  * A connect waits for its answer, and a signal may end that wait: before
  * Linux 5.19 (or without SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, filter.c)
@@ -65,6 +67,9 @@ struct job {
     struct job *active;  /* in the list of jobs in progress */
     struct sv_state *state;
     uint64_t id;         /* the newest notification of its connect: jobs_lock */
+    /* where that one was received (heir.c), freed once the job is over:
+     * jobs_lock while the job is listed */
+    const struct seccomp_notif *pending;
     struct call call;
     int rule;
     int on_worker;       /* run by a worker thread, not the main one */
@@ -101,7 +106,10 @@ int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length)
 {
     struct iovec here = { into, length };
     struct iovec there = { (void *)(uintptr_t)at, length };
-    return process_vm_readv(tid, &here, 1, &there, 1, 0) == (ssize_t)length ? 0 : -1;
+    ssize_t got = process_vm_readv(tid, &here, 1, &there, 1, 0);
+    if (got >= 0 && got < (ssize_t)length)
+        errno = EFAULT;  /* a short read: the rest is not mapped */
+    return got == (ssize_t)length ? 0 : -1;
 }
 
 /* A /proc file of pid, whole (NUL-terminated, up to size - 1 bytes). */
@@ -185,13 +193,20 @@ static void membership_for(struct sv_state *state, pid_t pid, int local,
     free(text);
 }
 
+pid_t sv_process_of(pid_t tid)
+{
+    return (pid_t)status_field(tid, "Tgid:", 0);
+}
+
 int sv_copy_fd(pid_t tid, int fd, pid_t *pid)
 {
-    *pid = (pid_t)status_field(tid, "Tgid:", 0);
+    *pid = sv_process_of(tid);
     int pidfd = *pid > 0 ? (int)syscall(SYS_pidfd_open, *pid, 0) : -1;
     int copy = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0) : -1;
+    int saved_errno = errno;  /* EPERM: the program may not be read */
     if (pidfd >= 0)
         close(pidfd);
+    errno = saved_errno;
     return copy;
 }
 
@@ -294,10 +309,17 @@ static struct kept *kept_for(const struct call *call)
     return found;
 }
 
-/* Main thread: a matched connect that restarts one in progress (handed to
- * its job) or one answered too late (answered now, as kept): 1. 0: a
- * connect of its own, for a job. */
-static int restarted(struct sv_state *state, uint64_t id, const struct call *call)
+enum restart {
+    RESTART_NONE,      /* a connect of its own, for a job */
+    RESTART_HANDED,    /* handed to the job in progress, with its pending slot */
+    RESTART_ANSWERED,  /* answered now, as kept */
+};
+
+/* Main thread: whether a matched connect restarts one in progress (its
+ * job answers it, and the slot of the notification it replaces is free)
+ * or one answered too late. */
+static enum restart restarted(struct sv_state *state, const struct seccomp_notif *notif,
+                              const struct call *call)
 {
     int handed = 0;
     pthread_mutex_lock(&jobs_lock);
@@ -305,9 +327,12 @@ static int restarted(struct sv_state *state, uint64_t id, const struct call *cal
         if (job->call.tid != call->tid || job->superseded)
             continue;
         if (same_call(&job->call, call)) {
-            job->id = id;
+            job->id = notif->id;
             job->dead_looks = 0;
-            handed = 1;
+            if (!handed++) {  /* one job per thread's connect: the first has its slot */
+                sv_pending_done(job->pending);  /* its notification died */
+                job->pending = notif;
+            }
         } else {
             job->superseded = 1;
             if (job->admitting)
@@ -317,11 +342,11 @@ static int restarted(struct sv_state *state, uint64_t id, const struct call *cal
     pthread_cond_broadcast(&handed_over);
     struct kept *kept = kept_for(call);
     pthread_mutex_unlock(&jobs_lock);
-    if (kept && !handed)
-        respond(state->listener, id, kept->rc, kept->rc < 0 ? -kept->err : 0, 0);
-    handed |= kept != NULL;
+    enum restart restart = handed ? RESTART_HANDED : kept ? RESTART_ANSWERED : RESTART_NONE;
+    if (restart == RESTART_ANSWERED)
+        respond(state->listener, notif->id, kept->rc, kept->rc < 0 ? -kept->err : 0, 0);
     free(kept);
-    return handed;
+    return restart;
 }
 
 /* Whether the program still waits for the job's answer: its notification
@@ -497,7 +522,9 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
     *err = rc < 0 ? errno : 0;
     clock_gettime(CLOCK_MONOTONIC, &after);
-    sv_socket_connecting(inode, sock, (struct sockaddr *)&job->call.to);
+    int failed = rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY;
+    if (!failed)
+        sv_socket_connecting(state, inode, sock, (struct sockaddr *)&job->call.to);
     if (rc < 0 && (*err == EINPROGRESS || *err == EINTR)) {
         /* under way (non-blocking, or interrupted): its outcome comes later */
         struct sv_connecting connecting = { sock, (struct sockaddr *)&job->call.to, inode,
@@ -510,7 +537,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
                              (after.tv_nsec - before.tv_nsec);
         sv_outcome_tell(state, shared, local, admitted->probe, *err, connect_ns);
     }
-    if (rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY)
+    if (failed)
         sv_socket_release(state, inode);
     return rc;
 }
@@ -567,6 +594,10 @@ int sv_is_stream(int sock)
 static struct answer carry_out(struct job *job, pid_t pid, int sock)
 {
     struct stat info;
+    if (sock < 0 && errno == EPERM) {
+        int err = sv_unreadable(job->state, job->call.tid);
+        return (struct answer) { !err, -1, err, 0 };
+    }
     if (sock >= 0 && !still_wanted(job))
         return (struct answer) { 0, 0, 0, 1 };  /* the fd may not be that call's any more */
     if (sock < 0 || !sv_is_stream(sock) || fstat(sock, &info) < 0)
@@ -591,7 +622,8 @@ static void handle(struct job *job)
             close(sock);
         if (answer.forsaken) {
             forsake(job);
-            return;
+            delivery = DELIVERED;  /* nothing to deliver */
+            break;
         }
         delivery = deliver(job, answer.proceed, answer.rc, answer.err);
     }
@@ -599,6 +631,7 @@ static void handle(struct job *job)
         atomic_store(&job->state->rescan, 1);  /* the program is gone: so may its socket be */
         sv_wake(job->state);
     }
+    sv_pending_done(job->pending);
 }
 
 /* ---- workers ----
@@ -723,7 +756,8 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
 }
 
 /* The connect's fd and destination, read while its notification is valid;
- * -1: unreadable (answered CONTINUE: the kernel says what is wrong). */
+ * -1 with errno: unreadable (EPERM: the kernel will not let us, unreadable.c
+ * answers; otherwise answered CONTINUE: the kernel says what is wrong). */
 static int read_call(struct sv_state *state, const struct seccomp_notif *notif,
                      struct call *call)
 {
@@ -731,37 +765,47 @@ static int read_call(struct sv_state *state, const struct seccomp_notif *notif,
     if (sv_call_args(notif, args) < 0)
         return -1;
     *call = (struct call) { (pid_t)notif->pid, (int)args[0], { 0 }, (socklen_t)args[2] };
-    return call->length >= sizeof(sa_family_t) && call->length <= sizeof call->to &&
-           sv_read_memory(call->tid, args[1], &call->to, call->length) == 0 &&
+    if (call->length < sizeof(sa_family_t) || call->length > sizeof call->to) {
+        errno = EINVAL;
+        return -1;
+    }
+    return sv_read_memory(call->tid, args[1], &call->to, call->length) == 0 &&
            sv_still_valid(state->listener, notif->id) ? 0 : -1;
 }
 
-void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
+int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
     static pthread_once_t started = PTHREAD_ONCE_INIT;
     struct call call;
     int readable = read_call(state, notif, &call) == 0;
+    if (!readable && errno == EPERM) {
+        sv_answer_unreadable(state, notif);
+        return 0;
+    }
     if (readable && call.to.ss_family == AF_UNSPEC &&
         disconnect_counted(state, notif, call.fd))
-        return;  /* answered */
+        return 0;  /* answered */
     int rule = -1;
     if (readable && (call.to.ss_family == AF_INET || call.to.ss_family == AF_INET6))
         rule = bh_rule_index_match(state->rules, (struct sockaddr *)&call.to, call.length);
     struct job *job = rule >= 0 ? calloc(1, sizeof *job) : NULL;
     if (!job) {
         sv_continue(state->listener, notif->id);
-        return;
+        return 0;
     }
     pthread_once(&started, jobs_start);
-    if (restarted(state, notif->id, &call)) {
+    enum restart restart = restarted(state, notif, &call);
+    if (restart != RESTART_NONE) {
         free(job);
-        return;
+        return restart == RESTART_HANDED;
     }
-    *job = (struct job) { .state = state, .id = notif->id, .call = call, .rule = rule };
+    *job = (struct job) { .state = state, .id = notif->id, .pending = notif, .call = call,
+                          .rule = rule };
     pthread_mutex_lock(&jobs_lock);
     job->active = jobs;
     jobs = job;
     atomic_fetch_add(&listed, 1);
     pthread_mutex_unlock(&jobs_lock);
     dispatch(job);
+    return 1;
 }

@@ -11,8 +11,13 @@
  * (no address, not AF_INET/AF_INET6, no rule, another kind of socket) is
  * answered CONTINUE: the kernel sends as the program asked.
  *
+ * A program whose memory may not be read (unreadable.c): where its
+ * connects are refused, its Fast Open sends fail as above, so that it
+ * falls back to connect() and is told why there.
+ *
  * A 32-bit program's socketcall sends are all trapped (the filter cannot
- * read their flags): those with MSG_FASTOPEN fail, the rest proceed.
+ * read their flags): those with MSG_FASTOPEN fail, the rest proceed, as
+ * do all of an unreadable program's (their flags cannot be known).
  *
  * All of it is quick (no admission, nothing that waits): done on the
  * main thread. As for connect, a program that rewrites its address after
@@ -30,13 +35,14 @@
 enum { MMSG_MAX = 1024, MMSG_CHUNK = 64 };  /* the kernel sends at most UIO_MAXIOV */
 
 /* Whether the sockaddr of `length` bytes at `at` in the program is one a
- * rule matches. */
+ * rule matches; -1 when the program may not be read (EPERM). */
 static int matched_at(const struct sv_state *state, pid_t tid, uint64_t at, uint32_t length)
 {
     struct sockaddr_storage to;
-    if (!at || length < sizeof(sa_family_t) || length > sizeof to ||
-        sv_read_memory(tid, at, &to, length) < 0)
-        return 0;  /* none, or one the kernel refuses (EINVAL, EFAULT) */
+    if (!at || length < sizeof(sa_family_t) || length > sizeof to)
+        return 0;  /* none, or one the kernel refuses (EINVAL) */
+    if (sv_read_memory(tid, at, &to, length) < 0)
+        return errno == EPERM ? -1 : 0;  /* EFAULT: the kernel's to answer */
     return (to.ss_family == AF_INET || to.ss_family == AF_INET6) &&
            bh_rule_index_match(state->rules, (struct sockaddr *)&to, (socklen_t)length) >= 0;
 }
@@ -46,7 +52,7 @@ static int message_matched(const struct sv_state *state, pid_t tid, const struct
     return matched_at(state, tid, (uint64_t)(uintptr_t)message->msg_name, message->msg_namelen);
 }
 
-/* sendmmsg: any of its messages' destinations (only the first connects,
+/* sendmmsg: any of its messages' destinations (-1: unreadable) (only the first connects,
  * but with Fast Open off the kernel would fail the whole call at it). */
 static int any_matched(const struct sv_state *state, pid_t tid, uint64_t at, uint32_t count)
 {
@@ -56,10 +62,12 @@ static int any_matched(const struct sv_state *state, pid_t tid, uint64_t at, uin
         uint32_t chunk = count - done < MMSG_CHUNK ? count - done : MMSG_CHUNK;
         if (sv_read_memory(tid, at + done * sizeof messages[0], messages,
                            chunk * sizeof messages[0]) < 0)
-            return 0;
-        for (uint32_t i = 0; i < chunk; i++)
-            if (message_matched(state, tid, &messages[i].msg_hdr))
-                return 1;
+            return errno == EPERM ? -1 : 0;
+        for (uint32_t i = 0; i < chunk; i++) {
+            int matched = message_matched(state, tid, &messages[i].msg_hdr);
+            if (matched)
+                return matched;
+        }
     }
     return 0;
 }
@@ -73,8 +81,9 @@ static int destination_matched(const struct sv_state *state, const struct seccom
         return matched_at(state, tid, args[4], (uint32_t)args[5]);
     if (notif->data.nr == __NR_sendmmsg)
         return any_matched(state, tid, args[1], (uint32_t)args[2]);
-    return sv_read_memory(tid, args[1], &message, sizeof message) == 0 &&
-           message_matched(state, tid, &message);
+    if (sv_read_memory(tid, args[1], &message, sizeof message) < 0)
+        return errno == EPERM ? -1 : 0;
+    return message_matched(state, tid, &message);
 }
 
 /* Whether the program's socket is a stream one: a matched destination
@@ -104,9 +113,15 @@ static int compat_fastopen(const struct seccomp_notif *notif)
 
 void sv_fastopen_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
-    if (sv_filter_compat(&notif->data) ? compat_fastopen(notif)
-        : destination_matched(state, notif) && socket_is_stream(notif) &&
-          sv_still_valid(state->listener, notif->id))
+    int refused;
+    if (sv_filter_compat(&notif->data)) {
+        refused = compat_fastopen(notif);
+    } else {
+        int matched = destination_matched(state, notif);
+        refused = matched < 0 ? sv_unreadable(state, (pid_t)notif->pid) != 0
+                              : matched && socket_is_stream(notif);
+    }
+    if (refused && sv_still_valid(state->listener, notif->id))
         sv_fail(state->listener, notif->id, EOPNOTSUPP);
     else
         sv_continue(state->listener, notif->id);

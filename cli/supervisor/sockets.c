@@ -11,11 +11,16 @@
  * every TCP socket walks the whole table, a millisecond on this machine.
  *
  * Shared by the supervisor's threads under one mutex, never held across
- * a lookup; what is counted here is held by the supervisor's own process
- * (SEM_UNDO): if it dies, the kernel gives everything back. A socket is
- * released once: it leaves the table under the mutex before its permits
- * go back, to the pools it took them from (a reserve's member's and
- * another program's are not one share: shim/permits/holders.c). */
+ * a lookup. A socket's permits are taken by the supervisor's own process
+ * (SEM_UNDO); once its connect has begun and its addresses are known,
+ * they are parked in an unlisted socket record of the namespace
+ * (shim/permits/socket_records.c), so that they stay taken while the
+ * socket is open, whether or not the supervisor lives: killed, it gives
+ * back only what was not parked yet (or could not be: the records are
+ * full). A socket is released once: it leaves the table under the mutex
+ * before its permits go back, to the pools it took them from (a
+ * reserve's member's and another program's are not one share:
+ * shim/permits/holders.c), or its record's reference goes. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -34,6 +39,7 @@ struct counted {
                            counted before its dump began */
     int shared;
     struct bh_taken taken;  /* its permits, by the pool they came from */
+    bh_share share;         /* their record once parked; 0: held by SEM_UNDO */
     struct sv_process *process;
 };
 
@@ -193,15 +199,22 @@ int sv_socket_id(int sock, const struct sockaddr *to, struct bh_sock_id *id)
     return 0;
 }
 
-void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to)
+void sv_socket_connecting(struct sv_state *state, uint64_t inode, int sock,
+                          const struct sockaddr *to)
 {
     struct bh_sock_id id;
     if (sv_socket_id(sock, to, &id) < 0)
         return;  /* not looked up: held until run exits (SEM_UNDO) */
+    /* parked under the lock: a release racing it (a disconnect from
+     * another thread of the program) sees where the permits are */
     pthread_mutex_lock(&lock);
     for (int i = 0; i < counted_count; i++)
-        if (counted[i].inode == inode)
+        if (counted[i].inode == inode && !counted[i].share) {
             counted[i].id = id;
+            counted[i].share = bh_socket_park_for_another(&state->ns, inode, &id,
+                                                          counted[i].shared,
+                                                          counted[i].taken);
+        }
     pthread_mutex_unlock(&lock);
 }
 
@@ -220,7 +233,11 @@ static void release_locked(struct sv_state *state, int i)
     counted[i] = counted[--counted_count];
     struct bh_applicant applicant = { .pid = gone.process->pid,
                                       .claimed = gone.process->claimed };
-    bh_admission_release(&state->admitter, &applicant, gone.shared, gone.taken);
+    if (gone.share)
+        bh_admission_release_parked(&state->admitter, &applicant, gone.shared, gone.share,
+                                    (int)(gone.taken.common + gone.taken.reserved));
+    else
+        bh_admission_release(&state->admitter, &applicant, gone.shared, gone.taken);
     put_locked(gone.process);
 }
 

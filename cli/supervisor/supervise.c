@@ -14,10 +14,11 @@
  * (SIGCHLD), every second as a backstop, and when a compartment is full.
  * Sockets still connecting are looked at on their own schedule
  * (outcomes.c), and at a trapped close of their fd; connects in progress
- * every 20 ms, for notifications that died while they wait (connects.c). Permits are held by
- * this process with SEM_UNDO: if it is
- * killed, the kernel gives them all back at once; the tree's trapped
- * calls then fail with ENOSYS. */
+ * every 20 ms, for notifications that died while they wait (connects.c).
+ * Their permits are parked in socket records once their connects began
+ * (sockets.c): if this process is killed, the tree keeps them until its
+ * sockets are gone, and the heir it started before the tree (heir.c)
+ * answers the tree's trapped calls from then on. */
 #include <errno.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -52,7 +53,6 @@
 enum {
     SCAN_SOON_MS = 2,        /* after a close or an exit: the first look */
     SCAN_BACKSTOP_MS = 1000, /* while any socket is counted */
-    NAMES_EVERY_MS = 30000,  /* hostname rules resolved again */
 };
 
 static const int forwarded[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
@@ -123,20 +123,19 @@ static int prepare(struct sv_state *state, const char *rules)
 
 /* ---- the child's side ---- */
 
-/* The listener, or the errno that kept the filter out. */
-static void send_listener(int channel, int listener, int error)
+void sv_send_fd(int channel, int fd, int error)
 {
     char control[CMSG_SPACE(sizeof(int))] = { 0 };
     struct iovec data = { &error, sizeof error };
     struct msghdr message = { .msg_iov = &data, .msg_iovlen = 1 };
-    if (listener >= 0) {
+    if (fd >= 0) {
         message.msg_control = control;
         message.msg_controllen = sizeof control;
         struct cmsghdr *header = CMSG_FIRSTHDR(&message);
         header->cmsg_level = SOL_SOCKET;
         header->cmsg_type = SCM_RIGHTS;
         header->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(header), &listener, sizeof(int));
+        memcpy(CMSG_DATA(header), &fd, sizeof(int));
     }
     (void)!sendmsg(channel, &message, MSG_NOSIGNAL);
 }
@@ -144,7 +143,7 @@ static void send_listener(int channel, int listener, int error)
 static void child(int channel, char **argv, const sigset_t *mask)
 {
     int listener = sv_filter_install();
-    send_listener(channel, listener, listener < 0 ? errno : 0);
+    sv_send_fd(channel, listener, listener < 0 ? errno : 0);
     if (listener >= 0) {
         close(listener);
         setenv(BH_SUPERVISED_VARIABLE, "1", 1);  /* the shim marks its calls */
@@ -156,8 +155,7 @@ static void child(int channel, char **argv, const sigset_t *mask)
     _exit(CLI_CANNOT_EXEC);
 }
 
-/* The listener from the child; -1 with errno when it has none. */
-static int receive_listener(int channel)
+int sv_receive_fd(int channel)
 {
     int error = EIO, listener = -1;
     char control[CMSG_SPACE(sizeof(int))];
@@ -237,23 +235,33 @@ static void take_signals(struct tree *tree)
     }
 }
 
+/* Received into the pending table (heir.c) when it has room, so that the
+ * heir answers it should we die before we do; spare otherwise. */
 static void take_notification(struct sv_state *state, struct tree *tree,
-                              struct seccomp_notif *notif, size_t size)
+                              struct seccomp_notif *spare, size_t size)
 {
+    struct seccomp_notif *notif = sv_pending_take();
+    if (!notif)
+        notif = spare;
     memset(notif, 0, size);
-    if (ioctl(state->listener, SECCOMP_IOCTL_NOTIF_RECV, notif) < 0)
+    if (ioctl(state->listener, SECCOMP_IOCTL_NOTIF_RECV, notif) < 0) {
+        sv_pending_done(notif);
         return;  /* its caller is gone already */
+    }
     enum sv_call call = sv_filter_call(&notif->data);
     if (call == SV_CALL_CONNECT) {
-        sv_connect_trapped(state, notif);
+        if (!sv_connect_trapped(state, notif))
+            sv_pending_done(notif);  /* else a worker's, once it answered */
         return;
     }
     if (call == SV_CALL_SEND) {  /* with MSG_FASTOPEN, or a 32-bit socketcall's */
         sv_fastopen_trapped(state, notif);
+        sv_pending_done(notif);
         return;
     }
     sv_outcome_closing(state, (int)notif->data.args[0]);  /* before the fd goes */
     sv_continue(state->listener, notif->id);
+    sv_pending_done(notif);
     if (sv_sockets_live() > 0)  /* a close: maybe of a counted socket */
         scan_soon(tree);
 }
@@ -315,16 +323,13 @@ static int wait_for_events(struct pollfd *watched, int count, struct tree *tree,
 
 static void supervise(struct sv_state *state, struct tree *tree)
 {
-    struct seccomp_notif_sizes sizes = { 0 };
-    syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes);
-    size_t size = sizes.seccomp_notif > sizeof(struct seccomp_notif)
-                      ? sizes.seccomp_notif : sizeof(struct seccomp_notif);
+    size_t size = sv_notif_size();
     struct seccomp_notif *notif = malloc(size);
     while (notif && !tree_gone(tree)) {
         struct pollfd watched[3] = { { tree->signals, POLLIN, 0 },
                                      { state->wake, POLLIN, 0 },
                                      { state->listener, POLLIN, 0 } };
-        int names_ms = sv_names_refresh(state, NAMES_EVERY_MS);
+        int names_ms = sv_names_refresh(state, SV_NAMES_EVERY_MS);
         if (sv_sockets_live() > 0 && !tree->scan_at)
             tree->scan_at = now_ms() + SCAN_BACKSTOP_MS;
         if (wait_for_events(watched, state->listener >= 0 ? 3 : 2, tree,
@@ -377,6 +382,7 @@ int sv_run(const char *rules, char **argv, const char *why)
     int channel[2];
     if (!sv_filter_supported() || prepare(&state, rules) < 0)
         return -1;
+    int heir = sv_heir_start(&state);  /* before the subreaper, the signals, the tree */
     struct tree tree = { .signals = block_signals(&old) };
     state.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (tree.signals < 0 || state.wake < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 ||
@@ -384,15 +390,18 @@ int sv_run(const char *rules, char **argv, const char *why)
         (tree.child = fork()) < 0) {
         cli_error("run: seccomp supervisor: %s", strerror(errno));
         sigprocmask(SIG_SETMASK, &old, NULL);
+        sv_heir_release(heir);
         return -1;
     }
     if (tree.child == 0)
         child(channel[1], argv, &old);
     close(channel[1]);
-    state.listener = receive_listener(channel[0]);
+    state.listener = sv_receive_fd(channel[0]);
+    int refused = errno;
+    sv_heir_hand(heir, state.listener);
     if (state.listener < 0 && why[0])  /* busy: a filter of the tree has a listener */
         cli_error("run: the kernel refused the seccomp filter (%s): %s; %s",
-                  strerror(errno), why, errno == EBUSY && getenv(BH_SUPERVISED_VARIABLE)
+                  strerror(refused), why, refused == EBUSY && getenv(BH_SUPERVISED_VARIABLE)
                       ? "an outer bulkhead run's supervisor caps it, by its rules"
                       : "its connections will not be limited");
     else if (state.listener >= 0 && why[0])
@@ -401,5 +410,7 @@ int sv_run(const char *rules, char **argv, const char *why)
         ioctl(state.listener, SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
     close(channel[0]);
     supervise(&state, &tree);
+    sv_sockets_scan(&state, NULL);  /* parked ones outlive us: give back what is gone */
+    sv_heir_release(heir);
     return exit_like(tree.status);
 }

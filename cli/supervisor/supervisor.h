@@ -16,7 +16,11 @@
  *                gone (sock_diag), and their permits given back once
  *   outcomes.c   what a connect turned out to be, for the breaker and the
  *                counters; a non-blocking one's, watched until it shows
- *   names.c      hostname rules: their addresses, resolved here */
+ *   names.c      hostname rules: their addresses, resolved here
+ *   unreadable.c programs whose memory the kernel will not let us read
+ *                (not dumpable): on_failure decides, and one line says so
+ *   heir.c       the process that answers the tree's calls once the
+ *                supervisor is dead, and the calls in flight it must know */
 #ifndef BH_SUPERVISOR_H
 #define BH_SUPERVISOR_H
 
@@ -103,8 +107,10 @@ int sv_processes_exited(const struct pollfd *fds, int count);
  * should know (sv_wake), 0, or -1 out of memory (nothing counted). */
 int sv_socket_count(uint64_t inode, int shared, struct bh_taken taken,
                     struct sv_process *process);
-/* Its connect began: the addresses the kernel finds it by (sockets.c). */
-void sv_socket_connecting(uint64_t inode, int sock, const struct sockaddr *to);
+/* Its connect began: the addresses the kernel finds it by (sockets.c),
+ * and its permits parked in a socket record, to outlive the supervisor. */
+void sv_socket_connecting(struct sv_state *state, uint64_t inode, int sock,
+                          const struct sockaddr *to);
 /* The addresses sock_diag finds sock by, once its connect began: 0, or
  * -1 (not bound, or another family than to). */
 int sv_socket_id(int sock, const struct sockaddr *to, struct bh_sock_id *id);
@@ -128,7 +134,8 @@ int sv_sockets_live(void);
  * socket's connect(AF_UNSPEC), carried out) or by a thread of its own
  * (admission may wait; a blocking connect blocks). */
 struct seccomp_notif;
-void sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
+/* 1 when a worker answers it (and then frees its pending slot: heir.c). */
+int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif);
 /* Main thread: ms until the jobs waiting in admission are due for a look
  * (whether their notifications died); -1 none. */
 int sv_connects_due_ms(void);
@@ -141,10 +148,13 @@ void sv_fail(int listener, uint64_t id, int err);
 /* Whether the notification is still its call's, waiting: what was read
  * from the program's memory since was that call's. */
 int sv_still_valid(int listener, uint64_t id);
-/* length bytes at `at` in thread tid's memory; 0, or -1. */
+/* length bytes at `at` in thread tid's memory; 0, or -1 with errno (EPERM:
+ * the kernel will not let us read it, unreadable.c). */
 int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length);
+/* The process thread tid belongs to; -1 when it is gone. */
+pid_t sv_process_of(pid_t tid);
 /* The program's fd (thread tid's) copied here (pidfd_getfd), its process
- * id in *pid; -1 when it cannot be. The caller closes the copy. */
+ * id in *pid; -1 with errno when it cannot be. The caller closes the copy. */
 int sv_copy_fd(pid_t tid, int fd, pid_t *pid);
 /* Whether a socket is SOCK_STREAM. */
 int sv_is_stream(int sock);
@@ -191,13 +201,48 @@ void sv_outcome_closing(struct sv_state *state, int fd);
  * before its outcome showed: it has none (a probe gives its slot back). */
 void sv_outcome_forget(struct sv_state *state, uint64_t inode);
 
+/* ---- unreadable.c ---- */
+
+/* A trapped call of thread tid, whose memory or fd the kernel would not
+ * let us read (EPERM): the errno to fail it with, or 0 to let it through;
+ * the first time for its process, one line says which and why. */
+int sv_unreadable(struct sv_state *state, pid_t tid);
+/* A trapped connect whose address could not be read so: answered. */
+void sv_answer_unreadable(struct sv_state *state, const struct seccomp_notif *notif);
+
+/* ---- heir.c ---- */
+
+/* The size of a notification, as this kernel writes it. */
+size_t sv_notif_size(void);
+/* Main thread: a slot of the pending table to receive a notification
+ * into, kept until sv_pending_done; NULL when none is free. */
+struct seccomp_notif *sv_pending_take(void);
+/* Any thread, once the notification is answered (one not in the table
+ * is let be). */
+void sv_pending_done(const struct seccomp_notif *notif);
+/* Before the tree: starts the heir (one line if it cannot); the channel
+ * to it, or -1. */
+int sv_heir_start(struct sv_state *state);
+/* Hands it the listener (none: -1, it will exit). */
+void sv_heir_hand(int channel, int listener);
+/* run's normal end: the heir exits (waited for, briefly). */
+void sv_heir_release(int channel);
+
 /* ---- names.c ---- */
+
+enum { SV_NAMES_EVERY_MS = 30000 };  /* hostname rules resolved again */
 
 /* Resolves the hostname rules' names again when `every_ms` passed since
  * the last time; how many ms until the next. */
 int sv_names_refresh(struct sv_state *state, int every_ms);
 
 /* ---- supervise.c ---- */
+
+/* Over a unix socket: fd (none: -1) and an errno, for sv_receive_fd. */
+void sv_send_fd(int channel, int fd, int error);
+/* The fd sent, or -1 with errno the one sent with none (EIO: nothing
+ * came). */
+int sv_receive_fd(int channel);
 
 /* Runs argv supervised and returns its exit status; -1 when supervision
  * could not start (said in one line): run then goes on as without it.

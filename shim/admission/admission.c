@@ -17,6 +17,13 @@ void bh_admission_release(const struct bh_admitter *admitter,
     bh_permit_give(admitter->ns, shared, taken, applicant->claimed);
 }
 
+void bh_admission_release_parked(const struct bh_admitter *admitter,
+                                 const struct bh_applicant *applicant, int shared,
+                                 bh_share share, int weight)
+{
+    bh_permit_give_parked(admitter->ns, shared, share, weight, applicant->claimed);
+}
+
 struct bh_membership bh_membership_of(const struct bh_config *config,
                                       struct bh_namespace *ns, int i, int shared,
                                       const struct bh_identity *identity)

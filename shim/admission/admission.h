@@ -115,5 +115,10 @@ int bh_admit(const struct bh_admitter *admitter, const struct bh_applicant *appl
 void bh_admission_release(const struct bh_admitter *admitter,
                           const struct bh_applicant *applicant, int shared,
                           struct bh_taken taken);
+/* The same for permits parked in a socket record since (`share`, of
+ * `weight` permits: bh_socket_park_for_another). */
+void bh_admission_release_parked(const struct bh_admitter *admitter,
+                                 const struct bh_applicant *applicant, int shared,
+                                 bh_share share, int weight);
 
 #endif

@@ -54,9 +54,10 @@ struct bh_socket_record {
     uint16_t family;            /* AF_INET, AF_INET6; 0: address unknown */
     uint16_t local_port;        /* network order, as sock_diag wants them */
     uint16_t remote_port;
-    uint16_t unused;
+    uint16_t unlisted;          /* 1: no process but its maker finds it */
     uint32_t local[4];
     uint32_t remote[4];
+    int32_t maker;              /* unlisted: the pid that settles it while alive */
 };
 
 struct bh_socket_records {

@@ -25,7 +25,7 @@
 #include "permits/window.h"
 
 enum {
-    BH_LAYOUT_VERSION = 10,      /* of layout.h: part of the key */
+    BH_LAYOUT_VERSION = 11,     /* of layout.h: part of the key */
     BH_MAX_HOLDER_PAGES = 1024,
 };
 
@@ -260,6 +260,11 @@ static inline struct bh_taken bh_take_taken(const struct bh_permit_ask *ask,
  * back with bh_permit_release. Async-signal-safe. */
 void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,
                     _Atomic uint32_t *claimed);
+/* The same once they were parked (bh_socket_park_for_another, as
+ * `share`): the record's one reference goes, which gives them back unless
+ * a reaper already did, and so does their claim. */
+void bh_permit_give_parked(struct bh_namespace *ns, int index, bh_share share, int weight,
+                           _Atomic uint32_t *claimed);
 
 /* ---- its parts, for the command and the tests ---- */
 

@@ -12,19 +12,31 @@
  * last reference goes, or when the kernel says no process has the socket
  * open any more.
  *
+ * `bulkhead run`'s seccomp supervisor parks the permits it took for each
+ * socket of its tree the same way, once the socket's connect has begun
+ * (bh_socket_park_for_another), so that they outlive the supervisor too:
+ * killed, it gives back nothing the tree still has open. Such a record is
+ * unlisted: its one reference is the supervisor's, which drops it when the
+ * kernel says the socket is gone; no other process finds it (a program of
+ * the tree that receives the socket over SCM_RIGHTS took no reference in
+ * flight to take over), and once the supervisor is dead the reapers
+ * settle it by the kernel's word like any other; while it lives they
+ * leave it to the supervisor (maker: its pid; a pid the kernel has given
+ * to another process since only delays that until the other exits).
+ *
  * Shared (the namespace's memory, struct bh_socket_records):
  *   - state: one word, changed only by compare-and-swap:
  *       references (low 32 bits): connections in fd tables naming the
  *         record, one per process that holds the socket through the shim,
  *         plus copies in flight (forked but not yet running, sent but not
  *         yet received);
- *       generation (20 bits): bumped each time the slot is claimed, part
+ *       generation (16 bits): bumped each time the slot is claimed, part
  *         of the name processes keep (bh_share), so a stale name never
  *         touches a later socket's record;
  *       LIVE: the record holds parked permits;
  *       BUSY: being filled, or its permits are going back (one process).
- *   - the other fields: written by the process that claimed the slot
- *     (BUSY) before LIVE is stored, read-only while LIVE.
+ *   - the other fields (unlisted, maker): written by the process that
+ *     claimed the slot (BUSY) before LIVE is stored, read-only while LIVE.
  *   - live: how many slots are LIVE or BUSY-filling; 0 spares every scan.
  *   - used, free_hint: slots are claimed lowest first, so that scans stop
  *     at `used` (raised by claims, never lowered) and only the pages of
@@ -59,7 +71,9 @@
  *     and one store): the permits are parked and no record names them: a
  *     leak of `weight` permits until `bulkhead reset` or `set`. This is the
  *     one window where a SIGKILL costs a permit; the order is chosen so
- *     that it can never give one back twice.
+ *     that it can never give one back twice. (The holder record is
+ *     lowered before the semop, and raised again if it fails: a death
+ *     between leaves the holders hint high by `weight` until a reaper.)
  *   - holding a reference, by any signal: the reference is never dropped;
  *     the reaper gives the permits back once the kernel has closed the
  *     socket (every holder closed it or died).
@@ -77,11 +91,14 @@
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/sem.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "libc/clock.h"
 #include "libc/libc.h"
@@ -158,18 +175,16 @@ static void note_addresses(struct bh_socket_record *record, int fd)
     record->family = local.ss_family;
 }
 
-/* This process's permits become the record's: +n with SEM_UNDO, -n
- * without, per pool, in one semop. */
+/* Permits this process holds by SEM_UNDO, `taken` of them, become the
+ * record's: +n with SEM_UNDO, -n without, per pool, in one semop. */
 static int park(struct bh_namespace *ns, struct bh_socket_record *record, int index,
-                int weight)
+                struct bh_taken taken)
 {
-    struct bh_taken taken = bh_holding_remove(index, weight);
     struct sembuf ops[4];
     int n = 0;
-    uint32_t common = (uint32_t)weight - taken.reserved;
-    if (common) {
-        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)common, SEM_UNDO };
-        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-common, 0 };
+    if (taken.common) {
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)taken.common, SEM_UNDO };
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-taken.common, 0 };
     }
     if (taken.reserved) {
         unsigned short slot = (unsigned short)atomic_load(
@@ -177,12 +192,9 @@ static int park(struct bh_namespace *ns, struct bh_socket_record *record, int in
         ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot), (short)taken.reserved, SEM_UNDO };
         ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot), (short)-taken.reserved, 0 };
     }
-    if (semop(ns->semid, ops, n) < 0) {
-        taken.common = common;
-        bh_holding_add(ns, index, taken);  /* still ours */
+    if (semop(ns->semid, ops, n) < 0)
         return -1;
-    }
-    record->common = common;
+    record->common = taken.common;
     record->reserved = taken.reserved;
     record->reserve = taken.reserve;
     return 0;
@@ -260,32 +272,99 @@ static struct bh_socket_record *claim_or_say_full(struct bh_namespace *ns,
     return NULL;
 }
 
-bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
+/* A new record for the socket with this inode, BUSY, its fields but the
+ * addresses and the permits written; NULL when all are taken. */
+static struct bh_socket_record *begin(struct bh_namespace *ns, uint64_t inode, int index,
+                                      int weight, uint64_t netns, uint32_t *generation,
+                                      int *slot)
 {
     struct bh_socket_records *table = table_of(ns);
+    struct bh_socket_record *record = table ? claim_or_say_full(ns, generation, slot) : NULL;
+    if (!record)
+        return NULL;
+    atomic_fetch_add(&table->live, 1);
+    atomic_store(&record->inode, inode);
+    record->netns = netns;
+    record->compartment = index;
+    record->weight = weight;
+    record->unlisted = 0;
+    record->maker = 0;
+    return record;
+}
+
+/* The permits could not be parked: the slot is free again. */
+static void abandon(struct bh_namespace *ns, struct bh_socket_record *record,
+                    uint32_t generation, int slot)
+{
+    atomic_store(&record->inode, 0);
+    atomic_store(&record->state, with_generation(generation));
+    lower_to(&ns->state->sockets.free_hint, (uint32_t)slot);
+    atomic_fetch_sub(&ns->state->sockets.live, 1);
+}
+
+/* LIVE, with one reference: the maker's. */
+static bh_share publish(struct bh_socket_record *record, uint32_t generation, int slot)
+{
+    atomic_store(&record->state, LIVE | with_generation(generation) | 1);
+    return (generation << SLOT_BITS) | (uint32_t)slot;
+}
+
+bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
+{
     struct stat socket_stat;
     uint32_t generation;
     int slot;
-    if (!table || fstat(fd, &socket_stat) < 0)
+    if (fstat(fd, &socket_stat) < 0)
         return 0;
-    struct bh_socket_record *record = claim_or_say_full(ns, &generation, &slot);
+    struct bh_socket_record *record = begin(ns, (uint64_t)socket_stat.st_ino, index, weight,
+                                            net_namespace(), &generation, &slot);
     if (!record)
         return 0;
-    atomic_fetch_add(&table->live, 1);
-    atomic_store(&record->inode, (uint64_t)socket_stat.st_ino);
-    record->netns = net_namespace();
-    record->compartment = index;
-    record->weight = weight;
     note_addresses(record, fd);
-    if (park(ns, record, index, weight) < 0) {
-        atomic_store(&record->inode, 0);
-        atomic_store(&record->state, with_generation(generation));
-        lower_to(&table->free_hint, (uint32_t)slot);
-        atomic_fetch_sub(&table->live, 1);
+    struct bh_taken taken = bh_holding_remove(index, weight);
+    taken.common = (uint32_t)weight - taken.reserved;
+    if (park(ns, record, index, taken) < 0) {
+        bh_holding_add(ns, index, taken);  /* still ours */
+        abandon(ns, record, generation, slot);
         return 0;
     }
-    atomic_store(&record->state, LIVE | with_generation(generation) | 1);
-    return (generation << SLOT_BITS) | (uint32_t)slot;
+    return publish(record, generation, slot);
+}
+
+/* A supervisor's net namespace, asked once (a /proc lookup per connect
+ * is measurable): it never leaves it. */
+static _Atomic uint64_t supervisor_netns;
+
+bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
+                                    const struct bh_sock_id *id, int index,
+                                    struct bh_taken taken)
+{
+    uint32_t generation;
+    int slot;
+    uint64_t netns = atomic_load_explicit(&supervisor_netns, memory_order_relaxed);
+    if (!netns) {
+        netns = net_namespace();
+        atomic_store_explicit(&supervisor_netns, netns, memory_order_relaxed);
+    }
+    struct bh_socket_record *record = begin(ns, inode, index,
+                                            (int)(taken.common + taken.reserved), netns,
+                                            &generation, &slot);
+    if (!record)
+        return 0;
+    record->unlisted = 1;
+    record->maker = (int32_t)getpid();
+    record->family = id->family;
+    record->local_port = id->local_port;
+    record->remote_port = id->remote_port;
+    memcpy(record->local, id->local, sizeof record->local);
+    memcpy(record->remote, id->remote, sizeof record->remote);
+    bh_holding_remove_for_another(index, taken);
+    if (park(ns, record, index, taken) < 0) {
+        bh_holding_add_for_another(ns, index, taken);  /* still the caller's */
+        abandon(ns, record, generation, slot);
+        return 0;
+    }
+    return publish(record, generation, slot);
 }
 
 int bh_socket_ref(struct bh_namespace *ns, bh_share share)
@@ -339,7 +418,7 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index, int
     for (uint32_t slot = 0; slot < used; slot++) {
         struct bh_socket_record *record = &table->records[slot];
         uint64_t state = atomic_load(&record->state);
-        if ((state & LIVE) && atomic_load(&record->inode) == inode) {
+        if ((state & LIVE) && atomic_load(&record->inode) == inode && !record->unlisted) {
             *index = record->compartment;
             *weight = record->weight;
             return (generation_of(state) << SLOT_BITS) | slot;
@@ -399,6 +478,14 @@ static int socket_open(const struct bh_socket_record *record)
     return bh_sock_diag_open(&id, atomic_load(&record->inode));
 }
 
+/* An unlisted record's maker asks the kernel about its sockets itself
+ * while it lives: others need not, once per record, at every full take. */
+static int maker_alive(const struct bh_socket_record *record)
+{
+    return record->unlisted && record->maker > 0 &&
+           (kill(record->maker, 0) == 0 || errno == EPERM);
+}
+
 /* ---- reaping: one dump of the kernel's sockets, then the records it
  * no longer shows, each confirmed by its own question ---- */
 
@@ -443,7 +530,8 @@ static struct seen *seen_of(const struct reap *reap, uint64_t inode)
 }
 
 /* The live records of this net namespace with a known address (the only
- * ones the kernel can be asked about), in memory mapped for this reap;
+ * ones the kernel can be asked about) and no living maker to settle them,
+ * in memory mapped for this reap;
  * 0, or -1 (no memory). */
 static int gather(struct bh_socket_records *table, struct reap *reap)
 {
@@ -466,7 +554,7 @@ static int gather(struct bh_socket_records *table, struct reap *reap)
         struct bh_socket_record *record = &table->records[slot];
         uint64_t inode = atomic_load(&record->inode);
         if (!(atomic_load(&record->state) & LIVE) || record->family == 0 ||
-            record->netns != here || inode == 0)
+            record->netns != here || inode == 0 || maker_alive(record))
             continue;
         seen_of(reap, inode)->inode = inode;
         reap->records[reap->count++] = (struct pending){ inode, slot };
@@ -559,14 +647,10 @@ static int may_reap(struct bh_socket_records *table, int64_t now)
                                           now + bh_ms_to_ns(REAP_LEASE_MS));
 }
 
-int bh_socket_reap(struct bh_namespace *ns, int index)
+/* One reap, this process's turn taken at `start`. */
+static int reap_now(struct bh_namespace *ns, struct bh_socket_records *table, int index,
+                    int64_t start)
 {
-    struct bh_socket_records *table = table_of(ns);
-    if (!table || !atomic_load(&table->live))
-        return 0;
-    int64_t start = bh_clock_ns(CLOCK_MONOTONIC);
-    if (!may_reap(table, start))
-        return 0;
     int saved_errno = errno, given = 0;
     struct reap reap;
     if (gather(table, &reap) == 0) {
@@ -585,6 +669,34 @@ int bh_socket_reap(struct bh_namespace *ns, int index)
     return given;
 }
 
+int bh_socket_reap(struct bh_namespace *ns, int index)
+{
+    struct bh_socket_records *table = table_of(ns);
+    if (!table || !atomic_load(&table->live))
+        return 0;
+    int64_t start = bh_clock_ns(CLOCK_MONOTONIC);
+    return may_reap(table, start) ? reap_now(ns, table, index, start) : 0;
+}
+
+int bh_socket_reap_surely(struct bh_namespace *ns, int index)
+{
+    struct bh_socket_records *table = table_of(ns);
+    if (!table)
+        return 0;
+    int64_t start = bh_clock_ns(CLOCK_MONOTONIC);
+    int64_t until = start + 2 * bh_ms_to_ns(REAP_LEASE_MS);  /* a dead reaper's lease, past */
+    int turn = 0;
+    while (!turn && start < until && atomic_load(&table->live)) {
+        turn = may_reap(table, start);
+        if (!turn) {
+            struct timespec pause = { 0, 1000000 };
+            nanosleep(&pause, NULL);
+            start = bh_clock_ns(CLOCK_MONOTONIC);
+        }
+    }
+    return turn ? reap_now(ns, table, index, start) : 0;
+}
+
 int bh_socket_count(struct bh_namespace *ns, int index, int *permits)
 {
     struct bh_socket_records *table = table_of(ns);
@@ -597,6 +709,19 @@ int bh_socket_count(struct bh_namespace *ns, int index, int *permits)
             count++;
             *permits += record->weight;
         }
+    }
+    return count;
+}
+
+int bh_socket_made_by(struct bh_namespace *ns, int32_t maker)
+{
+    struct bh_socket_records *table = table_of(ns);
+    int count = 0;
+    uint32_t used = table && atomic_load(&table->live) ? atomic_load(&table->used) : 0;
+    for (uint32_t slot = 0; slot < used; slot++) {
+        struct bh_socket_record *record = &table->records[slot];
+        count += (atomic_load(&record->state) & LIVE) && record->unlisted &&
+                 record->maker == maker;
     }
     return count;
 }

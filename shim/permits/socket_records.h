@@ -26,13 +26,18 @@ int bh_socket_ref(struct bh_namespace *ns, bh_share share);
  * returns 1. Async-signal-safe. */
 int bh_socket_unref(struct bh_namespace *ns, bh_share share);
 /* The live record of the socket with this inode (a received fd), with its
- * compartment and weight; 0 when none. */
+ * compartment and weight; 0 when none (or it is unlisted). */
 bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index,
                         int *weight);
 /* Records of compartment `index` (-1: all) whose socket no process has
- * open any more, as the kernel says (sock_diag), give their permits back.
- * Returns how many permits came back. */
+ * open any more, as the kernel says (sock_diag), give their permits back;
+ * an unlisted record whose maker lives is left to it. Returns how many
+ * permits came back. */
 int bh_socket_reap(struct bh_namespace *ns, int index);
+/* The same, waiting its turn (up to two seconds) where bh_socket_reap
+ * skips it because another process reaped or reaps within the interval:
+ * a last look that must happen (run's heir, once its tree is gone). */
+int bh_socket_reap_surely(struct bh_namespace *ns, int index);
 /* A TCP socket as sock_diag finds it: family (AF_INET, AF_INET6), ports
  * and addresses in network order (v4: the first word). */
 struct bh_sock_id {
@@ -40,6 +45,16 @@ struct bh_sock_id {
     uint16_t local_port, remote_port;
     uint32_t local[4], remote[4];
 };
+/* Like bh_socket_share, for permits this process took for another (a
+ * seccomp supervisor's, bh_permit_take_for_another: `taken`, by pool) for
+ * the socket with this inode and id, whose connect has begun: parked in an unlisted record (bh_socket_find never
+ * returns it) with one reference, the caller's, and out of the caller's
+ * holder record. 0 when none could be made: the permits stay the
+ * caller's. */
+struct bh_taken;
+bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
+                                    const struct bh_sock_id *id, int index,
+                                    struct bh_taken taken);
 /* A sock_diag request for the TCP socket with this id, in any state. */
 struct bh_sock_diag_ask {
     struct nlmsghdr header;
@@ -55,6 +70,8 @@ int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode);
 
 /* Live records of compartment `index` and the permits they hold. */
 int bh_socket_count(struct bh_namespace *ns, int index, int *permits);
+/* How many unlisted records process `maker` made are live. */
+int bh_socket_made_by(struct bh_namespace *ns, int32_t maker);
 
 /* The whole table: records live, how many there can be, and shares
  * refused because every one was taken (their sockets' permits stayed

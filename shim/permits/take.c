@@ -139,6 +139,13 @@ void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,
     atomic_fetch_sub(&claimed[index], weight);
 }
 
+void bh_permit_give_parked(struct bh_namespace *ns, int index, bh_share share, int weight,
+                           _Atomic uint32_t *claimed)
+{
+    bh_socket_unref(ns, share);
+    atomic_fetch_sub(&claimed[index], (uint32_t)weight);
+}
+
 /* The pools a take asks: another process's own reserve as its ask names
  * it; this process's, unless it still holds permits of another. */
 static struct bh_permit_ask pools_asked(const struct bh_take *take)

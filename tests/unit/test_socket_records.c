@@ -3,8 +3,9 @@
  * one giving it back exactly once, stale names, the kernel's word on a
  * closed socket (sock_diag), a parked permit outliving the process that
  * took it, a member's permits going back to their pools, one reap per
- * interval, and a full table. What each test observes is the kernel's
- * semaphores, through `stat`'s own calls. */
+ * interval, a full table, and a seccomp supervisor's permits parked for
+ * another process. What each test observes is the kernel's semaphores,
+ * through `stat`'s own calls. */
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -294,6 +295,89 @@ static void test_a_full_table_refuses_and_counts(void **state)
     close(peer);
 }
 
+/* The addresses sock_diag finds a connected IPv4 socket by. */
+static struct bh_sock_id id_of(int fd)
+{
+    struct sockaddr_in local, remote;
+    socklen_t length = sizeof local;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&local, &length), 0);
+    length = sizeof remote;
+    assert_int_equal(getpeername(fd, (struct sockaddr *)&remote, &length), 0);
+    return (struct bh_sock_id){ AF_INET, local.sin_port, remote.sin_port,
+                                { local.sin_addr.s_addr }, { remote.sin_addr.s_addr } };
+}
+
+/* A seccomp supervisor's take for another process, parked: no process
+ * finds the record by inode, its taker's death gives nothing back, and
+ * the kernel's word settles it once the socket is closed, once. */
+static void test_parked_for_another_is_unlisted_and_outlives_its_taker(void **state)
+{
+    (void)state;
+    int c = compartment(1, 0), peer, fd = connected(&peer), index, weight;
+    struct stat socket_stat;
+    assert_int_equal(fstat(fd, &socket_stat), 0);
+    struct bh_sock_id id = id_of(fd);
+    int pipe_fds[2];
+    assert_int_equal(pipe(pipe_fds), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        static _Atomic uint32_t claimed[BH_MAX_COMPARTMENTS];
+        struct bh_compartment rules = { .limit = 1 };
+        struct bh_take take = { { c, -1, 1 }, &rules, claimed, NULL, NULL, NULL };
+        struct bh_take_outcome outcome;
+        bh_share share = 0;
+        if (bh_permit_take_for_another(&ns, &take, &outcome) == BH_TAKE_GRANTED)
+            share = bh_socket_park_for_another(&ns, (uint64_t)socket_stat.st_ino, &id, c,
+                                               bh_take_taken(&take.ask, &outcome));
+        (void)!write(pipe_fds[1], &share, sizeof share);
+        _exit(0);
+    }
+    bh_share share = 0;
+    assert_int_equal(read(pipe_fds[0], &share, sizeof share), (ssize_t)sizeof share);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    assert_true(share != 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_find(&ns, socket_stat.st_ino, &index, &weight), 0);
+    assert_int_equal(bh_socket_reap(&ns, c), 0);  /* still open here */
+    assert_int_equal(in_use(c), 1);
+    close(fd);
+    int64_t ended;
+    assert_int_equal(reap_until_given(c, &ended), 1);
+    assert_int_equal(in_use(c), 0);
+    assert_int_equal(bh_socket_unref(&ns, share), 0);  /* once, not twice */
+    assert_int_equal(in_use(c), 0);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    close(peer);
+}
+
+/* While its maker lives, an unlisted record is the maker's to settle:
+ * other reapers do not ask the kernel about it. */
+static void test_a_live_makers_record_is_left_to_it(void **state)
+{
+    (void)state;
+    int c = compartment(1, 0), peer, fd = connected(&peer);
+    struct stat socket_stat;
+    assert_int_equal(fstat(fd, &socket_stat), 0);
+    struct bh_sock_id id = id_of(fd);
+    static _Atomic uint32_t claimed[BH_MAX_COMPARTMENTS];
+    struct bh_compartment rules = { .limit = 1 };
+    struct bh_take take = { { c, -1, 1 }, &rules, claimed, NULL, NULL, NULL };
+    struct bh_take_outcome outcome;
+    assert_int_equal(bh_permit_take_for_another(&ns, &take, &outcome), BH_TAKE_GRANTED);
+    bh_share share = bh_socket_park_for_another(&ns, (uint64_t)socket_stat.st_ino, &id, c,
+                                                bh_take_taken(&take.ask, &outcome));
+    assert_true(share != 0);
+    close(fd);
+    for (int64_t until = now_ns() + 50000000; now_ns() < until;)  /* reaps past the interval */
+        assert_int_equal(bh_socket_reap(&ns, c), 0);
+    assert_int_equal(in_use(c), 1);
+    assert_int_equal(bh_socket_unref(&ns, share), 1);
+    assert_int_equal(in_use(c), 0);
+    atomic_fetch_sub(&claimed[c], 1);
+    close(peer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -305,6 +389,8 @@ int main(void)
         cmocka_unit_test(test_a_members_permits_go_back_to_their_pools),
         cmocka_unit_test(test_one_reap_per_interval),
         cmocka_unit_test(test_a_full_table_refuses_and_counts),
+        cmocka_unit_test(test_parked_for_another_is_unlisted_and_outlives_its_taker),
+        cmocka_unit_test(test_a_live_makers_record_is_left_to_it),
     };
     return cmocka_run_group_tests(tests, set_up, tear_down);
 }
