@@ -83,9 +83,17 @@ static void leave_outcome_to_parent(int fd, uint32_t connection, int compartment
                       BH_WATCH_PROBE);
 }
 
+/* The child's own permits for its copy of a connection with no record
+ * (the table was full): counted twice rather than not at all. */
+static int own_copy(int compartment, int weight)
+{
+    return compartment >= 0 && weight > 0
+        ? bh_permit_take_for_copy(&bh_shim.ns, compartment, weight) : -1;
+}
+
 void bh_copies_after_fork_child(void)
 {
-    bh_fd_table_keep_shared();
+    bh_fd_table_keep_shared(own_copy);
     bh_fd_for_each(leave_outcome_to_parent, NULL);
 }
 
@@ -111,24 +119,30 @@ static void each_passed(const struct msghdr *msg, void (*each)(int fd, void *ctx
 struct in_flight {
     bh_share shares[MAX_PASSED];
     int count;
+    int unrecorded;     /* counted fds that got no record */
 };
 
 static void send_copy(int fd, void *ctx)
 {
     struct in_flight *flight = ctx;
-    bh_share share = bh_fd_has_connection(fd) && flight->count < MAX_PASSED
-        ? shared(fd) : 0;
+    if (!bh_fd_has_connection(fd))
+        return;
+    bh_share share = flight->count < MAX_PASSED ? shared(fd) : 0;
     if (share)
         flight->shares[flight->count++] = share;
+    else
+        flight->unrecorded++;
 }
 
 ssize_t bh_copies_sendmsg(int fd, const struct msghdr *msg, int flags,
                           ssize_t (*send)(int, const struct msghdr *, int))
 {
-    struct in_flight flight = { .count = 0 };
+    struct in_flight flight = { .count = 0, .unrecorded = 0 };
     if (atomic_load(&bh_shim.status) == BH_SHIM_ACTIVE && msg->msg_control)
         each_passed(msg, send_copy, &flight);
-    ssize_t sent = send(fd, msg, flags);
+    /* A copy no record would count: refused, as the kernel refuses too
+     * many fds in flight, rather than let its permit go with the sender. */
+    ssize_t sent = flight.unrecorded ? (errno = ETOOMANYREFS, -1) : send(fd, msg, flags);
     int saved_errno = errno;
     for (int i = 0; sent < 0 && i < flight.count; i++)
         bh_socket_unref(&bh_shim.ns, flight.shares[i]);  /* nothing left */
