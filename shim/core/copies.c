@@ -22,6 +22,13 @@
  * Every end of a connection with a record drops its reference instead of
  * giving the permit back; the last one gives it back (bh_connection_ended).
  *
+ * A connection that gets no record (every one is taken) is counted twice
+ * rather than not at all: a forked child takes permits of its own for its
+ * copy (SEM_UNDO, owed when none is free: never a wait in the atfork
+ * handler) and gives them back at its close or exit, while the parent
+ * keeps its own; a send that would pass it fails with ETOOMANYREFS before
+ * anything is sent, as the kernel's own limit on fds in flight does.
+ *
  * Each record is made while the connection is pinned (a reference in the
  * fd table), so a close racing a fork or a send in another thread either
  * ends the connection before it is parked (an ordinary release) or after
