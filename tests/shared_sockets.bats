@@ -263,3 +263,91 @@ PY
     run run_shim python3 "$T/third.py" "$PORT" 1
     assert_line third=1
 }
+
+# fill.py COUNT READY GO ADDRESS...: COUNT connections (fewer than an
+# fd limit of 20,000 allows) spread over 8
+# listeners per ADDRESS that never accept (their queues hold them), a
+# forked child that exits at once (so every connection gets a record),
+# then held until GO; READY once the records are made.
+write_fill_py() {
+    cat >"$T/fill.py" <<'PY'
+import os, socket, sys, time
+count, ready, go, addresses = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+listeners = []
+for address in addresses:
+    for _ in range(8):
+        listener = socket.socket()
+        listener.bind((address, 0))
+        listener.listen(4096)
+        listeners.append(listener)
+held = [socket.create_connection(listeners[i % len(listeners)].getsockname())
+        for i in range(count)]
+child = os.fork()
+if child == 0:
+    os._exit(0)
+os.waitpid(child, 0)
+open(ready, "w").close()
+while not os.path.exists(go) and os.path.isdir(os.path.dirname(go)):
+    time.sleep(0.05)
+PY
+    cat >"$T/pass.py" <<'PY'
+import errno, socket, sys
+port = int(sys.argv[1])
+connection = socket.create_connection(("127.0.0.1", port))
+here, there = socket.socketpair()
+try:
+    socket.send_fds(here, [b"x"], [connection.fileno()])
+    print("pass=sent", flush=True)
+except OSError as e:
+    print("pass=%s" % errno.errorcode[e.errno], flush=True)
+PY
+}
+
+@test "past the 65,536 records: a forked child's copies keep the cap after the parent exits, and SCM_RIGHTS is refused" {
+    (($(ulimit -n) >= 17000)) || skip "needs an fd limit of 17,000 for a filler's connections"
+    local count=3 filler
+    # Three filler compartments (a limit is at most 32,767) whose 65,536
+    # connections fill the namespace's socket records.
+    {
+        printf '[global]\nnamespace = %s\n' "$NS"
+        printf '[downstream]\nlimit = %s\nwait_ms = 0\nmatch = 127.0.0.1:%s\n' "$count" "$PORT"
+        for a in 2 3 4; do
+            printf '[fill%s]\nlimit = 22000\nwait_ms = 0\nmatch = 127.0.0.%s:*\n' "$a" "$a"
+        done
+    } >"$RULES"
+    write_fill_py
+    for filler in 1 2 3 4; do
+        bg_shim "$T/fill$filler.out" python3 "$T/fill.py" 16384 "$T/filled$filler" "$T/go" \
+            127.0.0.2 127.0.0.3 127.0.0.4
+    done
+    for filler in 1 2 3 4; do
+        wait_for -t 300 test -e "$T/filled$filler" ||
+            fail "filler $filler did not finish: $(cat "$T/fill$filler.out.err")"
+    done
+    run "$BULKHEAD" stat -c "$RULES"
+    assert_line --regexp "^shared-socket records: 65536 of 65536 in use"
+
+    # A counted fd passed with the table full: the send fails, as the
+    # kernel's own limit on fds in flight does.
+    run run_shim python3 "$T/pass.py" "$PORT"
+    assert_success
+    assert_line pass=ETOOMANYREFS
+
+    write_many_py
+    bg_shim "$T/many.out" python3 "$T/many.py" "$PORT" "$count" "$T/ready" "$T/held"
+    local parent=$BG_PID
+    wait_for -t 60 test -s "$T/ready"
+    track_pid "$(cat "$T/ready")"
+    wait_pid "$parent"
+    run run_shim python3 "$T/third.py" "$PORT" 5
+    assert_success
+    local max
+    max=$(server_stat srv max)
+    ((max <= count)) || fail "server saw $max at once (limit $count)"
+    assert_line third=0
+    # Once the child is gone, its permits are back.
+    touch "$T/held"
+    wait_for -t 30 server_open_is srv 0
+    run run_shim python3 "$T/third.py" "$PORT" "$count"
+    assert_line third=$count
+}

@@ -34,6 +34,13 @@
  * Every end of a connection with a record drops its reference instead of
  * giving the permit back; the last one gives it back (bh_connection_ended).
  *
+ * A connection that gets no record (every one is taken) is counted twice
+ * rather than not at all: a forked child takes permits of its own for its
+ * copy (SEM_UNDO, owed when none is free: never a wait in the atfork
+ * handler) and gives them back at its close or exit, while the parent
+ * keeps its own; a send that would pass it fails with ETOOMANYREFS before
+ * anything is sent, as the kernel's own limit on fds in flight does.
+ *
  * Each record is made while the connection is pinned (a reference in the
  * fd table), so a close racing a fork or a send in another thread either
  * ends the connection before it is parked (an ordinary release) or after
@@ -107,10 +114,18 @@ struct spawned {
 };
 static __thread struct spawned spawned;
 
+/* The child's own permits for its copy of a connection with no record
+ * (the table was full): counted twice rather than not at all. */
+static int own_copy(int compartment, int weight)
+{
+    return compartment >= 0 && weight > 0
+        ? bh_permit_take_for_copy(&bh_shim.ns, compartment, weight) : -1;
+}
+
 void bh_copies_after_fork_child(void)
 {
     spawned.parent = 0;  /* the parent's spawned children are not ours */
-    bh_fd_table_keep_shared();
+    bh_fd_table_keep_shared(own_copy);
     bh_fd_for_each(leave_outcome_to_parent, NULL);
 }
 
@@ -234,24 +249,30 @@ static void each_passed(const struct msghdr *msg, void (*each)(int fd, void *ctx
 struct in_flight {
     bh_share shares[MAX_PASSED];
     int count;
+    int unrecorded;     /* counted fds that got no record */
 };
 
 static void send_copy(int fd, void *ctx)
 {
     struct in_flight *flight = ctx;
-    bh_share share = bh_fd_has_connection(fd) && flight->count < MAX_PASSED
-        ? shared(fd) : 0;
+    if (!bh_fd_has_connection(fd))
+        return;
+    bh_share share = flight->count < MAX_PASSED ? shared(fd) : 0;
     if (share)
         flight->shares[flight->count++] = share;
+    else
+        flight->unrecorded++;
 }
 
 ssize_t bh_copies_sendmsg(int fd, const struct msghdr *msg, int flags,
                           ssize_t (*send)(int, const struct msghdr *, int))
 {
-    struct in_flight flight = { .count = 0 };
+    struct in_flight flight = { .count = 0, .unrecorded = 0 };
     if (atomic_load(&bh_shim.status) == BH_SHIM_ACTIVE && msg->msg_control)
         each_passed(msg, send_copy, &flight);
-    ssize_t sent = send(fd, msg, flags);
+    /* A copy no record would count: refused, as the kernel refuses too
+     * many fds in flight, rather than let its permit go with the sender. */
+    ssize_t sent = flight.unrecorded ? (errno = ETOOMANYREFS, -1) : send(fd, msg, flags);
     int saved_errno = errno;
     for (int i = 0; sent < 0 && i < flight.count; i++)
         bh_socket_unref(&bh_shim.ns, flight.shares[i]);  /* nothing left */

@@ -593,27 +593,39 @@ void bh_fd_for_each_connection(void (*visit)(int fd, void *ctx), void *ctx)
 
 /* Entries of connections without a share are cleared, then those
  * connections; the others keep their fds and counts. */
-void bh_fd_table_keep_shared(void)
+/* Whether a forked child keeps this connection: its record counts the
+ * child in, or the child took permits of its own for its copy. */
+static int kept_by_child(struct bh_fd_connection *connection,
+                         int (*own_copy)(int compartment, int weight))
+{
+    if (!atomic_load(&connection->refs))
+        return 0;
+    return atomic_load(&connection->share) ||
+           own_copy(atomic_load(&connection->compartment),
+                    atomic_load(&connection->weight)) == 0;
+}
+
+void bh_fd_table_keep_shared(int (*own_copy)(int compartment, int weight))
 {
     atomic_store(&owner, getpid());
     unsigned chunks = atomic_load(&fd_chunks_in_use);
-    for (unsigned chunk = 0; chunk < chunks; chunk++) {
-        _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
-        for (unsigned i = 0; entries && i < CHUNK_SIZE; i++) {
-            uint32_t id_plus_one = entry_connection(atomic_load(&entries[i]));
-            if (id_plus_one && !atomic_load(&connection_for(id_plus_one - 1, 0)->share))
-                atomic_store(&entries[i], 0);
-        }
-    }
     for (unsigned chunk = 0; chunk < CONNECTION_CHUNKS; chunk++) {
         struct bh_fd_connection *pool = atomic_load(&bh_fd_connections[chunk]);
         if (!pool && chunk >= chunks)
             break;
         for (unsigned i = 0; pool && i < CHUNK_SIZE; i++) {
-            if (!atomic_load(&pool[i].share) || !atomic_load(&pool[i].refs))
+            if (!kept_by_child(&pool[i], own_copy))
                 memset((void *)&pool[i], 0, sizeof pool[i]);
             /* the guarding thread was the parent's */
             atomic_fetch_and(&pool[i].guard, ~(uint32_t)GUARD_HELD);
+        }
+    }
+    for (unsigned chunk = 0; chunk < chunks; chunk++) {
+        _Atomic uint32_t *entries = atomic_load(&fd_entries[chunk]);
+        for (unsigned i = 0; entries && i < CHUNK_SIZE; i++) {
+            uint32_t id_plus_one = entry_connection(atomic_load(&entries[i]));
+            if (id_plus_one && !atomic_load(&connection_for(id_plus_one - 1, 0)->refs))
+                atomic_store(&entries[i], 0);
         }
     }
 }

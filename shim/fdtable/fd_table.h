@@ -95,10 +95,11 @@ struct bh_fd_ended bh_fd_unpin(uint32_t pinned);
  * nothing in a process that does not own the table. */
 void bh_fd_for_each_connection(void (*visit)(int fd, void *ctx), void *ctx);
 
-/* In a forked child: makes it the owner and keeps only the connections
- * with a share (their records count the child in); the rest are the
- * parent's. */
-void bh_fd_table_keep_shared(void);
+/* In a forked child: makes it the owner and keeps the connections with a
+ * share (their records count the child in) and those for which
+ * own_copy(compartment, weight) returns 0 (the child took permits of its
+ * own for its copy); the rest are the parent's. */
+void bh_fd_table_keep_shared(int (*own_copy)(int compartment, int weight));
 
 /* fd's connection counts in `compartment` from now (a caller's number,
  * negative ones included: the table only hands it back), with no watch

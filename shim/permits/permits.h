@@ -305,6 +305,13 @@ void bh_permit_count_bypassed(struct bh_namespace *ns, int index);
  * them too: the mirror of bh_permit_take. Async-signal-safe: atomics and
  * semops. */
 void bh_permit_release(struct bh_namespace *ns, int index, int weight);
+/* In a forked child, for its copy of a connection no socket record holds
+ * (the table was full): `weight` common permits of its own (SEM_UNDO),
+ * given back by bh_permit_release at its close or by the kernel at its
+ * exit. Free ones if there are, else owed: the debt retires the next
+ * permits given back, so the copy is counted either way. Never waits;
+ * async-signal-safe. 0, or -1 (the semaphores refused: nothing taken). */
+int bh_permit_take_for_copy(struct bh_namespace *ns, int index, int weight);
 
 /* The process is exiting: its holder records are freed if it holds
  * nothing, so records of exited processes do not wait for a reaper. */

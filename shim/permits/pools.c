@@ -579,6 +579,41 @@ void bh_permit_release_parked(struct bh_namespace *ns, int index, struct bh_take
     bh_pools_give(ns, index, (int)(taken.common + taken.reserved), taken, 0);
 }
 
+/* A copy's permits, owed when none is free: one semop raises the debt
+ * and gives this process an undo of +weight on the common pool (+n
+ * without SEM_UNDO, -n with it: pay_one's move the other way). Counting
+ * held permits as the pool's, pool minus debt is unchanged, so the limit
+ * is: the debt retires the next `weight` permits given back (the
+ * parent's close), and the undo or the copy's close puts them back
+ * later. Whether the debt was paid first or not, each permit comes back
+ * once. */
+static int owe_for_copy(struct bh_namespace *ns, int index, int weight)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    struct sembuf ops[3] = {
+        { BH_SEM_DEBT(index), (short)weight, 0 },
+        { BH_SEM_FREE(index), (short)weight, 0 },
+        { BH_SEM_FREE(index), (short)-weight, SEM_UNDO },
+    };
+    atomic_fetch_add(&shared->debt_hint, (uint32_t)weight);
+    if (semop(ns->semid, ops, 3) == 0)
+        return 0;
+    atomic_fetch_sub(&shared->debt_hint, (uint32_t)weight);
+    return -1;
+}
+
+int bh_permit_take_for_copy(struct bh_namespace *ns, int index, int weight)
+{
+    int saved_errno = errno;
+    int taken = take_ops(ns, index, -1, weight, 0, NULL) == 0 ||
+                owe_for_copy(ns, index, weight) == 0;
+    if (taken)
+        atomic_fetch_add_explicit(&shared_of(ns, index)->holders_hint, weight,
+                                  memory_order_relaxed);
+    errno = saved_errno;
+    return taken ? 0 : -1;
+}
+
 /* ---- changing the limit and the reserves (under the namespace lock) ---- */
 
 /* Takes up to `amount` from one semaphore without blocking; how many. */

@@ -44,7 +44,9 @@
  *     lowered by every free and raised by claims, is where a claim starts
  *     looking (a hint: a claim that finds nothing above it looks below).
  *   - full_said, refused: a share that found every slot taken counts
- *     itself, and the first one logs it (once per namespace).
+ *     itself, and the first one logs it (once per namespace). Its caller
+ *     then counts the copy another way (core/copies.c): a forked child
+ *     takes permits of its own, a send is refused.
  *   - reap_after_ns: no reap starts before it. A reaper moves it a second
  *     ahead by compare-and-swap (so one process reaps at a time; a reaper
  *     killed mid-way delays the next by that second), then, done, to its
@@ -266,8 +268,9 @@ static struct bh_socket_record *claim_or_say_full(struct bh_namespace *ns,
     atomic_fetch_add(&table->refused, 1);
     if (atomic_exchange(&table->full_said, 1) == 0)
         bh_log(BH_LOG_WARN, "namespace \"%s\": all %d shared-socket records are in use: "
-               "a socket copied to another process now keeps its permit with the "
-               "process that connected (bulkhead stat counts these refusals)",
+               "a forked child now takes a permit of its own for each counted socket "
+               "it inherits, and passing one over SCM_RIGHTS fails with ETOOMANYREFS "
+               "(bulkhead stat counts these refusals)",
                ns->state->namespace_name, BH_SOCKET_RECORDS);
     return NULL;
 }

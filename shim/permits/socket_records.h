@@ -17,7 +17,8 @@ typedef uint32_t bh_share;
 
 /* Parks this process's `weight` permits of compartment `index`, held for
  * the connection on fd, in a new record with one reference (the caller's
- * connection). 0 when none could be made: the permits stay this process's. */
+ * connection). 0 when none could be made (the table is full): the permits
+ * stay this process's, and the caller must not let a copy go uncounted. */
 bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight);
 /* One more reference (a forked child's connection, a copy in flight over
  * SCM_RIGHTS). 0, or -1 when the record is gone. */

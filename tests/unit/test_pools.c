@@ -318,6 +318,54 @@ static void test_a_killed_member_gives_everything_back(void **state)
     close(ready[1]);
 }
 
+/* A forked child's permit for a copy no socket record holds, taken while
+ * none is free: owed, so the copy still counts (nothing more gets in), and
+ * whether the child dies before or after the parent gives its own back,
+ * each permit comes back exactly once. */
+static void owe_for_a_child_then(int child_dies_first)
+{
+    int c = compartment(2, 0), ready[2];
+    assert_int_equal(takes(c, -1, 1, 2), 2);
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char byte = bh_permit_take_for_copy(&ns, c, 1) == 0 ? 'y' : 'n';
+        if (write(ready[1], &byte, 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    char byte = 0;
+    assert_int_equal(read(ready[0], &byte, 1), 1);
+    assert_int_equal(byte, 'y');
+    assert_int_equal(take(c, -1, 1), 0);
+    if (child_dies_first) {
+        kill(pid, SIGKILL);
+        assert_int_equal(waitpid(pid, NULL, 0), pid);
+        assert_int_equal(take(c, -1, 1), 0);    /* the debt keeps it */
+        release(c, 1, 1);                       /* pays the debt */
+        assert_int_equal(takes(c, -1, 1, 2), 1);
+    } else {
+        release(c, 1, 1);                       /* retired: the child's now */
+        assert_int_equal(take(c, -1, 1), 0);
+        kill(pid, SIGKILL);
+        assert_int_equal(waitpid(pid, NULL, 0), pid);
+        assert_int_equal(takes(c, -1, 1, 2), 1);
+    }
+    release(c, 1, 2);
+    assert_int_equal(takes(c, -1, 1, 3), 2);
+    release(c, 1, 2);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+static void test_a_copy_owed_when_none_is_free(void **state)
+{
+    (void)state;
+    owe_for_a_child_then(0);
+    owe_for_a_child_then(1);
+}
+
 /* A member killed while it waits on its reserve: the kernel forgets its
  * wait, so common permits given back afterwards stay common (they were
  * lent to the reserve for good when a count left behind said a member
@@ -366,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_takes_for_others_go_back_to_their_own_pools),
         cmocka_unit_test(test_a_killed_member_gives_everything_back),
         cmocka_unit_test(test_a_member_killed_while_waiting_leaves_the_common_pool),
+        cmocka_unit_test(test_a_copy_owed_when_none_is_free),
     };
     return cmocka_run_group_tests_name("pools", tests, set_up, tear_down);
 }
