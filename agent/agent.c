@@ -231,7 +231,9 @@ static void leased(struct agent *agent, struct fleet_compartment *c,
                   "(every host is granted no more than it holds)", c->rules->name,
                   agent->config.fleet_lease_ms);
     int new_master_learning = asked_at < agent->new_master_until_ns;
-    c->grant = new_master_learning && holding < reply->grant ? holding : reply->grant;
+    int grant = new_master_learning && holding < reply->grant ? holding : reply->grant;
+    c->owed_stalled = c->owed > 0 && reply->owed > 0 && grant <= c->grant;
+    c->grant = grant;
     c->owed = reply->owed;
     c->leased_before = 1;
     c->hosts_seen = reply->hosts;
@@ -387,8 +389,11 @@ static void refresh(struct agent *agent, struct fleet_compartment *c, int64_t no
  *     first connection waits one tick and one Redis round trip when the
  *     fleet has room; and while Redis says more is owed to us, every
  *     quarter refresh (50 ms at least), to take it as the others give it
- *     up at their refreshes. A host held at its fair share asks only at
- *     its refresh: one call per host per refresh, four while shares move.
+ *     up at their refreshes, until a call brings none of it: what is owed
+ *     is then held by connections that have not ended (a host that had
+ *     more than its share when we came), and asking faster gets nothing.
+ *     A host held at its fair share asks only at its refresh: one call per
+ *     host per refresh, four while shares move.
  *   - Holding more than the grant (others came, the limit was lowered)
  *     and down to it now: at once, so that what it gave up is free for
  *     the others without waiting for a refresh. */
@@ -407,7 +412,8 @@ static int ask_early(struct agent *agent, const struct fleet_compartment *c, int
     if (owed_gap_ms < OWED_GAP_MIN_MS)
         owed_gap_ms = OWED_GAP_MIN_MS;
     return c->told_want <= c->grant ||
-           (c->owed > 0 && now >= c->last_refresh_ns + ms_ns(owed_gap_ms));
+           (c->owed > 0 && !c->owed_stalled &&
+            now >= c->last_refresh_ns + ms_ns(owed_gap_ms));
 }
 
 static void on_signal(int signal_number)

@@ -56,6 +56,7 @@ struct fleet_compartment {
     int told_want;             /* want and holding at the last lease call */
     int told_holding;
     int owed;                  /* Redis said more of our share is coming */
+    int owed_stalled;          /* and the last call brought none of it */
     int leased_before;         /* Redis has answered a lease call of it */
 };
 
