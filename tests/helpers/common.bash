@@ -51,6 +51,11 @@ bh_setup() {
     done
 }
 
+# no_process_names TEXT: no process has TEXT in its command line.
+no_process_names() {
+    ! pgrep -f "$1" >/dev/null
+}
+
 bh_teardown() {
     local pid
     # Clients first (they may hold permits), servers last.
@@ -62,6 +67,11 @@ bh_teardown() {
             wait "$pid" 2>/dev/null || true
         done <"$T/pids"
     fi
+    # Then whatever those left behind that still names the test's folder in
+    # its command line: a forked child waiting for a go file, a program
+    # whose bulkhead run was killed (its heir outlives run by design).
+    pkill -KILL -f "$T/" 2>/dev/null || true
+    wait_for -t 5 no_process_names "$T/" || true
     # Then every namespace the test used: the command first (it removes
     # whatever this user made under the key, of any size), ipcrm by key
     # second, in case the command cannot (a broken build, another user's
