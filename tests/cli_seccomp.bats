@@ -40,12 +40,7 @@ setup() {
     build_if_stale "$HOLD" "$BH_ROOT/tests/clients/static/hold_connect.c" static_build
 }
 teardown() {
-    local tree
-    if [[ -f "$T/trees" ]]; then
-        while read -r tree; do
-            kill -KILL -- "-$tree" 2>/dev/null || true
-        done <"$T/trees"
-    fi
+    kill_trees
     [[ -z "${NOBODY_DIR:-}" ]] || rm -rf "$NOBODY_DIR"
     if [[ -f "$T/nobody_dir" ]]; then  # a test's tree run by nobody, and its namespace
         timeout 10 "$BULKHEAD" reset --force -n "$NS" -u nobody >/dev/null 2>&1 || true

@@ -23,12 +23,7 @@ setup() {
     build_if_stale "$INT80" "$BH_ROOT/tests/clients/static/int80_connect.c" static_build
 }
 teardown() {
-    local tree
-    if [[ -f "$T/trees" ]]; then
-        while read -r tree; do
-            kill -KILL -- "-$tree" 2>/dev/null || true
-        done <"$T/trees"
-    fi
+    kill_trees
     bh_teardown
 }
 

@@ -51,6 +51,16 @@ bh_setup() {
     done
 }
 
+# kill_trees: SIGKILLs every process group listed in $T/trees (the
+# supervised trees a test started in sessions of their own).
+kill_trees() {
+    local tree
+    [[ -f "$T/trees" ]] || return 0
+    while read -r tree; do
+        kill -KILL -- "-$tree" 2>/dev/null || true
+    done <"$T/trees"
+}
+
 # no_process_names TEXT: no process has TEXT in its command line.
 no_process_names() {
     ! pgrep -f "$1" >/dev/null
