@@ -6,7 +6,8 @@
 #define BH_SIGNALS_H
 
 /* Nonzero when no handler without SA_RESTART can have run in the calling
- * thread: every signal it does not block is ignored, left to its default
+ * thread: every signal it does not block (but a fault's, which a thread
+ * asleep in a system call never gets) is ignored, left to its default
  * action or handled with SA_RESTART. glibc's own (SIGSETXID, which
  * setuid() and its kin send every thread, and SIGCANCEL) are installed
  * with SA_RESTART and cannot be asked about; they count as such. Up to
