@@ -22,7 +22,7 @@ void *bh_libc_lookup(const char *name)
 
 void *bh_libc_vfork(void)
 {
-    static void *_Atomic real;
+    static void *real;  /* read and written with __atomic builtins */
     void *found = __atomic_load_n(&real, __ATOMIC_RELAXED);
     if (!found) {
         found = bh_libc_lookup("vfork");
