@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Checks that the shim's rooms include downwards only: every quoted
 # #include in shim/ names ROOM/FILE, and ROOM is the includer's own room
-# or one below it. One line per breach, naming FILE:LINE; exit 1 if any.
+# or one below it. Then that within each folder of C files (the shim's
+# rooms, cli/, cli/supervisor/, agent/) calls point down too: no files
+# whose calls go round (scripts/room-calls.py). One line per breach,
+# naming FILE:LINE or the files; exit 1 if any.
 #
-#   scripts/check-rooms.sh          the checkout's shim/
-#   scripts/check-rooms.sh DIR      DIR/shim/ (the test's fixtures)
+#   scripts/check-rooms.sh          the checkout's shim/, cli/ and agent/
+#   scripts/check-rooms.sh DIR      the same under DIR (the test's fixtures)
 #
 # The order, lowest first (README, Design): a room may use any room of a
 # lower rank, none of its own rank or above but itself.
@@ -48,5 +51,9 @@ while IFS= read -r file; do
         fi
     done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file")
 done < <(find "$top/shim" -name '*.[ch]' | sort)
+
+mapfile -t folders < <(cd "$top" && find shim cli agent -name '*.c' -printf '%h\n' \
+                           2>/dev/null | sort -u)
+python3 "$(dirname "$0")/room-calls.py" "$top" "${folders[@]}" || failures=$((failures + 1))
 
 ((failures == 0))

@@ -80,69 +80,6 @@ struct job {
     int superseded;      /* its thread made another call: dead for good */
 };
 
-static int respond(int listener, uint64_t id, int64_t value, int error, uint32_t flags)
-{
-    struct seccomp_notif_resp response = { .id = id, .val = value, .error = error,
-                                           .flags = flags };
-    return ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
-}
-
-void sv_continue(int listener, uint64_t id)
-{
-    respond(listener, id, 0, 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE);
-}
-
-void sv_fail(int listener, uint64_t id, int err)
-{
-    respond(listener, id, -1, -err, 0);
-}
-
-int sv_still_valid(int listener, uint64_t id)
-{
-    return ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
-}
-
-int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length)
-{
-    struct iovec here = { into, length };
-    struct iovec there = { (void *)(uintptr_t)at, length };
-    ssize_t got = process_vm_readv(tid, &here, 1, &there, 1, 0);
-    if (got >= 0 && got < (ssize_t)length)
-        errno = EFAULT;  /* a short read: the rest is not mapped */
-    return got == (ssize_t)length ? 0 : -1;
-}
-
-/* A /proc file of pid, whole (NUL-terminated, up to size - 1 bytes). */
-static ssize_t read_proc(pid_t pid, const char *what, char *text, size_t size)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, what);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t length = read(fd, text, size - 1);
-    close(fd);
-    if (length >= 0)
-        text[length] = '\0';
-    return length;
-}
-
-/* A number after "Key:" in /proc/pid/status (the nth, from 0); -1. */
-static long status_field(pid_t pid, const char *key, int nth)
-{
-    char text[4096];
-    if (read_proc(pid, "status", text, sizeof text) < 0)
-        return -1;
-    const char *at = strstr(text, key);
-    if (!at)
-        return -1;
-    char *end = (char *)at + strlen(key);
-    long value = -1;
-    for (int i = 0; i <= nth; i++)
-        value = strtol(end, &end, 10);
-    return value;
-}
-
 /* ---- who the process is, for reserves and bypasses ---- */
 
 struct identity_text {
@@ -155,7 +92,7 @@ struct identity_text {
 static void identity_of(pid_t pid, struct identity_text *text, struct bh_identity *identity)
 {
     memset(identity, 0, sizeof *identity);
-    if (read_proc(pid, "cmdline", text->cmdline, sizeof text->cmdline) > 0)
+    if (sv_read_proc(pid, "cmdline", text->cmdline, sizeof text->cmdline) > 0)
         identity->program = basename(text->cmdline);
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
@@ -164,8 +101,8 @@ static void identity_of(pid_t pid, struct identity_text *text, struct bh_identit
         text->exe[length] = '\0';
         identity->executed = basename(text->exe);
     }
-    identity->uid = (uid_t)status_field(pid, "Uid:", 1);
-    ssize_t size = read_proc(pid, "environ", text->environ, sizeof text->environ);
+    identity->uid = (uid_t)sv_status_field(pid, "Uid:", 1);
+    ssize_t size = sv_read_proc(pid, "environ", text->environ, sizeof text->environ);
     int count = 0;
     for (char *at = text->environ; size > 0 && at < text->environ + size &&
          count < (int)(sizeof text->env / sizeof text->env[0]) - 1; at += strlen(at) + 1)
@@ -191,23 +128,6 @@ static void membership_for(struct sv_state *state, pid_t pid, int local,
     membership[local] = bh_membership_of(&state->config, &state->ns,
                                          local, state->shared_index[local], &identity);
     free(text);
-}
-
-pid_t sv_process_of(pid_t tid)
-{
-    return (pid_t)status_field(tid, "Tgid:", 0);
-}
-
-int sv_copy_fd(pid_t tid, int fd, pid_t *pid)
-{
-    *pid = sv_process_of(tid);
-    int pidfd = *pid > 0 ? (int)syscall(SYS_pidfd_open, *pid, 0) : -1;
-    int copy = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0) : -1;
-    int saved_errno = errno;  /* EPERM: the program may not be read */
-    if (pidfd >= 0)
-        close(pidfd);
-    errno = saved_errno;
-    return copy;
 }
 
 /* ---- jobs in progress, by the thread that trapped them ----
@@ -344,7 +264,7 @@ static enum restart restarted(struct sv_state *state, const struct seccomp_notif
     pthread_mutex_unlock(&jobs_lock);
     enum restart restart = handed ? RESTART_HANDED : kept ? RESTART_ANSWERED : RESTART_NONE;
     if (restart == RESTART_ANSWERED)
-        respond(state->listener, notif->id, kept->rc, kept->rc < 0 ? -kept->err : 0, 0);
+        sv_respond(state->listener, notif->id, kept->rc, kept->rc < 0 ? -kept->err : 0, 0);
     free(kept);
     return restart;
 }
@@ -424,7 +344,7 @@ static enum delivery deliver(struct job *job, int proceed, int rc, int err)
     for (;;) {
         uint64_t id = job->id;
         pthread_mutex_unlock(&jobs_lock);
-        int sent = respond(job->state->listener, id, proceed ? 0 : rc,
+        int sent = sv_respond(job->state->listener, id, proceed ? 0 : rc,
                            proceed || rc == 0 ? 0 : -err,
                            proceed ? SECCOMP_USER_NOTIF_FLAG_CONTINUE : 0) == 0;
         pthread_mutex_lock(&jobs_lock);
@@ -562,7 +482,7 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     static _Thread_local struct bh_membership membership[BH_MAX_COMPARTMENTS];
     membership_for(state, pid, rule->compartment, membership);
     char name[64] = "";
-    if (read_proc(pid, "comm", name, sizeof name) > 0)
+    if (sv_read_proc(pid, "comm", name, sizeof name) > 0)
         name[strcspn(name, "\n")] = '\0';
     struct bh_applicant applicant = { pid, name, membership, process->claimed,
                                       sv_sockets_reap, state, NULL, NULL, NULL };
@@ -581,14 +501,6 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     }
     sv_process_put(process);
     return answer;
-}
-
-int sv_is_stream(int sock)
-{
-    int type = 0;
-    socklen_t length = sizeof type;
-    return getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &length) == 0 &&
-           type == SOCK_STREAM;
 }
 
 static struct answer carry_out(struct job *job, pid_t pid, int sock)
@@ -708,24 +620,6 @@ static void dispatch(struct job *job)
     }
 }
 
-int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6])
-{
-    if (!sv_filter_socketcall(&notif->data)) {
-        memcpy(args, notif->data.args, 6 * sizeof args[0]);
-        return 0;
-    }
-    /* socketcall(call, uint32_t *args): as many as that call takes */
-    uint32_t words[6] = { 0 };
-    uint32_t call = (uint32_t)notif->data.args[0];
-    size_t count = call == SYS_SENDTO ? 6 : call == SYS_SENDMMSG ? 4 : 3;
-    if (sv_read_memory((pid_t)notif->pid, notif->data.args[1], words,
-                       count * sizeof words[0]) < 0)
-        return -1;
-    for (int i = 0; i < 6; i++)
-        args[i] = words[i];
-    return 0;
-}
-
 /* connect(AF_UNSPEC) dissolves a connection: on a counted socket it is
  * done here, on the copy, and the permits go back once it succeeded (as
  * the shim gives them back). From the main thread: a disconnect never
@@ -748,7 +642,7 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
             sv_socket_release(state, info.st_ino);
         close(sock);  /* before the answer, as handle() does */
         sock = -1;
-        respond(state->listener, notif->id, rc, rc < 0 ? -err : 0, 0);
+        sv_respond(state->listener, notif->id, rc, rc < 0 ? -err : 0, 0);
     }
     if (sock >= 0)
         close(sock);

@@ -123,23 +123,6 @@ static int prepare(struct sv_state *state, const char *rules)
 
 /* ---- the child's side ---- */
 
-void sv_send_fd(int channel, int fd, int error)
-{
-    char control[CMSG_SPACE(sizeof(int))] = { 0 };
-    struct iovec data = { &error, sizeof error };
-    struct msghdr message = { .msg_iov = &data, .msg_iovlen = 1 };
-    if (fd >= 0) {
-        message.msg_control = control;
-        message.msg_controllen = sizeof control;
-        struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-        header->cmsg_level = SOL_SOCKET;
-        header->cmsg_type = SCM_RIGHTS;
-        header->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    }
-    (void)!sendmsg(channel, &message, MSG_NOSIGNAL);
-}
-
 static void child(int channel, char **argv, const sigset_t *mask)
 {
     int listener = sv_filter_install();
@@ -155,29 +138,7 @@ static void child(int channel, char **argv, const sigset_t *mask)
     _exit(CLI_CANNOT_EXEC);
 }
 
-int sv_receive_fd(int channel)
-{
-    int error = EIO, listener = -1;
-    char control[CMSG_SPACE(sizeof(int))];
-    struct iovec data = { &error, sizeof error };
-    struct msghdr message = { .msg_iov = &data, .msg_iovlen = 1,
-                              .msg_control = control, .msg_controllen = sizeof control };
-    if (recvmsg(channel, &message, MSG_CMSG_CLOEXEC) <= 0)
-        return -1;
-    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-    if (header && header->cmsg_type == SCM_RIGHTS)
-        memcpy(&listener, CMSG_DATA(header), sizeof listener);
-    errno = error;
-    return listener;
-}
-
 /* ---- the parent's loop ---- */
-
-void sv_wake(struct sv_state *state)
-{
-    uint64_t one = 1;
-    (void)!write(state->wake, &one, sizeof one);
-}
 
 struct tree {
     pid_t child;

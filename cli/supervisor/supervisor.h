@@ -7,6 +7,8 @@
  * it) and pthreads, which the shim must not bring into its host programs.
  *
  *   filter.c     the seccomp filter, installed in the child before exec
+ *   notif.c      answers, the program's memory, /proc and fds, fd passing,
+ *                the main thread's wake-up: calls no other file here
  *   supervise.c  the parent's loop: notifications, signals, exits, timers
  *   connects.c   one trapped connect: admission, then the connect itself
  *   fastopen.c   one trapped MSG_FASTOPEN send: EOPNOTSUPP to a matched
@@ -75,6 +77,42 @@ struct sv_state {
                              what it polls for has changed */
 };
 
+
+/* ---- notif.c ---- */
+
+struct seccomp_notif;
+/* Answers a notification with value, or -1 with error (> 0), or with
+ * flags (SECCOMP_USER_NOTIF_FLAG_CONTINUE); the ioctl's result. */
+int sv_respond(int listener, uint64_t id, int64_t value, int error, uint32_t flags);
+/* Answers a notification: the call proceeds as the program made it. */
+void sv_continue(int listener, uint64_t id);
+/* Answers a notification: the call fails with err, and is not made. */
+void sv_fail(int listener, uint64_t id, int err);
+/* Whether the notification is still its call's, waiting: what was read
+ * from the program's memory since was that call's. */
+int sv_still_valid(int listener, uint64_t id);
+/* length bytes at `at` in thread tid's memory; 0, or -1 with errno (EPERM:
+ * the kernel will not let us read it, unreadable.c). */
+int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length);
+/* The process thread tid belongs to; -1 when it is gone. */
+pid_t sv_process_of(pid_t tid);
+/* The program's fd (thread tid's) copied here (pidfd_getfd), its process
+ * id in *pid; -1 with errno when it cannot be. The caller closes the copy. */
+int sv_copy_fd(pid_t tid, int fd, pid_t *pid);
+/* Whether a socket is SOCK_STREAM. */
+int sv_is_stream(int sock);
+/* The trapped call's arguments where the native call has them (a
+ * socketcall's read from the program's memory); 0, or -1. */
+int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6]);
+/* A /proc file of pid, whole (NUL-terminated, up to size - 1 bytes). */
+ssize_t sv_read_proc(pid_t pid, const char *what, char *text, size_t size);
+/* A number after "Key:" in /proc/pid/status (the nth, from 0); -1. */
+long sv_status_field(pid_t pid, const char *key, int nth);
+/* Over a unix socket: fd (none: -1) and an errno, for sv_receive_fd. */
+void sv_send_fd(int channel, int fd, int error);
+/* The fd sent, or -1 with errno the one sent with none (EIO: nothing
+ * came). */
+int sv_receive_fd(int channel);
 /* From a worker: a socket was counted (its process's exit is now worth
  * watching, and the backstop's timer running), or may be gone (rescan). */
 void sv_wake(struct sv_state *state);
@@ -141,26 +179,6 @@ int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif
 int sv_connects_due_ms(void);
 /* Main thread: interrupts the wait of jobs whose notifications died. */
 void sv_connects_look(struct sv_state *state);
-/* Answers a notification: the call proceeds as the program made it. */
-void sv_continue(int listener, uint64_t id);
-/* Answers a notification: the call fails with err, and is not made. */
-void sv_fail(int listener, uint64_t id, int err);
-/* Whether the notification is still its call's, waiting: what was read
- * from the program's memory since was that call's. */
-int sv_still_valid(int listener, uint64_t id);
-/* length bytes at `at` in thread tid's memory; 0, or -1 with errno (EPERM:
- * the kernel will not let us read it, unreadable.c). */
-int sv_read_memory(pid_t tid, uint64_t at, void *into, size_t length);
-/* The process thread tid belongs to; -1 when it is gone. */
-pid_t sv_process_of(pid_t tid);
-/* The program's fd (thread tid's) copied here (pidfd_getfd), its process
- * id in *pid; -1 with errno when it cannot be. The caller closes the copy. */
-int sv_copy_fd(pid_t tid, int fd, pid_t *pid);
-/* Whether a socket is SOCK_STREAM. */
-int sv_is_stream(int sock);
-/* The trapped call's arguments where the native call has them (a
- * socketcall's read from the program's memory); 0, or -1. */
-int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6]);
 
 /* ---- fastopen.c ---- */
 
@@ -237,12 +255,6 @@ enum { SV_NAMES_EVERY_MS = 30000 };  /* hostname rules resolved again */
 int sv_names_refresh(struct sv_state *state, int every_ms);
 
 /* ---- supervise.c ---- */
-
-/* Over a unix socket: fd (none: -1) and an errno, for sv_receive_fd. */
-void sv_send_fd(int channel, int fd, int error);
-/* The fd sent, or -1 with errno the one sent with none (EIO: nothing
- * came). */
-int sv_receive_fd(int channel);
 
 /* Runs argv supervised and returns its exit status; -1 when supervision
  * could not start (said in one line): run then goes on as without it.
