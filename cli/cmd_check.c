@@ -185,8 +185,14 @@ static void print_config(const struct bh_config *config)
     printf("%s: valid\n", config->path);
     printf("namespace  %s, on_failure %s\n", config->namespace_name,
            config->on_failure_open ? "open" : "closed");
-    printf("log        %s, to %s\n", bh_log_level_name(config->log_level),
-           config->log_file ? config->log_file : "stderr");
+    const char *syslog_socket = config->syslog_socket ? config->syslog_socket : "/dev/log";
+    if (config->log_file && strcmp(config->log_file, "syslog") == 0)
+        printf("log        %s, to syslog (%s)\n", bh_log_level_name(config->log_level),
+               syslog_socket);
+    else
+        printf("log        %s, to %s (syslog, %s, once a daemon moves stderr)\n",
+               bh_log_level_name(config->log_level),
+               config->log_file ? config->log_file : "stderr", syslog_socket);
     printf("%d compartment%s, %d match rule%s; the first match in file order "
            "wins\n", config->compartment_count,
            config->compartment_count == 1 ? "" : "s", config->rule_count,

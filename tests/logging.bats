@@ -83,6 +83,95 @@ print(os.getpid())' "$SERVER_PORT" "$1"
     assert_equal "${#lines[@]}" 3
 }
 
+# start_syslogd: a syslog socket at $T/log.sock whose datagrams land, one a
+# line, in $T/syslog.
+start_syslogd() {
+    bg "$T/syslogd.log" python3 "$BH_ROOT/tests/server/syslogd.py" \
+        --socket "$T/log.sock" --out "$T/syslog" --ready "$T/syslogd.ready"
+    wait_for -t 10 test -s "$T/syslogd.ready" ||
+        fail "syslogd did not start: $(cat "$T/syslogd.log.err")"
+}
+
+@test "log_file = syslog: a refusal is one datagram on the syslog socket, facility daemon at warning, nothing on stderr" {
+    start_server web -1
+    start_syslogd
+    payments_rules 0 "log_file = syslog" "syslog_socket = $T/log.sock"
+    run --separate-stderr refuse_burst 1
+    assert_success
+    local pid=$output
+    assert_equal "$stderr" ""
+    wait_for -t 5 file_has "$T/syslog" "refused"
+    run cat "$T/syslog"
+    assert_line --index 0 "<28>bulkhead[$pid]: refused 127.0.0.1:$SERVER_PORT to [payments] at once: limit 0 for python3[$pid]"
+}
+
+@test "a program that points fd 2 at its own file: the lines go to syslog, never into that file" {
+    start_server web -1
+    start_syslogd
+    payments_rules 0 "syslog_socket = $T/log.sock"
+    run --separate-stderr run_shim python3 -c '
+import os, socket, sys
+fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+os.dup2(fd, 2)
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+except ConnectionRefusedError as e:
+    print(e.errno)' "$SERVER_PORT" "$T/own.log"
+    assert_success
+    assert_output "111"
+    assert_equal "$stderr" ""
+    wait_for -t 5 file_has "$T/syslog" "to \\[payments\\] at once: limit 0 for python3"
+    run cat "$T/own.log"
+    assert_output ""
+}
+
+@test "nginx, whose error log takes fd 2: the workers' refusals reach syslog beside nginx's 502" {
+    command -v nginx >/dev/null || fail "nginx is not installed (make deps)"
+    start_server web -1
+    start_syslogd
+    payments_rules 0 "syslog_socket = $T/log.sock"
+    local port
+    port=$(free_port)
+    cat >"$T/nginx.conf" <<EOF2
+daemon off;
+master_process off;
+pid $T/nginx.pid;
+error_log $T/nginx.err warn;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $T/nginx-body;
+    proxy_temp_path $T/nginx-proxy;
+    fastcgi_temp_path $T/nginx-fastcgi;
+    uwsgi_temp_path $T/nginx-uwsgi;
+    scgi_temp_path $T/nginx-scgi;
+    server {
+        listen 127.0.0.1:$port;
+        location / { proxy_pass http://127.0.0.1:$SERVER_PORT; }
+    }
+}
+EOF2
+    bg_shim "$T/nginx.out" nginx -c "$T/nginx.conf"
+    wait_for curl -s -o /dev/null "http://127.0.0.1:$port/" ||
+        fail "nginx did not start: $(cat "$T/nginx.out.err" "$T/nginx.err")"
+    run curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/"
+    assert_output "502"
+    wait_for -t 5 file_has "$T/syslog" "refused 127.0.0.1:$SERVER_PORT to \\[payments\\] at once: limit 0 for nginx"
+    run grep -c "bulkhead" "$T/nginx.err"
+    assert_output "0"
+}
+
+@test "syslog_socket longer than a unix socket's path: one line naming file, line and key" {
+    local long
+    long=/$(printf 'x%.0s' $(seq 1 120))
+    SERVER_PORT=9 payments_rules 1 "syslog_socket = $long"
+    run "$BULKHEAD" check "$RULES"
+    assert_failure
+    assert_line --index 0 --regexp "^bulkhead: $RULES:3: syslog_socket: \"/x+\\.\\.\\.\" is longer than a unix socket's path may be \\(107 bytes\\)$"
+    assert_line --index 1 "bulkhead: $RULES: 1 error"
+}
+
 @test "BULKHEAD_LOG=error silences refusals; log = info tells what was loaded" {
     start_server web -1
     payments_rules 0

@@ -104,7 +104,7 @@ static int prepare(struct sv_state *state, const char *rules)
     if (override)
         bh_log_level_parse(override, &level);
     bh_log_remember_stderr();
-    bh_log_configure(level, state->config.log_file);
+    bh_log_configure(level, state->config.log_file, state->config.syslog_socket);
     state->rules = bh_rule_index_build(&state->config);
     if (!state->rules) {
         cli_error("run: seccomp supervisor: out of memory");

@@ -109,7 +109,8 @@ enum { BH_TURNAROUND_EVERY = 32 };
 struct bh_config {
     char *path;
     enum bh_log_level log_level;
-    char *log_file;        /* NULL means stderr */
+    char *log_file;        /* NULL means stderr; "syslog": the syslog socket */
+    char *syslog_socket;   /* NULL means /dev/log */
     char namespace_name[BH_NAME_MAX];
     /* on_failure = open: run unlimited when the namespace's shared state
      * is out of reach; 0 (closed, the default): refuse what the rules

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include "config/parser.h"
 
@@ -36,14 +37,32 @@ static int set_path(struct parser *p, const char *value, char **field)
     return -1;
 }
 
+/* "syslog" is a word, not a path: a file of that name is ./syslog. */
 static int set_log_file(struct parser *p, const char *key, const char *value)
 {
     (void)key;
-    if (strcmp(value, "stderr") != 0)
+    if (strcmp(value, "stderr") != 0 && strcmp(value, "syslog") != 0)
         return set_path(p, value, &p->config->log_file);
     free(p->config->log_file);
     p->config->log_file = NULL;
+    if (strcmp(value, "syslog") == 0 && !(p->config->log_file = strdup("syslog"))) {
+        report_out_of_memory(p);
+        return -1;
+    }
     return 0;
+}
+
+/* A unix socket's path must fit its address (sun_path). */
+static int set_syslog_socket(struct parser *p, const char *key, const char *value)
+{
+    if (set_path(p, value, &p->config->syslog_socket) < 0)
+        return -1;
+    if (strlen(p->config->syslog_socket) < sizeof(((struct sockaddr_un *)0)->sun_path))
+        return 0;
+    report(p, p->line, "%s: \"%s\" is longer than a unix socket's path may be "
+           "(%zu bytes)", key, p->config->syslog_socket,
+           sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+    return -1;
 }
 
 /* A namespace's or a fleet's name, into name (BH_NAME_MAX bytes). */
@@ -270,6 +289,7 @@ void check_fleet(struct parser *p)
 const struct key_spec bh_global_keys[] = {
     { "log", KEY_LOG, SECTION_GLOBAL, set_log },
     { "log_file", KEY_LOG_FILE, SECTION_GLOBAL, set_log_file },
+    { "syslog_socket", KEY_SYSLOG_SOCKET, SECTION_GLOBAL, set_syslog_socket },
     { "namespace", KEY_NAMESPACE, SECTION_GLOBAL, set_namespace },
     { "on_failure", KEY_ON_FAILURE, SECTION_GLOBAL, set_on_failure },
     { "fleet", KEY_FLEET, SECTION_GLOBAL, set_fleet },

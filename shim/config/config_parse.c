@@ -253,6 +253,7 @@ void bh_config_free(struct bh_config *config)
     free(config->rules);
     free(config->compartments);
     free(config->log_file);
+    free(config->syslog_socket);
     free(config->fleet_url);
     free(config->fleet_password_file);
     free(config->fleet_sentinel_password_file);

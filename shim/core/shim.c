@@ -89,7 +89,7 @@ static void configure_log(void)
     if (override && bh_log_level_parse(override, &level) < 0)
         bh_log_startup_problem("BULKHEAD_LOG: \"%s\" is not one of error, warn, "
                                "info, debug", override);
-    bh_log_configure(level, bh_shim.config.log_file);
+    bh_log_configure(level, bh_shim.config.log_file, bh_shim.config.syslog_socket);
 }
 
 static int load_rules(void)

@@ -1,5 +1,7 @@
 /* Logging without stdio: the host program owns its FILEs and buffers.
  *
+ * Three ways out: stderr, a file, or syslog (log_file = syslog).
+ *
  * A file log is opened, appended to and closed for every line. Lines are
  * rare (refusals are rate-limited), and holding a descriptor open would
  * leave us writing into whatever the program later put on that number;
@@ -10,7 +12,18 @@
  *
  * stderr: only the one the program started with. A program that closed
  * fd 2 and opened a data file there must not find our lines in its data;
- * fd 2 is compared (device and inode) with what it was at start-up. */
+ * fd 2 is compared (device and inode) with what it was at start-up.
+ * When it is no longer that one (a daemon pointed fd 2 at its own log or
+ * closed it), the line goes to syslog instead: a line nobody reads would
+ * leave an operator blaming the downstream for what the bulkhead refused.
+ *
+ * syslog: one datagram per line to the syslog socket (/dev/log, or
+ * syslog_socket), in the form syslogd, rsyslog and journald all read,
+ * "<PRI>bulkhead[PID]: text", with no timestamp (the receiver stamps it;
+ * formatting local time here would take glibc's time zone lock). A socket
+ * made and closed per line, as the file is opened and closed: a held fd
+ * would be the program's to close and reuse. Facility daemon; the line's
+ * level gives the severity. */
 #include "log/log.h"
 
 #include <errno.h>
@@ -20,7 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +43,8 @@
 
 static enum bh_log_level log_level = BH_LOG_WARN;
 static char log_path[512];          /* empty: stderr */
+static int to_syslog;               /* log_file = syslog */
+static struct sockaddr_un syslog_address = { AF_UNIX, "/dev/log" };
 static struct { dev_t dev; ino_t ino; int known; } start_stderr;
 
 struct refusal_window {
@@ -37,10 +54,14 @@ struct refusal_window {
 };
 static struct refusal_window refusal_windows[BH_MAX_COMPARTMENTS];
 
-void bh_log_configure(enum bh_log_level level, const char *path)
+void bh_log_configure(enum bh_log_level level, const char *path,
+                      const char *syslog_socket)
 {
     log_level = level;
-    snprintf(log_path, sizeof log_path, "%s", path ? path : "");
+    to_syslog = path && strcmp(path, "syslog") == 0;
+    snprintf(log_path, sizeof log_path, "%s", path && !to_syslog ? path : "");
+    snprintf(syslog_address.sun_path, sizeof syslog_address.sun_path, "%s",
+             syslog_socket ? syslog_socket : "/dev/log");
 }
 
 int bh_log_enabled(enum bh_log_level level)
@@ -102,11 +123,33 @@ static int held_fd(void)
            info.st_ino == held.ino ? held.fd : -1;
 }
 
-static void write_line(const char *line, size_t length)
+/* text: the line without its "bulkhead: " and newline. */
+static void send_syslog(enum bh_log_level level, const char *text, int length)
+{
+    static const int severity[] = {
+        [BH_LOG_ERROR] = 3, [BH_LOG_WARN] = 4, [BH_LOG_INFO] = 6, [BH_LOG_DEBUG] = 7,
+    };
+    char datagram[1100];
+    int size = snprintf(datagram, sizeof datagram, "<%d>bulkhead[%d]: %.*s",
+                        (3 << 3) | severity[level], (int)getpid(), length, text);
+    if (size > (int)sizeof datagram - 1)
+        size = (int)sizeof datagram - 1;
+    int fd = libc_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    (void)!libc_sendto(fd, datagram, (size_t)size, MSG_DONTWAIT | MSG_NOSIGNAL,
+                       (const struct sockaddr *)&syslog_address, sizeof syslog_address);
+    libc_close(fd);
+}
+
+static void write_line(enum bh_log_level level, const char *line, size_t length)
 {
     if (!log_path[0]) {
-        if (is_start_stderr())
+        size_t prefix = sizeof "bulkhead: " - 1;
+        if (!to_syslog && is_start_stderr())
             (void)!libc_write(2, line, length);
+        else
+            send_syslog(level, line + prefix, (int)(length - prefix - 1));
         return;
     }
     int fd = open_log_file();
@@ -120,7 +163,7 @@ static void write_line(const char *line, size_t length)
     libc_close(fd);
 }
 
-static void log_formatted(const char *format, va_list args)
+static void log_formatted(enum bh_log_level level, const char *format, va_list args)
 {
     int saved_errno = errno;
     char line[1024];
@@ -129,7 +172,7 @@ static void log_formatted(const char *format, va_list args)
     if (length > (int)sizeof line - 2)
         length = sizeof line - 2;
     line[length++] = '\n';
-    write_line(line, length);
+    write_line(level, line, length);
     errno = saved_errno;
 }
 
@@ -139,7 +182,7 @@ void bh_log(enum bh_log_level level, const char *format, ...)
         return;
     va_list args;
     va_start(args, format);
-    log_formatted(format, args);
+    log_formatted(level, format, args);
     va_end(args);
 }
 

@@ -1,4 +1,5 @@
-/* The shim's log: one line per event, to stderr or appended to a file.
+/* The shim's log: one line per event, to stderr, appended to a file, or
+ * to syslog (see log.c for when stderr falls back to it).
  * Linked into `bulkhead` too, for its seccomp supervisor's lines. */
 #ifndef BH_LOG_H
 #define BH_LOG_H
@@ -7,7 +8,10 @@
 
 /* At start-up, before anything is logged: which file fd 2 is now. */
 void bh_log_remember_stderr(void);
-void bh_log_configure(enum bh_log_level level, const char *path);
+/* path: NULL for stderr, "syslog", or a file; syslog_socket: NULL for
+ * /dev/log. */
+void bh_log_configure(enum bh_log_level level, const char *path,
+                      const char *syslog_socket);
 int bh_log_enabled(enum bh_log_level level);
 void bh_log(enum bh_log_level level, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
