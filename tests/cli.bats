@@ -583,3 +583,33 @@ EOF
     assert_success
     assert_output ""
 }
+
+@test "stat: a holder killed and left a zombie by its parent is no holder; a leader ended by pthread_exit whose thread holds still is" {
+    start_server srv -1
+    compartment_rules 2
+    # The parent forks a child that connects and is killed (no exit of its
+    # own: its holder record stays); the parent does not wait for it, so
+    # it stays a zombie.
+    bg_shim "$T/parent.out" python3 -c '
+import os, signal, socket, sys, time
+pid = os.fork()
+if pid == 0:
+    s = socket.socket(); s.connect(("127.0.0.1", int(sys.argv[1])))
+    os.kill(os.getpid(), signal.SIGKILL)
+print(pid, flush=True)
+time.sleep(60)' "$SERVER_PORT"
+    wait_for -t 10 test -s "$T/parent.out"
+    local child
+    child=$(cat "$T/parent.out")
+    wait_for -t 10 grep -q '^State:.Z' "/proc/$child/status"
+    assert_equal "$(stat_column downstream IN_USE -c "$RULES")" 0
+    assert_equal "$(stat_column downstream HOLDERS -c "$RULES")" "-"
+
+    bg_shim "$T/leader.out" "$BH_ROOT/build/tests/leader_exit" "$SERVER_PORT"
+    wait_for -t 10 test -s "$T/leader.out"
+    local leader
+    leader=$(cat "$T/leader.out")
+    wait_for -t 10 grep -q '^State:.Z' "/proc/$leader/status"
+    assert_equal "$(stat_column downstream IN_USE -c "$RULES")" 1
+    assert_equal "$(stat_column downstream HOLDERS -c "$RULES")" "$leader(1)"
+}

@@ -11,5 +11,8 @@
  * 22 the start time) of process pid's stat, 0 for this process; 0 when
  * it cannot be read. */
 uint64_t bh_proc_stat_field(pid_t pid, int field);
+/* Process pid's state (field 3: 'R', 'S', 'Z' for a zombie...); 0 when
+ * it cannot be read. */
+char bh_proc_stat_state(pid_t pid);
 
 #endif

@@ -99,10 +99,17 @@ static uint64_t process_start_time(pid_t pid)
 }
 
 /* A start time of 0 is unknown (the holder could not open /proc, at its
- * fd limit): then only the pid's absence says it is gone. */
+ * fd limit): then only the pid's absence says it is gone. A zombie is
+ * gone too: the kernel undid its semaphores before it became one, and
+ * its parent may take its time to wait for it (stat right after a daemon
+ * exited listed it as a holder). A leader that ended with pthread_exit()
+ * shows as a zombie too while its threads run: those count (field 20). */
 static int holder_is_dead(const struct bh_holder *holder, pid_t pid)
 {
     if (kill(pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    char state = bh_proc_stat_state(pid);
+    if ((state == 'Z' || state == 'X') && bh_proc_stat_field(pid, 20) <= 1)
         return 1;
     uint64_t start = process_start_time(pid);
     return holder->start_time != 0 && start != 0 && start != holder->start_time;
