@@ -81,10 +81,13 @@ static int cannot_say(struct suggestion *s)
     }
     if (s->samples >= MIN_SAMPLES)
         return 0;
-    if (!s->by_turnaround && s->view.in_use > 0 && s->window.turnarounds == 0)
-        snprintf(s->verdict, VERDICT_MAX, "too little traffic to say (%" PRIu64 " ended, "
-                 "%d open now): if its connections carry many requests each, set "
-                 "turnaround = yes in [%s]", s->samples, s->view.in_use, name);
+    /* Without turnaround, a sample is a connection, however many requests
+     * it carried: keep-alive traffic of a thousand requests is 8 here. */
+    if (!s->by_turnaround && s->window.turnarounds == 0)
+        snprintf(s->verdict, VERDICT_MAX, "too little traffic to say (%" PRIu64 " connection%s "
+                 "ended, %d open now): if its connections carry many requests each, set "
+                 "turnaround = yes in [%s]", s->samples, s->samples == 1 ? "" : "s",
+                 s->view.in_use, name);
     else
         snprintf(s->verdict, VERDICT_MAX, "too little traffic to say (%" PRIu64
                  " request%s)", s->samples, s->samples == 1 ? "" : "s");

@@ -117,7 +117,7 @@ EOF
     c_rules "$RULES" 50
     paced_traffic 9 1
     run python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compartments"][0]; print(c["suggested_limit"], c["samples"], c["verdict"])' "$T/suggest.json"
-    assert_output "None 9 too little traffic to say (9 requests)"
+    assert_output "None 9 too little traffic to say (9 connections ended, 0 open now): if its connections carry many requests each, set turnaround = yes in [c]"
     run "$BULKHEAD" suggest -c "$RULES" --apply
     assert_success
     assert_line "nothing to change"
