@@ -43,6 +43,7 @@ BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib$(if $(MULTIARCH),/$(MULTIARCH))
 MANDIR     ?= $(PREFIX)/share/man
 DOCDIR     ?= $(PREFIX)/share/doc/bulkhead
+MONITORDIR ?= $(PREFIX)/share/bulkhead-agent/monitoring
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 # Every man page: man/NAME.SECTION.
 MAN_PAGES := $(wildcard man/*.[1-8])
@@ -299,6 +300,9 @@ install: all
 	$(foreach page,$(MAN_PAGES),install -D -m 0644 $(page) \
 	    $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(page)))/$(notdir $(page));)
 	install -D -m 0644 rules.ini.example $(DESTDIR)$(DOCDIR)/examples/rules.ini.example
+	install -d $(DESTDIR)$(MONITORDIR)
+	install -m 0644 monitoring/bulkhead.rules.yml monitoring/bulkhead.rules.test.yml \
+	    monitoring/bulkhead.dashboard.json $(DESTDIR)$(MONITORDIR)
 	test -e $(DESTDIR)/etc/bulkhead/rules.ini || \
 	    install -D -m 0644 agent/rules.ini $(DESTDIR)/etc/bulkhead/rules.ini
 

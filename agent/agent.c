@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "adaptive/adaptive.h"
+#include "admission/admission.h"
 #include "metrics.h"
 #include "password_file.h"
 
@@ -97,8 +98,10 @@ static int password_exposed(const struct bh_config *config)
 }
 
 /* The fleet compartments, registered in the namespace. A new one starts
- * at 0 on this host: it has no share until Redis grants one. Without a
- * fleet, with --metrics, the agent joins the namespace only to serve it. */
+ * at 0 on this host: it has no share until Redis grants one. With
+ * --metrics, the others too, at their limits, so that /metrics serves
+ * every compartment of the rules; without a fleet, the agent joins the
+ * namespace only to serve it. */
 static int join(struct agent *agent, int metrics)
 {
     char why[256];
@@ -122,6 +125,16 @@ static int join(struct agent *agent, int metrics)
             .rules = rules, .index = index, .grant = live,
             .state = BH_FLEET_FALLBACK,
             .refusals_seen = view.rejected + view.timed_out };
+    }
+    /* With --metrics, every compartment of the rules is there from the
+     * start (its limit, 0 in use), not from its first connect: a fresh
+     * host has series to alert on. */
+    for (int i = 0; metrics && i < agent->config.compartment_count; i++) {
+        const struct bh_compartment *rules = &agent->config.compartments[i];
+        int live = 0;
+        if ((!agent->config.fleet_url || rules->fleet_limit == 0) &&
+            bh_compartment_register(&agent->ns, rules, bh_starting_limit(rules), &live) < 0)
+            agent_log("[%s]: cannot register: %s", rules->name, strerror(errno));
     }
     if (agent->count == 0 && !metrics) {
         agent_log("%s: %s: nothing to lease (--metrics serves /metrics without one)",

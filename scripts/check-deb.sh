@@ -147,9 +147,11 @@ check "bulkhead: the command, bulkhead(1), bulkhead.ini(5), rules.ini.example" \
     usr/share/man/man5/bulkhead.ini.5.gz \
     usr/share/doc/bulkhead/examples/rules.ini.example
 check "bulkhead: Multi-Arch: foreign" field_is bulkhead Multi-Arch foreign
-check "bulkhead-agent: the agent, bulkhead-agent(8), rules.ini" \
+check "bulkhead-agent: the agent, bulkhead-agent(8), rules.ini, the alerting rules and dashboard" \
     has_files bulkhead-agent usr/bin/bulkhead-agent usr/share/man/man8/bulkhead-agent.8.gz \
-    etc/bulkhead/rules.ini
+    etc/bulkhead/rules.ini usr/share/bulkhead-agent/monitoring/bulkhead.rules.yml \
+    usr/share/bulkhead-agent/monitoring/bulkhead.rules.test.yml \
+    usr/share/bulkhead-agent/monitoring/bulkhead.dashboard.json
 check "bulkhead-agent: conffile, system user, unit installed as User=bulkhead, not enabled" \
     agent_unit_and_user
 for f in "usr/lib/$triplet/bulkhead/libbulkhead.so" usr/bin/bulkhead usr/bin/bulkhead-agent; do

@@ -51,6 +51,10 @@ installed() {
         expected+=("/usr/share/man/man${page##*.}/${page##*/}")
     done
     expected+=(/usr/share/doc/bulkhead/examples/rules.ini.example)
+    local shipped
+    for shipped in bulkhead.rules.yml bulkhead.rules.test.yml bulkhead.dashboard.json; do
+        expected+=("/usr/share/bulkhead-agent/monitoring/$shipped")
+    done
     assert_equal "$(installed "$T/root")" "$(printf '%s\n' "${expected[@]}" | sort)"
     run grep -x 'ExecStart=/usr/bin/bulkhead-agent run .*' \
         "$T/root/usr/lib/systemd/system/bulkhead-agent.service"
