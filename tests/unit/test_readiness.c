@@ -82,14 +82,20 @@ static short poll_one(int fd, int timeout_ms)
 
 /* ---- poll and ppoll ------------------------------------------------------ */
 
-static void test_nothing_waiting_passes_through(void **state)
+/* Nothing waiting: the kernel's answer. One fd waiting: only it hidden. */
+static void test_only_waiting_fds_are_hidden(void **state)
 {
     (void)state;
-    int fd = tcp_socket();
+    int fd = tcp_socket(), waiting = tcp_socket();
     assert_int_equal(bh_waiting_active, 0);
     assert_int_equal(poll_one(fd, 0), POLLOUT | POLLHUP);
     assert_int_equal(bh_waiting_verdict(fd, 0), BH_WAITING_NONE);
+    assert_int_equal(bh_waiting_hide(waiting), 0);
+    assert_int_equal(bh_waiting_active, 1);
+    assert_int_equal(poll_one(fd, 0), POLLOUT | POLLHUP);
+    assert_int_equal(poll_one(waiting, 0), 0);
     close(fd);
+    close(waiting);
 }
 
 static void test_poll_hides_and_keeps_the_timeout(void **state)
@@ -337,7 +343,7 @@ static void test_every_thread_wakes_and_timeouts_hold(void **state)
         assert_true(sleepers[i].slept_ms >= 400);
     }
     for (int i = 0; i < THREADS; i++) {
-        sleepers[i].timeout_ms = -1;
+        sleepers[i].timeout_ms = 10000;
         assert_int_equal(pthread_create(&threads[i], NULL, sleeping, &sleepers[i]), 0);
     }
     nanosleep(&moment, NULL);
@@ -347,6 +353,7 @@ static void test_every_thread_wakes_and_timeouts_hold(void **state)
         pthread_join(threads[i], NULL);
         assert_int_equal(sleepers[i].found, 1);
         assert_int_equal(sleepers[i].events, POLLOUT);
+        assert_true(sleepers[i].slept_ms < 5000);
     }
     close(fd);
     close(other);
@@ -521,6 +528,7 @@ static void test_an_epoll_set_closed_meanwhile(void **state)
     assert_int_equal(bh_epoll_ctl(kept, EPOLL_CTL_ADD, fd, &event), 0);
     assert_int_equal(bh_waiting_hide(fd), 0);
     close(gone);
+    assert_int_equal(epoll_events(kept, &event, 0), 0);
     connect_now(fd);
     bh_waiting_show(fd, 0);
     assert_int_equal(epoll_events(kept, &event, 1000), 1);
@@ -532,7 +540,7 @@ static void test_an_epoll_set_closed_meanwhile(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_nothing_waiting_passes_through, set_up,
+        cmocka_unit_test_setup_teardown(test_only_waiting_fds_are_hidden, set_up,
                                         tear_down),
         cmocka_unit_test_setup_teardown(test_poll_hides_and_keeps_the_timeout, set_up,
                                         tear_down),
