@@ -23,11 +23,14 @@ enum { POLL_COPY = 256 };
  * at FD_SETSIZE or above), a call looks again this often. */
 #define SLICE_NS 10000000LL
 
-/* A deadline on CLOCK_MONOTONIC; -1: none. */
+/* A deadline on CLOCK_MONOTONIC; -1: none, 0: now (a zero timeout,
+ * common in event loops, reads no clock). */
 static int64_t deadline_of(const struct timespec *timeout)
 {
     if (!timeout)
         return -1;
+    if (timeout->tv_sec == 0 && timeout->tv_nsec == 0)
+        return 0;
     return bh_clock_ns(CLOCK_MONOTONIC) + (int64_t)timeout->tv_sec * 1000000000 +
            timeout->tv_nsec;
 }
@@ -37,7 +40,9 @@ static int64_t deadline_of(const struct timespec *timeout)
 static struct timespec *time_left(int64_t deadline, int64_t most, struct timespec *left)
 {
     int64_t ns = most;
-    if (deadline >= 0) {
+    if (deadline == 0)
+        ns = 0;
+    else if (deadline > 0) {
         int64_t until = deadline - bh_clock_ns(CLOCK_MONOTONIC);
         if (until < 0)
             until = 0;
@@ -53,7 +58,7 @@ static struct timespec *time_left(int64_t deadline, int64_t most, struct timespe
 
 static int deadline_passed(int64_t deadline)
 {
-    return deadline >= 0 && bh_clock_ns(CLOCK_MONOTONIC) >= deadline;
+    return deadline == 0 || (deadline > 0 && bh_clock_ns(CLOCK_MONOTONIC) >= deadline);
 }
 
 /* ---- poll ------------------------------------------------------------- */

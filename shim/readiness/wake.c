@@ -10,13 +10,15 @@
  * thread, read by bh_wake_all) and its fd (made by the first thread that
  * claims the waker, then kept for the next claimer; read by bh_wake_all
  * once armed).
- * The order that loses no wake: a caller arms, and before each look at
- * the table drains; the table's writer changes it, then writes to every
- * armed waker (all sequentially consistent). A write that a drain
- * swallowed came from a change the look after it sees; a change after
- * the look finds the waker armed, and its write ends the sleep. A write
- * that lands after the call (or a stale one) costs the next claimer one
- * extra look at most, never a busy loop: each look drains.
+ * The order that loses no wake: a caller arms, looks at the table,
+ * sleeps, and when its waker fired drains it before it looks again; the
+ * table's writer changes it, then writes to every armed waker (all
+ * sequentially consistent). A write that a drain swallowed came from a
+ * change the look after it sees; a change after a look finds the waker
+ * armed, and its write ends the sleep. A write that lands after a call
+ * has released its waker costs the next claimer one extra look, never a
+ * busy loop: each look after a wake-up drains. (Not draining at the claim
+ * keeps the call at one system call.)
  * Signal handlers: every function here is async-signal-safe (atomics,
  * eventfd, read, write, fstat); a handler's poll claims a waker of its own.
  * Death mid-operation: the process is gone with its fds; nothing shared
@@ -77,7 +79,6 @@ int bh_wake_claim(void)
             return BH_WAKE_NONE;
         }
         atomic_store(&wakers[i].state, ARMED);
-        bh_wake_drain(i);
         return i;
     }
     return BH_WAKE_NONE;
