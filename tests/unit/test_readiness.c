@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -537,6 +538,60 @@ static void test_an_epoll_set_closed_meanwhile(void **state)
     close(kept);
 }
 
+/* No room: an fd in more epoll sets than a slot holds, or one fd more
+ * than the table holds, is not hidden at all (the engine refuses it). */
+static void test_no_room_hides_nothing(void **state)
+{
+    (void)state;
+    enum { SETS = 9, SLOTS = 512 };
+    int fd = tcp_socket(), sets[SETS];
+    struct epoll_event event = {.events = EPOLLOUT};
+    for (int i = 0; i < SETS; i++) {
+        sets[i] = epoll_create1(0);
+        assert_int_equal(bh_epoll_ctl(sets[i], EPOLL_CTL_ADD, fd, &event), 0);
+    }
+    assert_int_equal(bh_waiting_hide(fd), -1);
+    assert_int_equal(errno, ENOSPC);
+    assert_int_equal(bh_waiting_active, 0);
+    for (int i = 0; i < SETS; i++) {
+        assert_int_equal(epoll_events(sets[i], &event, 0), 1);
+        close(sets[i]);
+    }
+    close(fd);
+
+    static int fds[SLOTS + 1];
+    for (int i = 0; i < SLOTS; i++) {
+        fds[i] = tcp_socket();
+        assert_int_equal(bh_waiting_hide(fds[i]), 0);
+    }
+    fds[SLOTS] = tcp_socket();
+    assert_int_equal(bh_waiting_hide(fds[SLOTS]), -1);
+    assert_int_equal(errno, ENOSPC);
+    assert_int_equal(poll_one(fds[SLOTS], 0), POLLOUT | POLLHUP);
+    for (int i = 0; i <= SLOTS; i++)
+        close(fds[i]);
+}
+
+/* After fork the child's table is empty (reset), the parent's intact. */
+static void test_the_child_after_reset(void **state)
+{
+    (void)state;
+    int fd = tcp_socket();
+    assert_int_equal(bh_waiting_hide(fd), 0);
+    assert_int_equal(poll_one(fd, 0), 0);  /* a waker made, inherited */
+    pid_t child = fork();
+    if (child == 0) {
+        bh_waiting_reset();
+        struct pollfd entry = {.fd = fd, .events = POLLOUT};
+        _exit(bh_waiting_active == 0 && poll(&entry, 1, 0) == 1 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(poll_one(fd, 0), 0);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -570,6 +625,8 @@ int main(void)
                                         tear_down),
         cmocka_unit_test_setup_teardown(test_an_epoll_set_closed_meanwhile, set_up,
                                         tear_down),
+        cmocka_unit_test_setup_teardown(test_no_room_hides_nothing, set_up, tear_down),
+        cmocka_unit_test_setup_teardown(test_the_child_after_reset, set_up, tear_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
