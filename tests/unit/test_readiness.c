@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -592,6 +593,50 @@ static void test_the_child_after_reset(void **state)
     close(fd);
 }
 
+/* The lowest-numbered eventfd of the process: the layer's waker here. */
+static int first_eventfd(void)
+{
+    char path[64], target[64];
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t length = readlink(path, target, sizeof target - 1);
+        if (length > 0 && (target[length] = '\0', strcmp(target, "anon_inode:[eventfd]") == 0))
+            return fd;
+    }
+    return -1;
+}
+
+/* The program closes the layer's eventfd and gets its number for an
+ * eventfd of its own: that one is never read nor written, and a show
+ * still wakes a poll. */
+static void test_a_waker_the_program_closed(void **state)
+{
+    (void)state;
+    int fd = tcp_socket();
+    assert_int_equal(bh_waiting_hide(fd), 0);
+    assert_int_equal(poll_one(fd, 0), 0);
+    int waker = first_eventfd();
+    assert_true(waker >= 0);
+    close(waker);
+    int mine = eventfd(5, EFD_NONBLOCK);
+    assert_int_equal(mine, waker);
+    struct sleeper sleeper = {.call = POLL, .fd = fd, .timeout_ms = 10000};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, sleeping, &sleeper), 0);
+    struct timespec moment = {0, 100 * 1000000};
+    nanosleep(&moment, NULL);
+    connect_now(fd);
+    bh_waiting_show(fd, 0);
+    pthread_join(thread, NULL);
+    assert_int_equal(sleeper.found, 1);
+    assert_true(sleeper.slept_ms < 5000);
+    uint64_t count = 0;
+    assert_int_equal(read(mine, &count, sizeof count), sizeof count);
+    assert_int_equal(count, 5);
+    close(mine);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -627,6 +672,8 @@ int main(void)
                                         tear_down),
         cmocka_unit_test_setup_teardown(test_no_room_hides_nothing, set_up, tear_down),
         cmocka_unit_test_setup_teardown(test_the_child_after_reset, set_up, tear_down),
+        cmocka_unit_test_setup_teardown(test_a_waker_the_program_closed, set_up,
+                                        tear_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
