@@ -9,6 +9,8 @@
  *   filter.c     the seccomp filter, installed in the child before exec
  *   supervise.c  the parent's loop: notifications, signals, exits, timers
  *   connects.c   one trapped connect: admission, then the connect itself
+ *   programs.c   which programs are Go (their non-blocking connects may
+ *                wait as long as blocking ones), told by the executable
  *   fastopen.c   one trapped MSG_FASTOPEN send: EOPNOTSUPP to a matched
  *                destination (as with client Fast Open off), so that the
  *                program falls back to connect()
@@ -161,6 +163,12 @@ int sv_is_stream(int sock);
 /* The trapped call's arguments where the native call has them (a
  * socketcall's read from the program's memory); 0, or -1. */
 int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6]);
+
+/* ---- programs.c ---- */
+
+/* Whether process pid runs a Go program (its executable read once per
+ * file); 0 when it cannot be told. Any thread. */
+int sv_program_is_go(pid_t pid);
 
 /* ---- fastopen.c ---- */
 
