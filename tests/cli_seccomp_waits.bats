@@ -67,7 +67,7 @@ release_one() {
 @test "seccomp waits: a Go client's 200 dials from 100 goroutines at limit 3 and wait_ms = 30000 all get through, the server never seeing more than 3" {
     start_server s -1
     compartment_rules 3 wait_ms=30000 max_waiters=100
-    "$BULKHEAD" run -c "$RULES" -- "$GODIAL" "127.0.0.1:$SERVER_PORT" 200 pool 100 20 \
+    "$BULKHEAD" run -c "$RULES" -- "$GODIAL" "127.0.0.1:$SERVER_PORT" 200 pool 100 50 \
         >"$T/go" 2>"$T/go.err" 3>&- || fail "godial: $(cat "$T/go.err")"
     assert_equal "$(words ok "$T/go")" 200
     assert_equal "$(server_stat s max)" 3
