@@ -142,6 +142,10 @@ enum cli_reach {
  * text says why, in one line with no newline. */
 enum cli_reach cli_interpose_warning(const char *command, char *text,
                                      size_t textlen);
+/* Whether the open file is a Go program's image (its build info, as `go
+ * version` finds it): an ELF header, the section names, at most 64 kB of
+ * data read. */
+int cli_is_go_image(int fd);
 
 /* Every process holding permits in a namespace, by compartment then pid;
  * as many as there are. */

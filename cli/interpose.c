@@ -183,6 +183,12 @@ static int has_go_magic(const struct elf *elf)
     return 0;
 }
 
+int cli_is_go_image(int fd)
+{
+    struct elf elf;
+    return elf_open(fd, &elf) == 0 && (has_go_section(&elf) || has_go_magic(&elf));
+}
+
 /* The same file as our own loader: running it by hand (ld.so PROGRAM)
  * loads PROGRAM with LD_PRELOAD like any dynamic program. */
 static int is_our_loader(const char *path)

@@ -471,6 +471,18 @@ struct answer {
     int forsaken;
 };
 
+/* How a non-blocking connect of process pid waits for a permit. We
+ * cannot keep its socket out of the program's poll or epoll while it
+ * waits (the shim can, in its own process), so an answer of EINPROGRESS
+ * before the permit would show the program a never-connected socket as
+ * ready: the wait is in the trapped connect. A Go program loses nothing
+ * by it (its runtime parks the goroutine); any other program's loop
+ * stalls, and must not wait for permits it holds itself. */
+static enum bh_nonblocking_wait nonblocking_wait_of(pid_t pid)
+{
+    return sv_program_is_go(pid) ? BH_NONBLOCKING_PARKED : BH_NONBLOCKING_STALLS;
+}
+
 /* Admission for the process, then the connect. */
 static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uint64_t inode)
 {
@@ -485,7 +497,8 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     if (sv_read_proc(pid, "comm", name, sizeof name) > 0)
         name[strcspn(name, "\n")] = '\0';
     struct bh_applicant applicant = { pid, name, membership, process->claimed,
-                                      sv_sockets_reap, state, NULL, NULL, NULL };
+                                      sv_sockets_reap, state, NULL, NULL, NULL,
+                                      nonblocking_wait_of(pid) };
     struct bh_admitted admitted;
     int shared, wanted = 1;
     do  /* interrupted: its notification died, or seemed to */

@@ -11,6 +11,8 @@
  *                the main thread's wake-up: calls no other file here
  *   supervise.c  the parent's loop: notifications, signals, exits, timers
  *   connects.c   one trapped connect: admission, then the connect itself
+ *   programs.c   which programs are Go (their non-blocking connects may
+ *                wait as long as blocking ones), told by the executable
  *   fastopen.c   one trapped MSG_FASTOPEN send: EOPNOTSUPP to a matched
  *                destination (as with client Fast Open off), so that the
  *                program falls back to connect()
@@ -179,6 +181,12 @@ int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif
 int sv_connects_due_ms(void);
 /* Main thread: interrupts the wait of jobs whose notifications died. */
 void sv_connects_look(struct sv_state *state);
+
+/* ---- programs.c ---- */
+
+/* Whether process pid runs a Go program (its executable read once per
+ * file); 0 when it cannot be told. Any thread. */
+int sv_program_is_go(pid_t pid);
 
 /* ---- fastopen.c ---- */
 

@@ -58,6 +58,27 @@ struct bh_admitter {
     const int *shared_index;
 };
 
+/* How a non-blocking connect of an applicant waits for a permit when the
+ * compartment is full. */
+enum bh_nonblocking_wait {
+    /* The shim's own rule for its own process (admit.h's non-blocking
+     * branch). */
+    BH_NONBLOCKING_OWN = 0,
+    /* Only the calling thread waits, and the program runs on meanwhile,
+     * so the wait is a blocking connect's: wait_ms and max_waiters (and
+     * hold_wait_ms for a single-threaded process). A Go program under the
+     * supervisor: its runtime parks the goroutine in the trapped connect
+     * and runs the others on another thread. */
+    BH_NONBLOCKING_PARKED,
+    /* The wait stalls the program's event loop, which is the code that
+     * would give back the connections it holds: wait_ms while the process
+     * holds none of the compartment's permits, hold_wait_ms once it holds
+     * some, whatever its thread count. Any other program under the
+     * supervisor, which cannot keep the socket out of the program's poll
+     * or epoll to answer EINPROGRESS at once (see docs/seccomp.md). */
+    BH_NONBLOCKING_STALLS,
+};
+
 /* On whose behalf. */
 struct bh_applicant {
     pid_t pid;          /* 0: the calling process itself */
@@ -87,6 +108,8 @@ struct bh_applicant {
      * the caller saw explains it (see bh_shim_uid_settled); the admission
      * then returns BH_GATE_UID_MOVED. NULL: never. */
     int (*uid_settled)(void);
+    /* How its non-blocking connects wait (above); read only when full. */
+    enum bh_nonblocking_wait nonblocking_wait;
 };
 
 /* What an admitted connect holds: its permits, and the probe slot's

@@ -157,20 +157,25 @@ static void bound_nonblocking(struct wait_bound *bound,
  * waits): hold_wait_ms bounds that wait. A thread of a thread pool waits
  * wait_ms as ever: its siblings hold their own connections and give them
  * back, and bounding them would end waiting in every threaded server.
+ * A wait that stalls an event loop (BH_NONBLOCKING_STALLS) is bounded
+ * whatever the thread count: the loop it stalls serves the connections.
  * Threads: /proc/PID/stat field 20, read only on this rare path. */
 static void bound_hold_wait(struct wait_bound *bound, const struct bh_compartment *compartment,
-                            int held, const struct bh_applicant *applicant)
+                            int held, const struct bh_applicant *applicant, int stalls_loop)
 {
     char because[112];
     if (held <= 0 || compartment->hold_wait_ms >= bound->ms)
         return;
-    long threads = bh_proc_stat_field(applicant->pid, 20);
-    if (applicant->own_threads)
-        threads -= applicant->own_threads();
-    if (threads != 1)
-        return;
+    if (!stalls_loop) {
+        long threads = bh_proc_stat_field(applicant->pid, 20);
+        if (applicant->own_threads)
+            threads -= applicant->own_threads();
+        if (threads != 1)
+            return;
+    }
     snprintf(because, sizeof because, "this process already holds %d of its "
-             "permits; hold_wait_ms = %d", held, compartment->hold_wait_ms);
+             "permits%s; hold_wait_ms = %d", held,
+             stalls_loop ? " and its loop waits" : "", compartment->hold_wait_ms);
     bound_by(bound, compartment->hold_wait_ms, because);
 }
 
@@ -192,10 +197,11 @@ static int wait_allowed_ms(const struct asking *asking,
     if (bound.ms == 0)
         snprintf(bound.because, sizeof bound.because, "wait_ms = 0");
     int blocking = bound.ms > 0 ? may_block(asking->fd) : 1;
-    if (!blocking)
+    enum bh_nonblocking_wait nonblocking = asking->applicant->nonblocking_wait;
+    if (!blocking && nonblocking == BH_NONBLOCKING_OWN)
         bound_nonblocking(&bound, compartment);
-    bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask),
-                    asking->applicant);
+    bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask), asking->applicant,
+                    !blocking && nonblocking == BH_NONBLOCKING_STALLS);
     int own_ms = blocking && bound.ms > 0 ? own_timeout_ms(asking->fd) : 0;
     if (own_ms > 0)
         bound_by(&bound, own_ms, "the socket's SO_SNDTIMEO");

@@ -74,13 +74,13 @@ static const struct bh_admitter shim_admitter = {
 };
 static const struct bh_applicant shim_applicant = {
     0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads, bh_signals_all_restart,
-    bh_shim_uid_settled,
+    bh_shim_uid_settled, BH_NONBLOCKING_OWN,
 };
 
 /* The last try: a refusal is said and on_failure decides. */
 static const struct bh_applicant shim_applicant_last_try = {
     0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads, bh_signals_all_restart,
-    NULL,
+    NULL, BH_NONBLOCKING_OWN,
 };
 
 enum { UID_MOVED_TRIES = 16 };
