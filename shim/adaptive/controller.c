@@ -19,9 +19,11 @@
  * The baseline (the no-load latency the gradient compares with) forgets
  * quickly downward and slowly upward: a window faster than the baseline
  * becomes the baseline at once, so a recovered downstream is seen in one
- * window; a slower one moves it 1/256 of the way, which keeps the
- * baseline from drifting up with the controller's own queue (Gradient2's
- * known creep). A downstream that got slower is told from queueing by
+ * window; a slower one within the tolerance (below) moves it 1/256 of
+ * the way, and one past it not at all: the limit settles where every
+ * window is past it, so the controller's own queue never creeps into the
+ * baseline (Gradient2's known creep), while a busy machine's noise under
+ * the capacity slowly does. A downstream that got slower is told from queueing by
  * lowering the limit: queueing latency falls with the limit, a slower
  * service's does not. So a window at the pin (below) whose latency is
  * still above SLOWER_AT_PIN x the baseline is a measurement of the new
@@ -115,11 +117,15 @@ static double queue_allowance(double limit)
     return allowance;
 }
 
+/* Down at once; up slowly, and only from a window the gradient reads as
+ * no queue: a window above the tolerance is the controller's own queue
+ * (or a slower downstream, learned at the pin), and the limit it settles
+ * at keeps every window there. */
 static void learn_baseline(struct bh_adaptive_state *state, int64_t recent_ns)
 {
     if (state->baseline_ns == 0 || recent_ns < state->baseline_ns)
         state->baseline_ns = recent_ns;
-    else
+    else if ((double)recent_ns <= TOLERANCE * (double)state->baseline_ns)
         state->baseline_ns += (recent_ns - state->baseline_ns) / BASELINE_UP_SLOW;
 }
 

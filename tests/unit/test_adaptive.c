@@ -145,8 +145,9 @@ static void test_fixed(void **state)
                  row->expected);
 }
 
-/* The baseline: down at once (a recovered downstream), up slowly, and
- * outright from a slow window at the pin (the downstream's new normal). */
+/* The baseline: down at once (a recovered downstream), up slowly within
+ * the tolerance and not at all past it (a queue), and outright from a
+ * slow window at the pin (the downstream's new normal). */
 static void test_baseline(void **state)
 {
     (void)state;
@@ -156,9 +157,13 @@ static void test_baseline(void **state)
     struct bh_adaptive_window faster = { 50, 40 * MS, 0, 1, 20, 20, 0 };
     assert_int_equal(bh_adaptive_step(&settings, &controller, &faster), BH_ADAPTIVE_GREW);
     assert_int_equal(controller.baseline_ns, 40 * MS);
-    struct bh_adaptive_window slower = { 50, 296 * MS, 0, 1, 21, 21, 0 };
+    struct bh_adaptive_window noisy = { 50, 46 * MS, 0, 1, 21, 21, 0 };
+    assert_int_equal(bh_adaptive_step(&settings, &controller, &noisy), BH_ADAPTIVE_GREW);
+    assert_int_equal(controller.baseline_ns, 40 * MS + 6 * MS / 256);  /* within 1.2 x */
+    int64_t learned = controller.baseline_ns;
+    struct bh_adaptive_window slower = { 50, 296 * MS, 0, 1, 22, 22, 0 };
     assert_int_equal(bh_adaptive_step(&settings, &controller, &slower), BH_ADAPTIVE_LATENCY);
-    assert_int_equal(controller.baseline_ns, 41 * MS);  /* 1/256 of 256 ms */
+    assert_int_equal(controller.baseline_ns, learned);  /* queued: no creep */
     controller.estimate_milli = 2 * 1000;  /* at the pin */
     struct bh_adaptive_window pinned = { 50, 296 * MS, 0, 1, 2, 2, 0 };
     assert_int_equal(bh_adaptive_step(&settings, &controller, &pinned), BH_ADAPTIVE_GREW);
