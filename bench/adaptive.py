@@ -196,13 +196,14 @@ def sweep_lines(results):
 
 
 def stalls(results, capacity):
-    """The machine's own stalls in a sweep: the p99 of the fixed limit at
-    the capacity, which queues nothing, so anything past 3 x S there is
-    the scheduler's. None when it shows none, else the line's reason."""
-    tail = results[f"fixed {capacity}"][3]
+    """The machine's own stalls in a sweep: the worst p99 of the fixed
+    limits up to the capacity, which queue nothing, so anything past 3 x S
+    there is the scheduler's. None when they show none, else the line's
+    reason."""
+    tail, label = max((r[3], label) for label, r in results.items()
+                      if label.startswith("fixed") and int(label.split()[1]) <= capacity)
     return (None if tail <= GOOD_MS else
-            f"the machine stalled: fixed {capacity}, which queues nothing, had a p99 of "
-            f"{tail:.0f} ms")
+            f"the machine stalled: {label}, which queues nothing, had a p99 of {tail:.0f} ms")
 
 
 def judged(ok, text, stalled):

@@ -21,11 +21,13 @@
  * becomes the baseline at once, so a recovered downstream is seen in one
  * window; a slower one within the tolerance (below) moves it 1/256 of
  * the way, and one past it not at all: the limit settles where every
- * window is past it, so the controller's own queue never creeps into the
- * baseline (Gradient2's known creep), while a busy machine's noise under
- * the capacity slowly does. A downstream that got slower is told from queueing by
- * lowering the limit: queueing latency falls with the limit, a slower
- * service's does not. So a window at the pin (below) whose latency is
+ * window is past it, so the controller's own queue never creeps into
+ * the baseline (Gradient2's known creep), while a busy machine's noise
+ * under the capacity slowly does.
+ *
+ * A downstream that got slower is told from queueing by lowering the
+ * limit: queueing latency falls with the limit, a slower service's does
+ * not. So a window at the pin (below), with no drops, whose latency is
  * still above SLOWER_AT_PIN x the baseline is a measurement of the new
  * normal, taken for the baseline at once: a service 4 x slower is back
  * near its capacity within seconds, not at the next re-measure. Not at
@@ -35,15 +37,15 @@
  *
  * The tolerance: the gradient reads latency up to 1.2 x the baseline as
  * no queue. Scheduler noise on a busy machine adds milliseconds to every
- * answer whatever the limit, and read as queueing it kept the limit far
- * under a capacity it never reached; a real queue above the capacity C
- * still shows, as latency in proportion to limit / C. The controller
- * settles at about 1.2 C + the allowance, with a fifth of C queued: enough
- * that a slot freed at the downstream finds a request waiting, which a
- * limit of C + 1 did not (the gap between one answer and the next
- * connect), at a latency 1.2 to 1.3 x the baseline.
+ * answer whatever the limit; read as queueing, it would hold the limit
+ * far under the capacity. A real queue above the capacity C still shows,
+ * as latency in proportion to limit / C. The controller settles at about
+ * 1.2 C + the allowance, with a fifth of C queued: enough that a slot
+ * freed at the downstream finds a request waiting, which at C + 1 it
+ * often does not (the gap between one answer and the next connect), at
+ * a latency of 1.2 to 1.3 x the baseline.
  *
- * That cannot undo a wrong first baseline: a controller that starts far
+ * None of that can undo a wrong first baseline: a controller that starts far
  * above the downstream's capacity sees the queue it makes in its first
  * window, takes that for no load, and the gradient stays 1. So gradient
  * re-measures, as Envoy's adaptive concurrency and brpc do: at its first
@@ -176,7 +178,8 @@ static void schedule_probe(struct bh_adaptive_state *state, int64_t now_ns)
 static int slower_at_pin(const struct bh_adaptive_state *state,
                          const struct bh_adaptive_window *window)
 {
-    return (double)window->latency_ns > SLOWER_AT_PIN * (double)state->baseline_ns;
+    return window->drops == 0 &&
+           (double)window->latency_ns > SLOWER_AT_PIN * (double)state->baseline_ns;
 }
 
 /* The re-measure (see the top): NONE when the window goes on to the

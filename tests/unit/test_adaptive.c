@@ -165,6 +165,10 @@ static void test_baseline(void **state)
     assert_int_equal(bh_adaptive_step(&settings, &controller, &slower), BH_ADAPTIVE_LATENCY);
     assert_int_equal(controller.baseline_ns, learned);  /* queued: no creep */
     controller.estimate_milli = 2 * 1000;  /* at the pin */
+    struct bh_adaptive_window dropping = { 50, 296 * MS, 1, 1, 2, 2, 0 };
+    bh_adaptive_step(&settings, &controller, &dropping);
+    assert_int_equal(controller.baseline_ns, learned);  /* drops: not a measure */
+    controller.estimate_milli = 2 * 1000;
     struct bh_adaptive_window pinned = { 50, 296 * MS, 0, 1, 2, 2, 0 };
     assert_int_equal(bh_adaptive_step(&settings, &controller, &pinned), BH_ADAPTIVE_GREW);
     assert_int_equal(controller.baseline_ns, 296 * MS);
