@@ -17,7 +17,7 @@ CAPACITY_LOAD="$BH_ROOT/tests/clients/capacity_load.py"
 SERVICE_MS=10
 
 # server_says COMMAND: one line to the capacity server's control port (stat,
-# capacity N, reset); prints its answer.
+# capacity N, service MS, reset); prints its answer.
 server_says() {
     local ctl fd line
     ctl=$(sed -n 2p "$T/capacity.ready")
@@ -104,4 +104,18 @@ follows_capacity() {
     # latency above 1.5 x the service time: too much queued
     adaptive_downstream aimd adaptive_latency_ms=$((SERVICE_MS * 3 / 2))
     follows_capacity 7 4
+}
+
+@test "gradient: a downstream that becomes uniformly slower gets its limit back within seconds" {
+    adaptive_downstream gradient
+    wait_for -t 10 remeasured
+    # 4 x the service time, no queue: the limit falls to the pin, where
+    # latency does not fall with it; the next re-measure is a minute away
+    server_says "service $((SERVICE_MS * 4))" >/dev/null
+    wait_for -t 20 limit_at_most 3
+    wait_for -t 20 limit_at_least 7
+    local most
+    most=$(most_open_from_now)
+    ((most >= 7)) ||
+        fail "service 4 x slower, limit at least 7: the server had at most $most open at once"
 }

@@ -52,6 +52,8 @@ enum bh_adaptive_probe {
     BH_PROBE_NONE,
     BH_PROBE_DRAINING,           /* pinned low; what the old limit let in drains */
     BH_PROBE_MEASURING,          /* pinned low; this window is the baseline */
+    BH_PROBE_DRAINING_LAST,      /* pinned low; the drain's window still had more in
+                                  * use than the pin: one more window drains */
 };
 
 /* What the controller carries from window to window. */

@@ -19,14 +19,33 @@
  * The baseline (the no-load latency the gradient compares with) forgets
  * quickly downward and slowly upward: a window faster than the baseline
  * becomes the baseline at once, so a recovered downstream is seen in one
- * window; a slower one moves it 1/256 of the way, or 1/8 while the limit
- * sits at min_limit. Lowering the limit is how the controller tells its
- * own queueing from a downstream that got slower: if latency stays up even
- * at min_limit, it is the downstream's new normal, learned in a few
- * windows. Elsewhere the slow rate keeps the baseline from drifting up
- * with the controller's own queue (Gradient2's known creep).
+ * window; a slower one within the tolerance (below) moves it 1/256 of
+ * the way, and one past it not at all: the limit settles where every
+ * window is past it, so the controller's own queue never creeps into
+ * the baseline (Gradient2's known creep), while a busy machine's noise
+ * under the capacity slowly does.
  *
- * That cannot undo a wrong first baseline: a controller that starts far
+ * A downstream that got slower is told from queueing by lowering the
+ * limit: queueing latency falls with the limit, a slower service's does
+ * not. So a window at the pin (below), with no drops, whose latency is
+ * still above SLOWER_AT_PIN x the baseline is a measurement of the new
+ * normal, taken for the baseline at once: a service 4 x slower is back
+ * near its capacity within seconds, not at the next re-measure. Not at
+ * the tolerance: at a capacity of 2 or 3 the limit dips to the pin
+ * often, and one window of a busy machine's noise there would become a
+ * baseline the queue above the capacity hides under.
+ *
+ * The tolerance: the gradient reads latency up to 1.2 x the baseline as
+ * no queue. Scheduler noise on a busy machine adds milliseconds to every
+ * answer whatever the limit; read as queueing, it would hold the limit
+ * far under the capacity. A real queue above the capacity C still shows,
+ * as latency in proportion to limit / C. The controller settles at about
+ * 1.2 C + the allowance, with a fifth of C queued: enough that a slot
+ * freed at the downstream finds a request waiting, which at C + 1 it
+ * often does not (the gap between one answer and the next connect), at
+ * a latency of 1.2 to 1.3 x the baseline.
+ *
+ * None of that can undo a wrong first baseline: a controller that starts far
  * above the downstream's capacity sees the queue it makes in its first
  * window, takes that for no load, and the gradient stays 1. So gradient
  * re-measures, as Envoy's adaptive concurrency and brpc do: at its first
@@ -34,15 +53,20 @@
  * pins the limit at max(min_limit, 2) for two windows: the first drains
  * what the old limit let in, the second is the new baseline, outright
  * (up or down); then the limit goes back to where it was and the
- * gradient brings it down from there if it queues. 2 rather than 1:
- * twice the samples a window, at no queue for any downstream that serves
- * two at once. Once a minute (60 s and 15% jitter, as Envoy's example
- * configuration), since a wrong baseline is the start's, re-measured at
- * once, and later ones only creep; each re-measure costs about a second
- * at the pin, and the jitter keeps hosts from pinning together. A window
- * in which in use never exceeded the pin is itself such a measurement:
- * it is taken instead, with no pin (low traffic never sees the limit
- * move). The drain only ends on a window that closed with the pin live,
+ * gradient brings it down from there if it queues. A drain window that
+ * saw more in use than the pin (a deep queue at the downstream still
+ * answering) is followed by one more before the measure, so that the
+ * old queue's answers do not make the baseline: at most three windows.
+ * 2 rather than 1: twice the samples a window, at no queue for any
+ * downstream that serves two at once. Once a minute (60 s and 15%
+ * jitter, as Envoy's example configuration), since a wrong baseline is
+ * the start's, re-measured at once, and later ones only creep; each
+ * re-measure costs about a second at the pin, and the jitter keeps hosts
+ * from pinning together. A window in which in use never exceeded the pin
+ * is itself such a measurement: it is taken instead, with no pin (low
+ * traffic never sees the limit move), and so is a window at the pin that
+ * was still slow (above); either puts the next re-measure a full period
+ * off. The drain only ends on a window that closed with the pin live,
  * so a pin lost with its process is applied by the next window's closer
  * and drained before measuring. A phase whose estimate is not the pin is
  * stale: still the estimate it would resume, the pin was never swapped
@@ -60,7 +84,6 @@
 enum {
     MILLI = 1000,
     BASELINE_UP_SLOW = 256,  /* the baseline's upward step: 1/256 of the gap */
-    BASELINE_UP_AT_MIN = 8,  /* ... and at min_limit */
     PROBE_LIMIT = 2,         /* the re-measure's pin, at least min_limit */
 };
 static const int64_t PROBE_EVERY_MS = 60000;
@@ -69,7 +92,10 @@ static const int64_t PROBE_JITTER_MS = 9000;
 /* Gradient: the gradient is TOLERANCE x baseline / recent, clamped to
  * [GRADIENT_MIN, 1]; the new limit is limit x gradient + queue, moving
  * GROW_SMOOTHING of the way up or SHRINK_SMOOTHING of the way down. */
-static const double TOLERANCE = 1.0;
+static const double TOLERANCE = 1.2;
+/* A window at the pin this much slower than the baseline: the downstream
+ * got slower (the gradient reaches the pin only past 1.8 x). */
+static const double SLOWER_AT_PIN = 1.5;
 static const double GRADIENT_MIN = 0.5;
 static const double GROW_SMOOTHING = 1.0;
 static const double SHRINK_SMOOTHING = 0.5;
@@ -93,14 +119,16 @@ static double queue_allowance(double limit)
     return allowance;
 }
 
-static void learn_baseline(struct bh_adaptive_state *state, int64_t recent_ns,
-                           int at_min)
+/* Down at once; up slowly, and only from a window the gradient reads as
+ * no queue: a window above the tolerance is the controller's own queue
+ * (or a slower downstream, learned at the pin), and the limit it settles
+ * at keeps every window there. */
+static void learn_baseline(struct bh_adaptive_state *state, int64_t recent_ns)
 {
     if (state->baseline_ns == 0 || recent_ns < state->baseline_ns)
         state->baseline_ns = recent_ns;
-    else
-        state->baseline_ns += (recent_ns - state->baseline_ns) /
-                              (at_min ? BASELINE_UP_AT_MIN : BASELINE_UP_SLOW);
+    else if ((double)recent_ns <= TOLERANCE * (double)state->baseline_ns)
+        state->baseline_ns += (recent_ns - state->baseline_ns) / BASELINE_UP_SLOW;
 }
 
 static enum bh_adaptive_reason gradient(struct bh_adaptive_state *state,
@@ -147,6 +175,13 @@ static void schedule_probe(struct bh_adaptive_state *state, int64_t now_ns)
     state->probe_at_ns = now_ns + (PROBE_EVERY_MS + jitter_ms) * 1000000;
 }
 
+static int slower_at_pin(const struct bh_adaptive_state *state,
+                         const struct bh_adaptive_window *window)
+{
+    return window->drops == 0 &&
+           (double)window->latency_ns > SLOWER_AT_PIN * (double)state->baseline_ns;
+}
+
 /* The re-measure (see the top): NONE when the window goes on to the
  * gradient. */
 static enum bh_adaptive_reason remeasure(const struct bh_adaptive_settings *settings,
@@ -160,9 +195,10 @@ static enum bh_adaptive_reason remeasure(const struct bh_adaptive_settings *sett
         else
             schedule_probe(state, window->closed_ns);  /* moved by an operator: theirs */
     }
-    if (state->probe == BH_PROBE_DRAINING) {
+    if (state->probe == BH_PROBE_DRAINING || state->probe == BH_PROBE_DRAINING_LAST) {
         if (window->limit <= pin)
-            state->probe = BH_PROBE_MEASURING;
+            state->probe = window->peak <= pin || state->probe == BH_PROBE_DRAINING_LAST
+                ? BH_PROBE_MEASURING : BH_PROBE_DRAINING_LAST;
         return BH_ADAPTIVE_REMEASURE;
     }
     if (state->probe == BH_PROBE_MEASURING) {
@@ -172,13 +208,15 @@ static enum bh_adaptive_reason remeasure(const struct bh_adaptive_settings *sett
         schedule_probe(state, window->closed_ns);
         return BH_ADAPTIVE_RESUMED;
     }
-    if (window->closed_ns < state->probe_at_ns)
-        return BH_ADAPTIVE_NONE;
-    if (window->peak <= pin && !window->reached && window->samples > 0) {
+    int due = window->closed_ns >= state->probe_at_ns;
+    if (window->peak <= pin && window->samples > 0 &&
+        (due ? !window->reached : window->limit <= pin && slower_at_pin(state, window))) {
         state->baseline_ns = window->latency_ns;  /* no queue of ours: as good */
         schedule_probe(state, window->closed_ns);
         return BH_ADAPTIVE_NONE;
     }
+    if (!due)
+        return BH_ADAPTIVE_NONE;
     state->resume_milli = state->estimate_milli;
     state->estimate_milli = (int64_t)pin * MILLI;
     state->probe = BH_PROBE_DRAINING;
@@ -208,7 +246,7 @@ enum bh_adaptive_reason bh_adaptive_step(const struct bh_adaptive_settings *sett
     }
     next = clamp(next, settings->min_limit, settings->max_limit);
     if (window->samples > 0)
-        learn_baseline(state, window->latency_ns, next <= settings->min_limit);
+        learn_baseline(state, window->latency_ns);
     state->estimate_milli = (int64_t)(next * MILLI + 0.5);
     return reason;
 }

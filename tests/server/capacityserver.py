@@ -24,6 +24,8 @@ and gets one line back, then the server closes it:
                   max_serving=N served=N
     capacity N    sets C now (more slots start queued requests at once;
                   fewer let the requests being served finish), then stat
+    service MS    sets S now, for requests that start from then on, then
+                  stat
     reset         stat, then starts max_open, max_serving and served over
                   (the maxima from what is open and served now)
 
@@ -171,6 +173,8 @@ class Server:
         if words[:1] == ["capacity"] and len(words) == 2 and words[1].isdigit():
             self.capacity = int(words[1])
             self.start_queued()
+        elif words[:1] == ["service"] and len(words) == 2 and words[1].isdigit():
+            self.service = int(words[1]) / 1000.0
         elif words == ["reset"]:
             figures = self.stat_line()
             self.max_open, self.max_serving, self.served = len(self.requests), self.busy, 0

@@ -121,7 +121,7 @@ static const struct fixed fixed[] = {
       { 50, 50 * MS, 0, 1, 0, 0, 0 }, 50 * MS, 25 },
     /* min and max */
     { "gradient stops at min_limit", BH_ADAPTIVE_GRADIENT, 3, 1000, 0, 100, 40,
-      { 50, 1000 * MS, 0, 1, 0, 0, 0 }, 50 * MS, 3 },
+      { 50, 1000 * MS, 0, 1, 100, 100, 0 }, 50 * MS, 3 },
     { "aimd stops at min_limit", BH_ADAPTIVE_AIMD, 3, 1000, 0, 100, 100,
       { 50, 50 * MS, 5, 1, 0, 0, 0 }, 50 * MS, 3 },
     { "gradient stops at max_limit", BH_ADAPTIVE_GRADIENT, 1, 30, 0, 10, 100,
@@ -145,23 +145,34 @@ static void test_fixed(void **state)
                  row->expected);
 }
 
-/* The baseline: down at once (a recovered downstream), up slowly, and
- * faster at min_limit (the downstream's new normal). */
+/* The baseline: down at once (a recovered downstream), up slowly within
+ * the tolerance and not at all past it (a queue), and outright from a
+ * slow window at the pin (the downstream's new normal). */
 static void test_baseline(void **state)
 {
     (void)state;
     struct bh_adaptive_settings settings = { BH_ADAPTIVE_GRADIENT, 2, 100, 0 };
     struct bh_adaptive_state controller = { 20 * 1000, 100 * MS, BH_PROBE_NONE, 0,
                                             NO_PROBE };
-    struct bh_adaptive_window faster = { 50, 40 * MS, 0, 1, 0, 0, 0 };
+    struct bh_adaptive_window faster = { 50, 40 * MS, 0, 1, 20, 20, 0 };
     assert_int_equal(bh_adaptive_step(&settings, &controller, &faster), BH_ADAPTIVE_GREW);
     assert_int_equal(controller.baseline_ns, 40 * MS);
-    struct bh_adaptive_window slower = { 50, 296 * MS, 0, 1, 0, 0, 0 };
+    struct bh_adaptive_window noisy = { 50, 46 * MS, 0, 1, 21, 21, 0 };
+    assert_int_equal(bh_adaptive_step(&settings, &controller, &noisy), BH_ADAPTIVE_GREW);
+    assert_int_equal(controller.baseline_ns, 40 * MS + 6 * MS / 256);  /* within 1.2 x */
+    int64_t learned = controller.baseline_ns;
+    struct bh_adaptive_window slower = { 50, 296 * MS, 0, 1, 22, 22, 0 };
     assert_int_equal(bh_adaptive_step(&settings, &controller, &slower), BH_ADAPTIVE_LATENCY);
-    assert_int_equal(controller.baseline_ns, 41 * MS);  /* 1/256 of 256 ms */
-    controller.estimate_milli = 2 * 1000;  /* at min_limit */
-    bh_adaptive_step(&settings, &controller, &slower);
-    assert_int_equal(controller.baseline_ns, 41 * MS + 255 * MS / 8);
+    assert_int_equal(controller.baseline_ns, learned);  /* queued: no creep */
+    controller.estimate_milli = 2 * 1000;  /* at the pin */
+    struct bh_adaptive_window dropping = { 50, 296 * MS, 1, 1, 2, 2, 0 };
+    bh_adaptive_step(&settings, &controller, &dropping);
+    assert_int_equal(controller.baseline_ns, learned);  /* drops: not a measure */
+    controller.estimate_milli = 2 * 1000;
+    struct bh_adaptive_window pinned = { 50, 296 * MS, 0, 1, 2, 2, 0 };
+    assert_int_equal(bh_adaptive_step(&settings, &controller, &pinned), BH_ADAPTIVE_GREW);
+    assert_int_equal(controller.baseline_ns, 296 * MS);
+    assert_int_equal(bh_adaptive_limit_of(&controller), 3);
     struct bh_adaptive_window few = { 3, 1 * MS, 0, 1, 0, 0, 0 };
     int64_t before = controller.baseline_ns;
     assert_int_equal(bh_adaptive_step(&settings, &controller, &few), BH_ADAPTIVE_LOW_TRAFFIC);
@@ -219,8 +230,10 @@ static const struct remeasures {
       32, 100, 10000, 8, 25, 100, 8, 12, 1, 1, 25, 28 },
     { "gradient re-measures every 60 to 69 s and resumes near capacity",
       8, 25, 10000, 8, 25, 750, 8, 12, 2, 3, 25, 28 },
-    { "gradient learns a slower downstream at the re-measure",
-      8, 25, 10000, 8, 50, 100, 8, 12, 1, 1, 50, 56 },
+    { "gradient learns a 2 x slower downstream at the pin, before the re-measure",
+      8, 25, 10000, 8, 50, 100, 8, 12, 0, 0, 50, 56 },
+    { "gradient learns a 4 x slower downstream at the pin, before the re-measure",
+      8, 25, 10000, 8, 100, 100, 8, 12, 0, 0, 100, 112 },
 };
 
 static void test_remeasures(void **state)
@@ -269,6 +282,18 @@ static void test_remeasure_steps(void **state)
     assert_int_equal(controller.baseline_ns, 24 * MS);
     assert_true(controller.probe_at_ns >= 61400 * (int64_t)MS &&
                 controller.probe_at_ns < 70400 * (int64_t)MS);
+
+    /* A drain window that still saw the old queue in use: one more. */
+    controller = (struct bh_adaptive_state){ 2 * 1000, 25 * MS, BH_PROBE_DRAINING,
+                                             32 * 1000, 0 };
+    struct bh_adaptive_window deep = { 50, 100 * MS, 0, 1, 30, 2, 1200 * (int64_t)MS };
+    assert_int_equal(bh_adaptive_step(&settings, &controller, &deep), BH_ADAPTIVE_REMEASURE);
+    assert_int_equal(controller.probe, BH_PROBE_DRAINING_LAST);
+    assert_int_equal(bh_adaptive_step(&settings, &controller, &deep), BH_ADAPTIVE_REMEASURE);
+    assert_int_equal(controller.probe, BH_PROBE_MEASURING);
+    assert_int_equal(bh_adaptive_step(&settings, &controller, &unloaded),
+                     BH_ADAPTIVE_RESUMED);
+    assert_int_equal(controller.baseline_ns, 24 * MS);
 
     /* Its closer died before the pin's swap: the next window pins. */
     controller = (struct bh_adaptive_state){ 32 * 1000, 25 * MS, BH_PROBE_DRAINING,
