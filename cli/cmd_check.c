@@ -91,15 +91,9 @@ static void print_policy(const struct bh_compartment *compartment)
                user_uid_note(&compartment->bypasses[i], note, sizeof note));
 }
 
-/* How a wait is cut short: a non-blocking socket, a process that holds. */
+/* How a wait is cut short: a process that holds. */
 static void print_wait_bounds(const struct bh_compartment *compartment)
 {
-    printf("  wait_nonblocking %s\n", compartment->wait_nonblocking
-           ? "yes (non-blocking connects wait too)"
-           : "no (non-blocking connects are refused at once)");
-    if (compartment->wait_nonblocking)
-        printf("  nonblocking_wait_ms %d (the most a non-blocking connect waits, "
-               "not to stall its program)\n", compartment->nonblocking_wait_ms);
     if (compartment->hold_wait_ms == 0)
         printf("  hold_wait_ms 0 (a process already holding its permits is "
                "refused at once rather than wait for more)\n");
@@ -138,6 +132,17 @@ static void warn_heavy_rules(const struct bh_config *config)
                     "members can connect through it\n", config->path, rule->line,
                     rule->weight, common, common == 1 ? "" : "s", c->name);
     }
+}
+
+/* Keys that mean nothing any more: the file is valid, each is said on
+ * stderr so that it can be taken out. */
+static void warn_retired_keys(const struct bh_config *config)
+{
+    for (int i = 0; i < config->retired_count; i++)
+        fprintf(stderr, "bulkhead: %s:%d: warning: %s: retired, and ignored: "
+                "non-blocking connects now wait wait_ms without stalling their "
+                "program\n", config->path, config->retired[i].line,
+                config->retired[i].key);
 }
 
 static void print_compartment(const struct bh_config *config, int index)
@@ -277,6 +282,7 @@ static int check(int argc, char **argv)
     if (errors == 0 && config.fleet_url)
         errors = check_fleet(&config);
     if (errors == 0) {
+        warn_retired_keys(&config);
         warn_heavy_rules(&config);
         print_config(&config);
     }
@@ -293,8 +299,7 @@ const struct cli_command cli_check_command = {
     .help =
         "Validates a rules file (default: the one the shim would load) and\n"
         "prints the settings in effect: the namespace, the log level, and for\n"
-        "each compartment its limit, wait_ms, wait_nonblocking,\n"
-        "nonblocking_wait_ms, hold_wait_ms, max_waiters,\n"
+        "each compartment its limit, wait_ms, hold_wait_ms, max_waiters,\n"
         "errno, deadlines and breaker (connect_timeout_ms, io_timeout_ms,\n"
         "breaker_failures and its periods, when set), fleet_limit, and match\n"
         "rules with their line numbers. With fleet = in [global], it prints the\n"
@@ -309,7 +314,10 @@ const struct cli_command cli_check_command = {
         "one line each (\"bulkhead: rules.ini:12: limit: ...\"), when not. A\n"
         "valid file may still draw a warning on stderr: a match weight above\n"
         "its common pool (only the reserves' members can connect through it)\n"
-        "or above per_process (nobody can).\n",
+        "or above per_process (nobody can), and a retired key\n"
+        "(wait_nonblocking, nonblocking_wait_ms: taken with any value, and\n"
+        "ignored, since non-blocking connects now wait wait_ms without\n"
+        "stalling their program).\n",
     .run = check,
 };
 
@@ -471,13 +479,8 @@ static void explain_policy(const struct bh_rule *rule,
 /* How long a connect waits when the compartment is full, in plain words. */
 static void explain_waits(const struct bh_compartment *c)
 {
-    printf("  when full: a blocking connect waits up to %d ms\n", c->wait_ms);
-    if (!c->wait_nonblocking)
-        printf("  a non-blocking connect is refused at once (wait_nonblocking no)\n");
-    else
-        printf("  a non-blocking connect waits at most %d ms, then is refused: "
-               "the wait stalls its whole program (nonblocking_wait_ms)\n",
-               c->nonblocking_wait_ms);
+    printf("  when full: a connect waits up to %d ms (a non-blocking one "
+           "without stalling its program: connect() says EINPROGRESS)\n", c->wait_ms);
     if (c->hold_wait_ms == 0)
         printf("  a process already holding some of its permits is refused at "
                "once rather than wait for more: waiting while holding can "

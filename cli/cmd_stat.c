@@ -131,10 +131,11 @@ char *cli_format_holders(const struct cli_holder *holders, int count,
     return text;
 }
 
+/* Over every wait, granted or refused (the wait histogram's samples). */
 static double wait_mean_ms(const struct bh_compartment_view *view)
 {
-    return view->waits ? (double)view->wait_ns_total / (double)view->waits / 1e6
-                       : 0.0;
+    const struct bh_histogram_view *waits = &view->wait_time;
+    return waits->count ? (double)waits->sum_ns / (double)waits->count / 1e6 : 0.0;
 }
 
 static double wait_max_ms(const struct bh_compartment_view *view)
@@ -328,11 +329,12 @@ static void fill_histogram_cells(const char *name, const char *what,
     quantile_bound(histogram, 0.99, cells[5], BH_NAME_MAX);
 }
 
-/* Last: the connect-time and hold-time histograms of each compartment, a
- * row each when they have samples. The quantiles are bucket bounds. */
+/* Last: the connect-time, hold-time and wait-time histograms of each
+ * compartment, a row each when they have samples. The quantiles are
+ * bucket bounds. */
 static void print_histograms(const struct snapshot *snapshot)
 {
-    static char cells[(2 * BH_MAX_COMPARTMENTS + 1) * HISTOGRAM_COLUMNS][BH_NAME_MAX];
+    static char cells[(3 * BH_MAX_COMPARTMENTS + 1) * HISTOGRAM_COLUMNS][BH_NAME_MAX];
     int rows = 1;
     for (int column = 0; column < HISTOGRAM_COLUMNS; column++)
         snprintf(cells[column], BH_NAME_MAX, "%s", histogram_headings[column]);
@@ -343,6 +345,9 @@ static void print_histograms(const struct snapshot *snapshot)
                                  &cells[rows++ * HISTOGRAM_COLUMNS]);
         if (view->hold_time.count)
             fill_histogram_cells(view->name, "hold", &view->hold_time,
+                                 &cells[rows++ * HISTOGRAM_COLUMNS]);
+        if (view->wait_time.count)
+            fill_histogram_cells(view->name, "wait", &view->wait_time,
                                  &cells[rows++ * HISTOGRAM_COLUMNS]);
     }
     if (rows == 1)
@@ -646,6 +651,8 @@ static void print_json_outcomes(const struct bh_stat_row *row)
     print_json_histogram("connect_time", &view->connect_time);
     printf(", ");
     print_json_histogram("hold_time", &view->hold_time);
+    printf(", ");
+    print_json_histogram("wait_time", &view->wait_time);
     if (view->fleet.limit > 0)
         printf(", \"fleet\": {\"limit\": %d, \"grant\": %d, \"in_use\": %d, "
                "\"hosts\": %d, \"state\": \"%s\"}", view->fleet.limit,
@@ -866,11 +873,13 @@ const struct cli_command cli_stat_command = {
     .help =
         "Shows the live state of every compartment registered in the namespace,\n"
         "shared by all its processes: LIMIT (live), IN_USE (permits held,\n"
-        "exact, from the semaphores), WAITING (connects waiting now), PEAK (most\n"
+        "exact, from the semaphores), WAITING (connects waiting now, blocking\n"
+        "and non-blocking, from the kernel), PEAK (most\n"
         "in use at once), ACQUIRED (permits granted), REJECTED (connect()\n"
         "calls refused at once), TIMED_OUT (calls that waited wait_ms, then\n"
-        "were refused), WAIT_MEAN_MS and WAIT_MAX_MS (over the connects that\n"
-        "waited and got a permit) and HOLDERS (pid(permits) of the processes\n"
+        "were refused), WAIT_MEAN_MS and WAIT_MAX_MS (over every wait, however\n"
+        "it ended: granted, timed out, or cut by a signal; a call refused at\n"
+        "once never waited) and HOLDERS (pid(permits) of the processes\n"
         "holding permits; shared(N): permits of sockets several processes\n"
         "share, held until the last copy closes). REJECTED and TIMED_OUT count calls, not connections\n"
         "nor processes: a client that retries counts each refused attempt.\n"
@@ -881,7 +890,8 @@ const struct cli_command cli_stat_command = {
         "TIMED_OUT), CONN_FAILED (connects refused, unreachable, timed out or\n"
         "reset), CONN_TIMEOUTS (connects that timed out) and IO_TIMEOUTS.\n"
         "Then a row per histogram with samples: TIME connect (connect to\n"
-        "established) or hold (permit taken to given back), COUNT, MEAN_MS,\n"
+        "established), hold (permit taken to given back) or wait (every wait,\n"
+        "as WAIT_MEAN_MS), COUNT, MEAN_MS,\n"
         "and P50_MS, P99_MS: the upper bound of the bucket holding that\n"
         "quantile. Compartments with reserves get a row per POOL (each\n"
         "reserve, by its WHO, and the common pool): PERMITS, IN_USE, FREE and\n"
@@ -916,7 +926,8 @@ const struct cli_command cli_stat_command = {
         "                        changed), \"open_left_ms\", \"open_ms\", \"opened\",\n"
         "                        \"refused\", \"failures\", \"probes_taken_over\"},\n"
         "                        \"connect_failures\", \"connect_timeouts\",\n"
-        "                        \"io_timeouts\", \"connect_time\" and \"hold_time\":\n"
+        "                        \"io_timeouts\", \"connect_time\", \"hold_time\" and\n"
+        "                        \"wait_time\" (every wait; \"waits\": those granted):\n"
         "                        {\"bounds_ms\", \"counts\" (per bucket, the last\n"
         "                        past 60 s), \"count\", \"sum_ms\"}, \"fleet\" (fleet\n"
         "                        compartments): {\"limit\", \"grant\", \"in_use\",\n"
@@ -951,9 +962,9 @@ const struct cli_command cli_stat_command = {
         "                        bulkhead_bypassed_total and\n"
         "                        bulkhead_permit_seconds_total (its rate over the\n"
         "                        limit is the utilization over any window). The\n"
-        "                        summary bulkhead_wait_seconds (_sum, _count: waits\n"
-        "                        that got a permit); the histograms\n"
-        "                        bulkhead_connect_seconds, bulkhead_hold_seconds\n"
+        "                        histograms bulkhead_wait_seconds (every wait,\n"
+        "                        granted or not), bulkhead_connect_seconds,\n"
+        "                        bulkhead_hold_seconds\n"
         "                        and bulkhead_turnaround_seconds (_bucket by le in\n"
         "                        seconds, cumulative up to +Inf, _sum, _count).\n"
         "                        Adaptive compartments: gauges\n"

@@ -35,8 +35,6 @@ VIEW_READER(peak, v->peak)
 VIEW_READER(acquired, v->acquired)
 VIEW_READER(rejected, v->rejected)
 VIEW_READER(timed_out, v->timed_out)
-VIEW_READER(wait_total, v->wait_ns_total)
-VIEW_READER(waits, v->waits)
 VIEW_READER(wait_max, v->wait_ns_max)
 VIEW_READER(breaker_state, b->state)
 VIEW_READER(breaker_forced, b->forced)
@@ -83,12 +81,8 @@ static const struct metric metrics[] = {
     { "bulkhead_timed_out_total", "", "counter",
       "connect() calls that waited wait_ms for a permit, then were refused.",
       read_timed_out, 0, 0 },
-    { "bulkhead_wait_seconds", "_sum", "summary",
-      "Time spent waiting by connects that waited and got a permit.",
-      read_wait_total, 1, 0 },
-    { "bulkhead_wait_seconds", "_count", NULL, NULL, read_waits, 0, 0 },
     { "bulkhead_wait_max_seconds", "", "gauge",
-      "Longest wait for a permit that was granted.", read_wait_max, 1, 0 },
+      "Longest wait for a permit, granted or not.", read_wait_max, 1, 0 },
     { "bulkhead_breaker_state", "", "gauge",
       "The circuit breaker: 0 closed, 1 open, 2 half-open (one probe goes through).",
       read_breaker_state, 0, 0 },
@@ -206,6 +200,11 @@ static const struct bh_histogram_view *connect_time(const struct bh_stat_row *ro
 static const struct bh_histogram_view *hold_time(const struct bh_stat_row *row)
 {
     return &row->view.hold_time;
+}
+
+static const struct bh_histogram_view *wait_time(const struct bh_stat_row *row)
+{
+    return &row->view.wait_time;
 }
 
 static const struct bh_histogram_view *turnaround_time(const struct bh_stat_row *row)
@@ -368,6 +367,11 @@ void bh_stat_prometheus(FILE *out, const char *namespace_name,
     print_histogram(out, "bulkhead_hold_seconds",
                     "Permits, from taken to given back.", hold_time, namespace_name,
                     rows, count);
+    print_histogram(out, "bulkhead_wait_seconds",
+                    "Waits for a permit, however they ended: granted (a "
+                    "connect that waited) or not (timed out, or cut by a "
+                    "signal); refusals at once are no wait.", wait_time,
+                    namespace_name, rows, count);
     print_histogram(out, "bulkhead_turnaround_seconds",
                     "On connections of compartments with turnaround = yes: from a "
                     "send to the first byte received after it.", turnaround_time,

@@ -95,7 +95,7 @@ EOF
     assert_line "bulkhead_timed_out_total$labels 0"
     assert_line "bulkhead_wait_seconds_sum$labels 0.000000000"
     assert_line "bulkhead_wait_seconds_count$labels 0"
-    assert_line "# TYPE bulkhead_wait_seconds summary"
+    assert_line "# TYPE bulkhead_wait_seconds histogram"
     assert_line "# TYPE bulkhead_rejected_total counter"
 }
 
@@ -151,11 +151,13 @@ EOF
 import json, sys
 c = json.loads(sys.argv[1])["compartments"][0]
 assert c["timed_out"] == 1 and c["rejected"] == 0 and c["acquired"] == 2, c
-assert c["waits"] == 1 and 0 < c["wait_mean_ms"] == c["wait_max_ms"] < 10000, c
+# Two waits, the one that timed out included; one granted.
+assert c["waits"] == 1 and c["wait_time"]["count"] == 2, c
+assert 200 <= c["wait_max_ms"] < 10000 and 100 <= c["wait_mean_ms"] <= c["wait_max_ms"], c
 assert c["waiting"] == 0 and c["in_use"] == 1, c
 EOF
     run "$BULKHEAD" stat -c "$RULES" --prometheus
-    assert_line --regexp '^bulkhead_wait_seconds_count\{.*\} 1$'
+    assert_line --regexp '^bulkhead_wait_seconds_count\{.*\} 2$'
     assert_line --regexp '^bulkhead_timed_out_total\{.*\} 1$'
 }
 

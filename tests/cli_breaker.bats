@@ -245,7 +245,7 @@ expected = {
     "bulkhead_io_timeouts_total": "counter", "bulkhead_connect_seconds": "histogram",
     "bulkhead_hold_seconds": "histogram", "bulkhead_permits_limit": "gauge",
     "bulkhead_acquired_total": "counter", "bulkhead_rejected_total": "counter",
-    "bulkhead_timed_out_total": "counter", "bulkhead_wait_seconds": "summary",
+    "bulkhead_timed_out_total": "counter", "bulkhead_wait_seconds": "histogram",
 }
 for name, kind in expected.items():
     assert types.get(name) == kind, (name, types.get(name))

@@ -80,6 +80,27 @@ EOF
     assert_line --index 3 "bulkhead: $RULES: 3 errors"
 }
 
+@test "check: wait_nonblocking and nonblocking_wait_ms are retired: the file is valid, with one warning line each" {
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[api]
+limit = 2
+wait_ms = 500
+wait_nonblocking = yes
+nonblocking_wait_ms = 1000
+match = 127.0.0.1:7001
+EOF
+    run --separate-stderr "$BULKHEAD" check "$RULES"
+    assert_success
+    assert_line --index 0 "$RULES: valid"
+    refute_output --partial nonblocking
+    local why="retired, and ignored: non-blocking connects now wait wait_ms without stalling their program"
+    assert_equal "${#stderr_lines[@]}" 2
+    assert_equal "${stderr_lines[0]}" "bulkhead: $RULES:6: warning: wait_nonblocking: $why"
+    assert_equal "${stderr_lines[1]}" "bulkhead: $RULES:7: warning: nonblocking_wait_ms: $why"
+}
+
 @test "explain --resolve: a name that resolves nowhere here is explained as resolved to the address given" {
     write_rules "$RULES" <<EOF
 [global]

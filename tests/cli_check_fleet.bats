@@ -69,7 +69,6 @@ EOF
     assert_equal "$db" "[db]  line 10
   limit        32767
   wait_ms      100
-  wait_nonblocking no (non-blocking connects are refused at once)
   hold_wait_ms 0 (a process already holding its permits is refused at once rather than wait for more)
   max_waiters  64
   errno        ECONNREFUSED

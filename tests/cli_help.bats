@@ -68,7 +68,6 @@ setup() {
         "on exit(), on a return from main()" "_exit() or _Exit()" \
         "killed by a signal cannot do this" "SO_SNDTIMEO" "EINTR" \
         "at once: limit 0" "at once: full; wait_ms = 0" \
-        "at once: full; non-blocking socket and wait_nonblocking = no" \
         "already waiting" "after waiting N ms (the socket's SO_SNDTIMEO)" \
         "exact peak: never above what was really in use at once" \
         "refuses every connection the rules match until it is removed" \

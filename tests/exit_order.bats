@@ -19,7 +19,6 @@ namespace = $NS
 [web]
 limit = 3
 wait_ms = 60000
-wait_nonblocking = yes
 match = 127.0.0.1:$SERVER_PORT
 EOF2
 }

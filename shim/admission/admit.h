@@ -9,8 +9,9 @@
  * pool, the holder record, with one result. What stays here is what
  * needs the caller: who the applicant is in the compartment (a bypass,
  * a reserve's member: worked out by the caller, so a bypass costs a load
- * and a counter), how long it may wait when full (its socket's
- * O_NONBLOCK and SO_SNDTIMEO, read only then: an fcntl, a getsockopt),
+ * and a counter), how long it may wait when full (wait_ms, hold_wait_ms,
+ * and a blocking socket's SO_SNDTIMEO, read only then: an fcntl, a
+ * getsockopt; a non-blocking socket's bound is a blocking one's),
  * and the refusal's words and log line.
  *
  * The matched path costs one semop and, for the breaker, one load (a
@@ -135,22 +136,6 @@ static void bound_by(struct wait_bound *bound, int ms, const char *because)
     snprintf(bound->because, sizeof bound->because, "%s", because);
 }
 
-/* A non-blocking connect that waits stalls the whole program (its event
- * loop, every other connection): a few ms at most, then refused. */
-static void bound_nonblocking(struct wait_bound *bound,
-                              const struct bh_compartment *compartment)
-{
-    char because[112];
-    if (!compartment->wait_nonblocking) {
-        bound_by(bound, 0, "non-blocking socket and wait_nonblocking = no");
-        return;
-    }
-    snprintf(because, sizeof because, "a non-blocking connect waits at most "
-             "nonblocking_wait_ms = %d, not to stall its program",
-             compartment->nonblocking_wait_ms);
-    bound_by(bound, compartment->nonblocking_wait_ms, because);
-}
-
 /* A single-threaded process holding some of the compartment's permits and
  * waiting for more can deadlock with others doing the same (each holds
  * what the others wait for; none of its own can come back while it
@@ -197,11 +182,9 @@ static int wait_allowed_ms(const struct asking *asking,
     if (bound.ms == 0)
         snprintf(bound.because, sizeof bound.because, "wait_ms = 0");
     int blocking = bound.ms > 0 ? may_block(asking->fd) : 1;
-    enum bh_nonblocking_wait nonblocking = asking->applicant->nonblocking_wait;
-    if (!blocking && nonblocking == BH_NONBLOCKING_OWN)
-        bound_nonblocking(&bound, compartment);
     bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask), asking->applicant,
-                    !blocking && nonblocking == BH_NONBLOCKING_STALLS);
+                    !blocking && asking->applicant->nonblocking_wait == BH_NONBLOCKING_STALLS);
+    /* SO_SNDTIMEO bounds a blocking connect() only, as in the kernel. */
     int own_ms = blocking && bound.ms > 0 ? own_timeout_ms(asking->fd) : 0;
     if (own_ms > 0)
         bound_by(&bound, own_ms, "the socket's SO_SNDTIMEO");

@@ -58,10 +58,6 @@ struct bh_compartment {
     char name[BH_NAME_MAX];
     int limit;             /* permits; 0 refuses everything */
     int wait_ms;           /* 0 = fail fast */
-    int wait_nonblocking;  /* 1: a non-blocking connect may wait too (stalls
-                              the caller: only for one-connection clients) */
-    int nonblocking_wait_ms; /* with wait_nonblocking: the most one such wait
-                                takes, since it stalls the whole program */
     int hold_wait_ms;      /* the most a process already holding permits of
                               the compartment waits for more: waiting while
                               holding deadlocks a fleet of such processes */
@@ -106,6 +102,14 @@ static inline int bh_compartment_turnaround(const struct bh_compartment *compart
  * why 32: core/outcome.c). */
 enum { BH_TURNAROUND_EVERY = 32 };
 
+/* A retired key the file still gives: accepted whatever its value, so
+ * that an old rules file loads as ever, and meaning nothing; `bulkhead
+ * check` warns about each. */
+struct bh_retired_key {
+    char key[32];
+    int line;
+};
+
 struct bh_config {
     char *path;
     enum bh_log_level log_level;
@@ -135,6 +139,8 @@ struct bh_config {
     int fleet_lease_ms;         /* default 10000; >= 2 x fleet_refresh_ms */
     int fleet_fallback;         /* -1 (default): fleet_limit / hosts last seen */
     int fleet_fallback_ms;      /* how long past the lease; default 300000 */
+    struct bh_retired_key *retired;  /* in file order */
+    int retired_count;
 };
 
 /* A parsed `fleet =` URL: one Redis (redis://HOST:PORT[/DB]), or the

@@ -3,6 +3,7 @@
  * is checked when the section closes (config_sections.c). */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/parser.h"
@@ -30,22 +31,30 @@ static int set_yes_no(struct parser *p, const char *key, const char *value, int 
     return -1;
 }
 
-static int set_wait_nonblocking(struct parser *p, const char *key,
-                                const char *value)
-{
-    return set_yes_no(p, key, value, &p->section.compartment->wait_nonblocking);
-}
-
 static int set_turnaround(struct parser *p, const char *key, const char *value)
 {
     return set_yes_no(p, key, value, &p->section.compartment->turnaround);
 }
 
-static int set_nonblocking_wait_ms(struct parser *p, const char *key,
-                                   const char *value)
+/* wait_nonblocking and nonblocking_wait_ms once let a non-blocking
+ * connect wait inside connect(), stalling its program; it now waits
+ * wait_ms without stalling anything, so they mean nothing. Any value is
+ * taken (an old file must still load), and noted for check's warning. */
+static int note_retired(struct parser *p, const char *key, const char *value)
 {
-    return set_number(p, key, value, 0, NONBLOCKING_WAIT_MS_MAX,
-                      &p->section.compartment->nonblocking_wait_ms);
+    (void)value;
+    struct bh_config *config = p->config;
+    struct bh_retired_key *grown = realloc(config->retired,
+        (size_t)(config->retired_count + 1) * sizeof *grown);
+    if (!grown) {
+        report_out_of_memory(p);
+        return -1;
+    }
+    config->retired = grown;
+    grown = &config->retired[config->retired_count++];
+    snprintf(grown->key, sizeof grown->key, "%s", key);
+    grown->line = p->line;
+    return 0;
 }
 
 static int set_hold_wait_ms(struct parser *p, const char *key, const char *value)
@@ -165,11 +174,10 @@ static int set_adaptive_latency_ms(struct parser *p, const char *key, const char
 const struct key_spec bh_compartment_keys[] = {
     { "limit", KEY_LIMIT, SECTION_COMPARTMENT, set_limit },
     { "wait_ms", KEY_WAIT_MS, SECTION_COMPARTMENT, set_wait_ms },
-    { "wait_nonblocking", KEY_WAIT_NONBLOCKING, SECTION_COMPARTMENT,
-      set_wait_nonblocking },
     { "max_waiters", KEY_MAX_WAITERS, SECTION_COMPARTMENT, set_max_waiters },
+    { "wait_nonblocking", KEY_WAIT_NONBLOCKING, SECTION_COMPARTMENT, note_retired },
     { "nonblocking_wait_ms", KEY_NONBLOCKING_WAIT_MS, SECTION_COMPARTMENT,
-      set_nonblocking_wait_ms },
+      note_retired },
     { "hold_wait_ms", KEY_HOLD_WAIT_MS, SECTION_COMPARTMENT, set_hold_wait_ms },
     { "hold_wait_ms", KEY_HOLD_WAIT_MS, SECTION_GLOBAL, set_global_hold_wait_ms },
     { "errno", KEY_ERRNO, SECTION_COMPARTMENT, set_errno },

@@ -50,6 +50,13 @@ static bool is_repeatable(enum key_id id)
     return id == KEY_MATCH || id == KEY_RESERVE || id == KEY_BYPASS;
 }
 
+/* Keys that mean nothing any more: taken any number of times, with any
+ * value or none, so that no rules file is refused for them. */
+static bool is_retired(enum key_id id)
+{
+    return id == KEY_WAIT_NONBLOCKING || id == KEY_NONBLOCKING_WAIT_MS;
+}
+
 /* Checks and stores one key; nonzero when it was fine, as inih expects. */
 static int handle_key(void *user, const char *section_name, const char *key,
                       const char *value)
@@ -63,6 +70,8 @@ static int handle_key(void *user, const char *section_name, const char *key,
     spec = find_key(p, key);
     if (!spec)
         return 0;
+    if (is_retired(spec->id))
+        return spec->apply(p, key, value) == 0;
     first_line = &p->section.key_lines[spec->id];
     if (*first_line && !is_repeatable(spec->id)) {
         report(p, p->line, "%s: already set at line %d", key, *first_line);
@@ -257,6 +266,7 @@ void bh_config_free(struct bh_config *config)
     free(config->fleet_url);
     free(config->fleet_password_file);
     free(config->fleet_sentinel_password_file);
+    free(config->retired);
     free(config->path);
     memset(config, 0, sizeof *config);
 }

@@ -297,7 +297,6 @@ static void begin_compartment(struct parser *p, const char *name,
     begin_section(p, SECTION_COMPARTMENT, name, length);
     *compartment = (struct bh_compartment) {
         .max_waiters = DEFAULT_MAX_WAITERS,
-        .nonblocking_wait_ms = DEFAULT_NONBLOCKING_WAIT_MS,
         .hold_wait_ms = -1,  /* [global]'s, once the whole file is read */
         .refusal_errno = ECONNREFUSED,
         .breaker_open_ms = DEFAULT_BREAKER_OPEN_MS,

@@ -21,8 +21,6 @@ enum {
     WAIT_MS_MAX = 3600000,
     MAX_WAITERS_MAX = 1000000,
     DEFAULT_MAX_WAITERS = 64,
-    NONBLOCKING_WAIT_MS_MAX = 1000, /* longer stalls an event loop for good */
-    DEFAULT_NONBLOCKING_WAIT_MS = 10,
     DEADLINE_MS_MAX = 86400000,     /* a day, for every deadline and period */
     CONNECT_TIMEOUT_MIN_MS = 1000,  /* Linux's first SYN retransmission */
     BREAKER_FAILURES_MAX = 1000000,

@@ -117,13 +117,19 @@ struct bh_shared_compartment {
     _Atomic uint64_t rejected;    /* refused at once */
     _Atomic uint64_t timed_out;   /* waited wait_ms, then refused */
     _Atomic uint64_t waits;       /* acquisitions that had to wait */
-    _Atomic int64_t wait_ns_total;
-    _Atomic int64_t wait_ns_max;
+    _Atomic int64_t wait_ns_max;  /* the longest wait_time sample */
     _Atomic uint64_t connect_failures; /* refused, unreachable, timed out, reset */
     _Atomic uint64_t connect_timeouts; /* ETIMEDOUT on connect */
     _Atomic uint64_t io_timeouts;      /* io_timeout_ms expiries */
     struct bh_histogram connect_time;  /* connect() to established */
     struct bh_histogram hold_time;     /* permit taken to permit given back */
+    /* Every wait for a permit, however it ended: granted (waits), cut
+     * at its bound (timed_out), or by a signal or the kernel; a caller
+     * refused at once never waited and is not in it. Each waiter adds
+     * its own sample once its wait is over (pools.c, relaxed atomics, as
+     * for every histogram); one killed meanwhile adds none, one killed
+     * between a bucket and the sum leaves a sample without its time. */
+    struct bh_histogram wait_time;
     struct bh_fleet_shared fleet;
     _Atomic uint64_t per_process_refused; /* refused: the process was at per_process */
     _Atomic uint64_t bypassed;            /* connects let through by bypass */

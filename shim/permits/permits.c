@@ -593,7 +593,6 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->rejected = atomic_load(&shared->rejected);
     view->timed_out = atomic_load(&shared->timed_out);
     view->waits = atomic_load(&shared->waits);
-    view->wait_ns_total = atomic_load(&shared->wait_ns_total);
     view->wait_ns_max = atomic_load(&shared->wait_ns_max);
     view->connect_failures = atomic_load(&shared->connect_failures);
     view->connect_timeouts = atomic_load(&shared->connect_timeouts);
@@ -603,6 +602,7 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
         view->fleet.state = BH_FLEET_LAPSED;
     read_histogram(&shared->connect_time, &view->connect_time);
     read_histogram(&shared->hold_time, &view->hold_time);
+    read_histogram(&shared->wait_time, &view->wait_time);
     return 0;
 }
 
@@ -613,7 +613,6 @@ void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_us
     atomic_store(&shared->rejected, 0);
     atomic_store(&shared->timed_out, 0);
     atomic_store(&shared->waits, 0);
-    atomic_store(&shared->wait_ns_total, 0);
     atomic_store(&shared->wait_ns_max, 0);
     atomic_store(&shared->peak_in_use, in_use);
     atomic_store(&shared->connect_failures, 0);
@@ -623,6 +622,7 @@ void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_us
     atomic_store(&shared->bypassed, 0);
     memset((void *)&shared->connect_time, 0, sizeof shared->connect_time);
     memset((void *)&shared->hold_time, 0, sizeof shared->hold_time);
+    memset((void *)&shared->wait_time, 0, sizeof shared->wait_time);
     bh_window_clear(bh_window_of(ns, index));
 }
 

@@ -25,7 +25,7 @@
 #include "permits/window.h"
 
 enum {
-    BH_LAYOUT_VERSION = 11,     /* of layout.h: part of the key */
+    BH_LAYOUT_VERSION = 12,     /* of layout.h: part of the key */
     BH_MAX_HOLDER_PAGES = 1024,
 };
 
@@ -92,7 +92,7 @@ struct bh_compartment_view {
     int waiting;     /* GETNCNT: exact, from the kernel */
     int64_t peak;
     uint64_t acquired, rejected, timed_out, waits;
-    int64_t wait_ns_total, wait_ns_max;
+    int64_t wait_ns_max;  /* the longest wait, granted or not */
     uint64_t connect_failures, connect_timeouts, io_timeouts;
     uint64_t per_process_refused, bypassed;
     int reserve_count;
@@ -113,7 +113,8 @@ struct bh_compartment_view {
         uint64_t buckets[BH_HISTOGRAM_BUCKETS + 1];  /* not cumulative */
         uint64_t count;
         int64_t sum_ns;
-    } connect_time, hold_time;
+    } connect_time, hold_time, wait_time;  /* wait_time: every wait, however
+                                              it ended (layout.h) */
 };
 
 key_t bh_namespace_key(uid_t uid, const char *namespace_name);

@@ -243,14 +243,12 @@ void bh_pools_raise_peak(struct bh_namespace *ns, int index, int64_t hint,
     grant->hint_stale = exact < hint;
 }
 
-/* A grant after a wait: its counts, and the wait's. */
-static void count_waited(struct bh_namespace *ns, int index, struct bh_grant *grant,
-                         int64_t waited_ns)
+/* A wait's length, however it ended: an operator sees waits that were
+ * refused (timed out, cut by a signal) as well as granted ones. */
+static void count_wait(struct bh_namespace *ns, int index, int64_t waited_ns)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
-    bh_pools_count_granted(ns, index, grant);
-    atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&shared->wait_ns_total, waited_ns, memory_order_relaxed);
+    bh_histogram_record(&shared->wait_time, waited_ns);
     raise_to(&shared->wait_ns_max, waited_ns);
 }
 
@@ -452,9 +450,11 @@ enum bh_acquire_result bh_pools_wait(struct bh_namespace *ns, const struct bh_pe
         return result;
     }
     int rc = take_within(ns, ask, deadline, wait, grant);
+    count_wait(ns, ask->index, bh_clock_ns(CLOCK_MONOTONIC) - started);  /* errno kept */
     if (rc == 0) {
         result = BH_ACQUIRED;
-        count_waited(ns, ask->index, grant, bh_clock_ns(CLOCK_MONOTONIC) - started);
+        bh_pools_count_granted(ns, ask->index, grant);
+        atomic_fetch_add_explicit(&shared->waits, 1, memory_order_relaxed);
     } else if (errno == EAGAIN) {
         result = BH_TIMED_OUT;
         atomic_fetch_add_explicit(&shared->timed_out, 1, memory_order_relaxed);

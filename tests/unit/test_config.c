@@ -108,8 +108,6 @@ static const struct error_case error_cases[] = {
       { "rules.ini:6: wait_ms: \"-1\" is not a whole number" } },
     { "wait_ms: past an hour", HEAD "match = 10.0.0.1:80\nwait_ms = 3600001\n",
       { "rules.ini:6: wait_ms: 3600001 is out of range (0 to 3600000)" } },
-    { "wait_nonblocking: not yes or no", HEAD "match = 10.0.0.1:80\nwait_nonblocking = true\n",
-      { "rules.ini:6: wait_nonblocking: \"true\" is not one of yes, no" } },
     { "turnaround: not yes or no", HEAD "match = 10.0.0.1:80\nturnaround = 1\n",
       { "rules.ini:6: turnaround: \"1\" is not one of yes, no" } },
     { "turnaround: in [global]", "[global]\nturnaround = yes\n[a]\nlimit = 1\n"
@@ -119,10 +117,6 @@ static const struct error_case error_cases[] = {
       { "rules.ini:6: max_waiters: \"many\" is not a whole number" } },
     { "max_waiters: too many", HEAD "match = 10.0.0.1:80\nmax_waiters = 1000001\n",
       { "rules.ini:6: max_waiters: 1000001 is out of range (0 to 1000000)" } },
-    { "nonblocking_wait_ms: past a second", HEAD "match = 10.0.0.1:80\nnonblocking_wait_ms = 1001\n",
-      { "rules.ini:6: nonblocking_wait_ms: 1001 is out of range (0 to 1000)" } },
-    { "nonblocking_wait_ms: not a number", HEAD "match = 10.0.0.1:80\nnonblocking_wait_ms = short\n",
-      { "rules.ini:6: nonblocking_wait_ms: \"short\" is not a whole number" } },
     { "hold_wait_ms: negative", HEAD "match = 10.0.0.1:80\nhold_wait_ms = -5\n",
       { "rules.ini:6: hold_wait_ms: \"-5\" is not a whole number" } },
     { "hold_wait_ms: [global] past an hour", "[global]\nhold_wait_ms = 3600001\n[cap]\nlimit = 0\nmatch = 10.0.0.1:80\n",
@@ -734,9 +728,7 @@ static void defaults(void **state)
     assert_string_equal(c->name, "only");
     assert_int_equal(c->limit, 5);
     assert_int_equal(c->wait_ms, 0);
-    assert_int_equal(c->wait_nonblocking, 0);
     assert_int_equal(c->max_waiters, 64);
-    assert_int_equal(c->nonblocking_wait_ms, 10);
     assert_int_equal(c->hold_wait_ms, 0);
     assert_int_equal(c->refusal_errno, ECONNREFUSED);
     assert_int_equal(c->connect_timeout_ms, 0);
@@ -790,10 +782,8 @@ static void every_key(void **state)
     assert_int_equal(slow->line, 8);
     assert_int_equal(slow->limit, 0);
     assert_int_equal(slow->wait_ms, 3600000);
-    assert_int_equal(slow->wait_nonblocking, 1);
     assert_int_equal(slow->max_waiters, 1000000);
     assert_int_equal(slow->refusal_errno, EHOSTUNREACH);
-    assert_int_equal(slow->nonblocking_wait_ms, 1000);
     assert_int_equal(slow->hold_wait_ms, 3600000);
     assert_int_equal(bh_compartment_turnaround(slow), 1);
     const struct bh_compartment *fast = &config.compartments[1];
@@ -801,13 +791,35 @@ static void every_key(void **state)
     assert_int_equal(fast->line, 18);
     assert_int_equal(bh_compartment_turnaround(fast), 0);
     assert_int_equal(fast->limit, 32767);
-    assert_int_equal(fast->wait_nonblocking, 0);
     assert_int_equal(fast->refusal_errno, EAGAIN);
     assert_int_equal(fast->connect_timeout_ms, 1000);
     assert_int_equal(fast->io_timeout_ms, 500);
     assert_int_equal(fast->breaker_failures, 3);
     assert_int_equal(fast->breaker_open_ms, 250);
     assert_int_equal(fast->breaker_open_max_ms, 1000);
+    assert_int_equal(config.retired_count, 3);
+    assert_string_equal(config.retired[0].key, "wait_nonblocking");
+    assert_int_equal(config.retired[0].line, 11);
+    assert_string_equal(config.retired[1].key, "nonblocking_wait_ms");
+    assert_int_equal(config.retired[1].line, 15);
+    assert_int_equal(config.retired[2].line, 21);
+    bh_config_free(&config);
+}
+
+/* The retired keys never make a file invalid: any value, none, twice. */
+static void retired_keys(void **state)
+{
+    (void)state;
+    struct bh_config config;
+    parse_ok("[a]\nlimit = 1\nmatch = 10.0.0.1:80\nwait_nonblocking = true\n"
+             "wait_nonblocking =\nnonblocking_wait_ms = 99999\n"
+             "nonblocking_wait_ms = soon\n", &config);
+    assert_int_equal(config.retired_count, 4);
+    assert_string_equal(config.retired[0].key, "wait_nonblocking");
+    assert_int_equal(config.retired[0].line, 4);
+    assert_int_equal(config.retired[1].line, 5);
+    assert_string_equal(config.retired[3].key, "nonblocking_wait_ms");
+    assert_int_equal(config.retired[3].line, 7);
     bh_config_free(&config);
 }
 
@@ -1361,6 +1373,7 @@ int main(void)
         cmocka_unit_test(most_compartments),
         cmocka_unit_test(defaults),
         cmocka_unit_test(every_key),
+        cmocka_unit_test(retired_keys),
         cmocka_unit_test(hold_wait_inherited),
         cmocka_unit_test(log_file_stderr),
         cmocka_unit_test(relative_paths_from_the_rules_directory),
