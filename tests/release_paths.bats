@@ -6,6 +6,7 @@
 # twice, and the server's total checks no refused connect sent a SYN.
 
 load helpers/common
+load helpers/cli
 
 setup() { bh_setup; }
 teardown() { bh_teardown; }
@@ -137,4 +138,29 @@ teardown() { bh_teardown; }
     assert_success
     assert_lines first=ok second=ok held_avail=0 after_range_avail=2 final_avail=2
     assert_server_saw_connects
+}
+
+@test "syscall(SYS_close) and syscall(SYS_close_range), as libuv (node) closes: the permit comes back at once, with no new fd to notice it" {
+    start_server srv -1
+    compartment_rules 2
+    bg_shim "$T/closer.out" python3 -c '
+import ctypes, os, socket, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+port, ready = int(sys.argv[1]), sys.argv[2]
+a = socket.socket(); a.connect(("127.0.0.1", port))
+b = socket.socket(); b.connect(("127.0.0.1", port))
+fa, fb = a.detach(), b.detach()
+open(ready + ".held", "w").close()
+while not os.path.exists(ready + ".go"):
+    time.sleep(0.01)
+assert libc.syscall(3, fa) == 0                        # SYS_close
+assert libc.syscall(436, fb, fb, 0) == 0               # SYS_close_range
+open(ready + ".closed", "w").close()
+time.sleep(60)' "$SERVER_PORT" "$T/closer"
+    wait_for -t 10 test -e "$T/closer.held"
+    assert_equal "$(stat_column downstream IN_USE -c "$RULES")" 2
+    touch "$T/closer.go"
+    wait_for -t 10 test -e "$T/closer.closed"
+    assert_equal "$(stat_column downstream IN_USE -c "$RULES")" 0
+    wait_for server_open_is srv 0
 }

@@ -277,7 +277,7 @@ static void uid_change_ended(void)
 {
     atomic_fetch_add(&bh_shim.uid_changes_ended, 1);
     atomic_fetch_sub(&bh_shim.uid_changes_under_way, 1);
-    syscall(SYS_futex, &bh_shim.uid_changes_ended, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    libc_syscall(SYS_futex, (long)&bh_shim.uid_changes_ended, FUTEX_WAKE_PRIVATE, INT_MAX, 0, 0, 0);
 }
 
 int bh_shim_uid_settled(void)
@@ -287,8 +287,8 @@ int bh_shim_uid_settled(void)
     for (int i = 0; i < 100 && atomic_load(&bh_shim.uid_changes_under_way) > 0; i++) {
         uint32_t ended = atomic_load(&bh_shim.uid_changes_ended);
         if (atomic_load(&bh_shim.uid_changes_under_way) > 0)
-            syscall(SYS_futex, &bh_shim.uid_changes_ended, FUTEX_WAIT_PRIVATE, ended,
-                    &slice, NULL, 0);
+            libc_syscall(SYS_futex, (long)&bh_shim.uid_changes_ended, FUTEX_WAIT_PRIVATE,
+                         ended, (long)&slice, 0, 0);
     }
     int settled = atomic_load(&bh_shim.uid_changes_under_way) > 0 ||
                   bh_shim.ns.uid == geteuid();

@@ -83,6 +83,7 @@
 #include "core/outcome.h"
 #include "core/state.h"
 #include "fdtable/fd_table.h"
+#include "libc/libc.h"
 #include "log/log.h"
 #include "libc/clock.h"
 
@@ -177,7 +178,7 @@ static void *watch_exchanges(void *unused)
         struct scan scan = { bh_clock_ns(CLOCK_MONOTONIC), 0, period_ns };
         bh_fd_for_each(visit, &scan);
         if (scan.timing == 0) {
-            syscall(SYS_futex, &idle, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+            libc_syscall(SYS_futex, (long)&idle, FUTEX_WAIT_PRIVATE, 1, 0, 0, 0);
             continue;
         }
         atomic_store(&idle, 0);
@@ -222,7 +223,7 @@ int bh_stall_watch(void)
         return 0;
     if (atomic_exchange(&idle, 0) == 1) {
         int saved_errno = errno;
-        syscall(SYS_futex, &idle, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        libc_syscall(SYS_futex, (long)&idle, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
         errno = saved_errno;
     }
     return 1;

@@ -1,4 +1,5 @@
-/* Hooks that end fds: close, close_range, closefrom, fclose, fcloseall.
+/* Hooks that end fds: close, close_range, closefrom, fclose, fcloseall,
+ * and syscall() when it is SYS_close or SYS_close_range.
  *
  * Untrack before the real close (another thread may be handed the number
  * the moment the kernel frees it), give the permit back after it (the
@@ -9,7 +10,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/left_namespaces.h"
@@ -101,6 +104,19 @@ static int bh_fcloseall(void)
     return rc;
 }
 
+/* libuv (node) closes its sockets with syscall(SYS_close), to keep clear
+ * of glibc's cancellation point: unseen, a closed connection's permit
+ * would come back only once its number is handed out again. Every other
+ * call goes straight on, with the six arguments glibc's own passes. */
+static long bh_syscall(long number, long a, long b, long c, long d, long e, long f)
+{
+    if (number == SYS_close)
+        return bh_close((int)a);
+    if (number == SYS_close_range)
+        return bh_close_range((unsigned)a, (unsigned)b, (int)c);
+    return libc_syscall(number, a, b, c, d, e, f);
+}
+
 BH_EXPORT int close(int fd) { return bh_close(fd); }
 BH_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
@@ -109,3 +125,12 @@ BH_EXPORT int close_range(unsigned first, unsigned last, int flags)
 BH_EXPORT void closefrom(int lowfd) { bh_closefrom(lowfd); }
 BH_EXPORT int fclose(FILE *stream) { return bh_fclose(stream); }
 BH_EXPORT int fcloseall(void) { return bh_fcloseall(); }
+BH_EXPORT long syscall(long number, ...)
+{
+    va_list args;
+    va_start(args, number);
+    long a = va_arg(args, long), b = va_arg(args, long), c = va_arg(args, long);
+    long d = va_arg(args, long), e = va_arg(args, long), f = va_arg(args, long);
+    va_end(args);
+    return bh_syscall(number, a, b, c, d, e, f);
+}

@@ -14,7 +14,7 @@ void *bh_libc_lookup(const char *name)
         /* Nothing sane to call: the C library lacks a function that the
          * program just called through us. Say so, plainly, and stop. */
         static const char message[] = "bulkhead: the C library lacks a hooked function\n";
-        (void)!syscall(SYS_write, 2, message, sizeof message - 1); /* not our hook */
+        (void)!syscall(SYS_write, 2, message, sizeof message - 1); /* glibc's, through our hook */
         abort();
     }
     return symbol;
@@ -64,12 +64,12 @@ struct bh_libc bh_libc = {
 
 static int marked_connect(int fd, const struct sockaddr *to, socklen_t len)
 {
-    return (int)syscall(SYS_connect, fd, to, len, BH_SUPERVISED_MARK);
+    return (int)libc_syscall(SYS_connect, fd, (long)to, len, (long)BH_SUPERVISED_MARK, 0, 0);
 }
 
 static int marked_close(int fd)
 {
-    return (int)syscall(SYS_close, fd, 0, 0, BH_SUPERVISED_MARK);
+    return (int)libc_syscall(SYS_close, fd, 0, 0, (long)BH_SUPERVISED_MARK, 0, 0);
 }
 
 /* The slots are replaced, not tested on each call: the hooks' cost is

@@ -56,6 +56,9 @@
       (fd, level, name, value, len))                                           \
     X(int, close, (int fd), (fd))                                              \
     X(int, close_range, (unsigned first, unsigned last, int flags), (first, last, flags)) \
+    /* glibc's is variadic; six arguments are what it passes to the kernel */ \
+    X(long, syscall, (long number, long a, long b, long c, long d, long e, long f), \
+      (number, a, b, c, d, e, f))                                              \
     X(int, fclose, (FILE *stream), (stream))                                   \
     X(int, fcloseall, (void), ())                                              \
     X(int, dup, (int fd), (fd))                                                \

@@ -187,7 +187,7 @@ static int take_from_every_set(struct slot *slot, int fd)
     if (dir < 0)
         return 0;
     long got;
-    while ((got = syscall(SYS_getdents64, dir, buffer, sizeof buffer)) > 0) {
+    while ((got = libc_syscall(SYS_getdents64, dir, (long)buffer, sizeof buffer, 0, 0, 0)) > 0) {
         for (long at = 0; at < got;) {
             struct entry *entry = (struct entry *)(buffer + at);
             at += entry->length;
