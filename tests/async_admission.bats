@@ -15,9 +15,16 @@ async_rules() {
 }
 
 # hold_the_permit: a blocking client holds the compartment's one permit
-# (HOLDER_PID) until killed.
+# (HOLDER_PID) until $T/release exists, then closes it and exits (a kill
+# would give the permit back before the kernel closes the socket).
 hold_the_permit() {
-    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 60000
+    bg_shim "$T/holder" python3 -c '
+import os, socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+print("ok", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+s.close()' "$SERVER_PORT" "$T/release"
     HOLDER_PID=$BG_PID
     wait_for file_has "$T/holder" '^ok$'
 }
@@ -34,7 +41,8 @@ start_waiter() {
 # The permit comes back at once to whoever asks next: a blocking connect
 # with the whole limit to itself, while the earlier processes still live.
 next_gets_the_limit() {
-    kill "$HOLDER_PID"
+    touch "$T/release"
+    wait_pid "$HOLDER_PID"
     run timeout 10 env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
         "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_success
@@ -52,7 +60,7 @@ next_gets_the_limit() {
     assert_line again=EALREADY
     assert_line send=EAGAIN
     [[ $(server_stat srv total) == 1 ]] || fail "the waiting connect reached the server"
-    kill "$HOLDER_PID"
+    touch "$T/release"
     wait_pid "$WAITER_PID"
     run cat "$T/waiter"
     assert_line poll=OUT,
