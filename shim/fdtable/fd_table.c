@@ -349,7 +349,9 @@ fill_connection(struct bh_fd_connection *connection, int compartment, int weight
     atomic_store(&connection->since_ns, since_ns);
     atomic_store(&connection->share, share);
     atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
-    atomic_store(&connection->guard, 0);
+    /* not retired; a guard that failed on the free slot still counts
+     * itself, and takes itself off */
+    atomic_fetch_and(&connection->guard, GUARDS_HELD);
     atomic_fetch_add(&connection->generation, 1);  /* before the entry */
 }
 
@@ -512,9 +514,15 @@ int bh_fd_guard(int fd, uint32_t connection, uint32_t generation)
     return 0;
 }
 
+/* Never below none: a reset that cleared the word under a guard that had
+ * failed (the slot was free) leaves nothing to take off. */
 void bh_fd_unguard(uint32_t connection)
 {
-    atomic_fetch_sub(&connection_for(connection, 0)->guard, GUARD_HELD);
+    _Atomic uint32_t *guard = &connection_for(connection, 0)->guard;
+    uint32_t now = atomic_load(guard);
+    while ((now & GUARDS_HELD) &&
+           !atomic_compare_exchange_weak(guard, &now, now - GUARD_HELD))
+        ;
 }
 
 void bh_fd_retire(int newfd)
