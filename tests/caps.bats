@@ -42,8 +42,11 @@ EOF
     assert_equal "$(server_stat web total)" 3
 }
 
-@test "curl connects non-blocking, and waits for a permit as a blocking client does: it gets through once the holder lets go" {
-    start_server web 0
+@test "curl connects non-blocking, and its connect waits for the permit in the background when the compartment waits" {
+    start_server web 2000
+    # An hour's wait, and a holder the server lets go after 2 s: the curl
+    # gets the permit then, through its own poll, and the server never
+    # sees both at once.
     caps_rules 1 3600000
     bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 3600000
     local holder=$BG_PID
@@ -59,6 +62,7 @@ EOF
     run cat "$T/curl"
     assert_output rc=0
     assert_equal "$(server_stat web total)" 2
+    assert_equal "$(server_stat web max)" 1
 }
 
 @test "6 parallel curls, limit 3, wait_ms: their non-blocking connects wait like any other, all succeed, 3 at once" {

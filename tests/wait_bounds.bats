@@ -1,10 +1,12 @@
 #!/usr/bin/env bats
 # Waits that cannot end, cut short: a process already holding permits of
-# the compartment (hold and wait deadlocks a fleet of such processes), and
-# a weight the caller's pools can never grant; and the retired keys that
-# once cut a non-blocking connect's wait, cutting nothing. Each
-# compartment waits an hour, so a client that comes back within its
-# timeout did not wait it out.
+# the compartment (hold and wait deadlocks a fleet of such processes:
+# hold_wait_ms bounds a wait that stalls its program), and a weight the
+# caller's pools can never grant; a non-blocking connect, which waits in
+# the background and stalls nothing, waits wait_ms whatever it holds; and
+# the retired keys that once cut a non-blocking connect's wait, cutting
+# nothing. Each compartment waits an hour, so a client that comes back
+# within its timeout did not wait it out.
 
 load helpers/common
 
@@ -72,6 +74,41 @@ asyncio.run(main())
     # Loaded without a word from the shim: the keys are no error.
     refute [ -s "$T/shim.log" ]
     assert_equal "$(server_stat srv total)" 2
+}
+
+@test "hold and wait: an event loop that holds a permit and asks for another waits in the background for wait_ms, not hold_wait_ms, and connects once a permit comes back" {
+    start_server srv -1
+    downstream_rules 2 hold_wait_ms=200
+    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 3600000
+    local holder=$BG_PID
+    wait_for file_has "$T/holder" '^ok$'
+    # Its own timer, in the same loop as the wait, marks half a second:
+    # past hold_wait_ms, which would have refused the connect by then.
+    bg_shim "$T/asyncio" python3 -c '
+import asyncio, sys
+async def late(path):
+    await asyncio.sleep(0.5)
+    open(path, "w").close()
+async def main():
+    first = await asyncio.open_connection("127.0.0.1", int(sys.argv[1]))
+    marker = asyncio.ensure_future(late(sys.argv[2]))
+    try:
+        await asyncio.open_connection("127.0.0.1", int(sys.argv[1]))
+        print("connected", flush=True)
+    except OSError as e:
+        print("refused=%d" % e.errno, flush=True)
+    await marker
+asyncio.run(main())
+' "$SERVER_PORT" "$T/late"
+    local client=$BG_PID
+    wait_for test -e "$T/late"
+    refute [ -s "$T/asyncio" ]
+    kill "$holder"
+    wait_pid "$client" 20
+    run cat "$T/asyncio"
+    assert_output "connected"
+    refute grep -q refused "$T/shim.log"
+    assert_equal "$(server_stat srv total)" 3
 }
 
 @test "hold and wait: processes that hold permits and want more are refused at once, not deadlocked (hold_wait_ms 0)" {

@@ -497,7 +497,7 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     if (sv_read_proc(pid, "comm", name, sizeof name) > 0)
         name[strcspn(name, "\n")] = '\0';
     struct bh_applicant applicant = { pid, name, membership, process->claimed,
-                                      sv_sockets_reap, state, NULL, NULL, NULL,
+                                      sv_sockets_reap, state, NULL, NULL, NULL, NULL,
                                       nonblocking_wait_of(pid) };
     struct bh_admitted admitted;
     int shared, wanted = 1;

@@ -23,6 +23,10 @@ enum {
     BH_GATE_UID_MOVED = -5,  /* from bh_admit_here only: a uid change the
                                 applicant saw refused the take (EACCES);
                                 nothing taken, nothing said: admit again */
+    BH_GATE_WAIT = -6,       /* from bh_admit_here only: full, and a
+                                non-blocking socket whose applicant waits
+                                elsewhere (wait_elsewhere) may wait;
+                                nothing taken, nothing said */
 };
 enum { BH_SHARED_UNREACHABLE = -2 };
 
@@ -61,14 +65,14 @@ struct bh_admitter {
 /* How a non-blocking connect of an applicant waits for a permit when the
  * compartment is full. */
 enum bh_nonblocking_wait {
-    /* The shim's own rule for its own process (admit.h's non-blocking
-     * branch). */
+    /* The shim's own process: it waits elsewhere (wait_elsewhere). */
     BH_NONBLOCKING_OWN = 0,
-    /* Only the calling thread waits, and the program runs on meanwhile,
-     * so the wait is a blocking connect's: wait_ms and max_waiters (and
-     * hold_wait_ms for a single-threaded process). A Go program under the
-     * supervisor: its runtime parks the goroutine in the trapped connect
-     * and runs the others on another thread. */
+    /* Only the calling thread waits, and the program runs on meanwhile and
+     * can give back what it holds: wait_ms and max_waiters, never
+     * hold_wait_ms (which keeps a stalled program from waiting for
+     * itself). A Go program under the supervisor, whose runtime parks the
+     * goroutine in the trapped connect and runs the others on another
+     * thread; the shim's own waiter thread of an asynchronous connect. */
     BH_NONBLOCKING_PARKED,
     /* The wait stalls the program's event loop, which is the code that
      * would give back the connections it holds: wait_ms while the process
@@ -108,6 +112,14 @@ struct bh_applicant {
      * the caller saw explains it (see bh_shim_uid_settled); the admission
      * then returns BH_GATE_UID_MOVED. NULL: never. */
     int (*uid_settled)(void);
+    /* A non-blocking socket that may wait (its bound, as a blocking
+     * socket's without SO_SNDTIMEO, is above 0): NULL, it waits in place,
+     * as a blocking one does (the supervisor, whose trapped thread stalls
+     * nothing else; the shim's own waiter thread); else nonzero when the
+     * caller can wait for it elsewhere, and the admission returns
+     * BH_GATE_WAIT (the shim's asynchronous admission, core/async_connect.c),
+     * 0 when it cannot (a vfork child): refused at once. */
+    int (*wait_elsewhere)(void);
     /* How its non-blocking connects wait (above); read only when full. */
     enum bh_nonblocking_wait nonblocking_wait;
 };

@@ -128,8 +128,9 @@ int64_t bh_fd_take_send(int fd, int *compartment);
  * socket, since every close of it (close, fclose, close_range,
  * closefrom) waits, after untracking and before the real close, for the
  * guard to go, and dup2/dup3 onto it retire the connection first (no
- * guard is given on it again). The waits spin on a guard held across one
- * syscall by a thread that takes no lock: safe in a signal handler.
+ * guard is given on it again). The waits spin on a guard held across a
+ * few syscalls by a thread of ours (fd_table.c): safe in a signal handler
+ * but for the case core/async_connect.c names.
  * bh_fd_guard: 1 when fd still carries `connection` (an id from
  * bh_fd_for_each) of that generation. */
 int bh_fd_guard(int fd, uint32_t connection, uint32_t generation);
@@ -140,6 +141,9 @@ void bh_fd_retire(int newfd);
 /* A connection slot's generation, new at each attach: (id, generation)
  * names one connection for the life of the process. */
 uint32_t bh_fd_generation(uint32_t connection);
+/* A connection that waited for its permits holds them from now (the
+ * caller guards one of its fds): its watch bits and its attach time. */
+void bh_fd_connection_start(uint32_t connection, uint32_t watch, int64_t since_ns);
 /* The connection's watch word, by id. */
 _Atomic uint32_t *bh_fd_connection_watch(uint32_t connection);
 /* A record per connection slot for a single caller thread (core/stall.c),
