@@ -64,7 +64,8 @@ CORE_SRC := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/
                        shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c \
                        shim/admission/*.c shim/log/*.c) shim/core/deadline.c
 # The shim proper: start-up, real-symbol table, fd tracking, hooks.
-SHIM_SRC := $(filter-out $(CORE_SRC),$(wildcard shim/core/*.c shim/fdtable/*.c shim/hooks/*.c))
+SHIM_SRC := $(filter-out $(CORE_SRC),$(wildcard shim/core/*.c shim/fdtable/*.c \
+                                                 shim/readiness/*.c shim/hooks/*.c))
 CLI_SRC  := $(wildcard cli/*.c cli/supervisor/*.c)
 # The fleet agent: a program of its own, the only one linking hiredis and
 # libmicrohttpd; it shares the stat renderer and the password file rule
@@ -72,10 +73,11 @@ CLI_SRC  := $(wildcard cli/*.c cli/supervisor/*.c)
 AGENT_SRC := $(wildcard agent/*.c) cli/stat_render.c cli/password_file.c
 TEST_SRC := $(wildcard tests/clients/*.c)
 # What the unit tests and fuzzers link: the parser, the matcher, the log, the fd table,
-# the permits and breaker (test_breaker makes a namespace of its own) and the
-# real-symbol table they reach libc through.
+# the permits and breaker (test_breaker makes a namespace of its own), the
+# readiness layer and the real-symbol table they reach libc through.
 UNIT_CODE := $(wildcard shim/libc/*.c shim/config/*.c shim/policy/*.c shim/rules/*.c shim/log/*.c \
-                        shim/fdtable/*.c shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c)
+                        shim/fdtable/*.c shim/permits/*.c shim/breaker/*.c shim/adaptive/*.c \
+                        shim/readiness/*.c)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_NAMES := $(UNIT_SRC:tests/unit/%.c=%)
 

@@ -15,7 +15,7 @@ declare -A rank=(
     [libc]=0
     [policy]=1
     [config]=2
-    [log]=3 [rules]=3 [fdtable]=3 [breaker]=3
+    [log]=3 [rules]=3 [fdtable]=3 [breaker]=3 [readiness]=3
     [permits]=4
     [adaptive]=5
     [admission]=6

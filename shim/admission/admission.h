@@ -23,6 +23,10 @@ enum {
     BH_GATE_UID_MOVED = -5,  /* from bh_admit_here only: a uid change the
                                 applicant saw refused the take (EACCES);
                                 nothing taken, nothing said: admit again */
+    BH_GATE_WAIT = -6,       /* from bh_admit_here only: full, and a
+                                non-blocking socket whose applicant waits
+                                elsewhere (wait_elsewhere) may wait;
+                                nothing taken, nothing said */
 };
 enum { BH_SHARED_UNREACHABLE = -2 };
 
@@ -87,6 +91,14 @@ struct bh_applicant {
      * the caller saw explains it (see bh_shim_uid_settled); the admission
      * then returns BH_GATE_UID_MOVED. NULL: never. */
     int (*uid_settled)(void);
+    /* A non-blocking socket that may wait (its bound, as a blocking
+     * socket's without SO_SNDTIMEO, is above 0): NULL, it waits in place,
+     * as a blocking one does (the supervisor, whose trapped thread stalls
+     * nothing else; the shim's own waiter thread); else nonzero when the
+     * caller can wait for it elsewhere, and the admission returns
+     * BH_GATE_WAIT (the shim's asynchronous admission, core/async_connect.c),
+     * 0 when it cannot (a vfork child): refused at once. */
+    int (*wait_elsewhere)(void);
 };
 
 /* What an admitted connect holds: its permits, and the probe slot's

@@ -9,9 +9,11 @@
  * pool, the holder record, with one result. What stays here is what
  * needs the caller: who the applicant is in the compartment (a bypass,
  * a reserve's member: worked out by the caller, so a bypass costs a load
- * and a counter), how long it may wait when full (its socket's
- * O_NONBLOCK and SO_SNDTIMEO, read only then: an fcntl, a getsockopt),
- * and the refusal's words and log line.
+ * and a counter), how long it may wait when full (wait_ms, hold_wait_ms
+ * and, for a blocking socket, its SO_SNDTIMEO: an fcntl and a
+ * getsockopt, read only then), where (a non-blocking socket's wait may
+ * be the caller's to place: wait_elsewhere), and the refusal's words and
+ * log line.
  *
  * The matched path costs one semop and, for the breaker, one load (a
  * clock read only when it is not closed); a fleet compartment also reads
@@ -135,22 +137,6 @@ static void bound_by(struct wait_bound *bound, int ms, const char *because)
     snprintf(bound->because, sizeof bound->because, "%s", because);
 }
 
-/* A non-blocking connect that waits stalls the whole program (its event
- * loop, every other connection): a few ms at most, then refused. */
-static void bound_nonblocking(struct wait_bound *bound,
-                              const struct bh_compartment *compartment)
-{
-    char because[112];
-    if (!compartment->wait_nonblocking) {
-        bound_by(bound, 0, "non-blocking socket and wait_nonblocking = no");
-        return;
-    }
-    snprintf(because, sizeof because, "a non-blocking connect waits at most "
-             "nonblocking_wait_ms = %d, not to stall its program",
-             compartment->nonblocking_wait_ms);
-    bound_by(bound, compartment->nonblocking_wait_ms, because);
-}
-
 /* A single-threaded process holding some of the compartment's permits and
  * waiting for more can deadlock with others doing the same (each holds
  * what the others wait for; none of its own can come back while it
@@ -175,7 +161,10 @@ static void bound_hold_wait(struct wait_bound *bound, const struct bh_compartmen
 }
 
 /* The compartment is full: how long this caller may wait for a permit, and
- * when it may not (0), why, in words for the refusal line. */
+ * when it may not (0), why, in words for the refusal line; or
+ * BH_WAIT_ELSEWHERE for a non-blocking socket whose applicant waits
+ * elsewhere. A non-blocking socket's bound is a blocking one's but for
+ * SO_SNDTIMEO, which bounds only a connect that blocks. */
 static int wait_allowed_ms(const struct asking *asking,
                            const struct bh_compartment *compartment,
                            const struct bh_permit_ask *ask, char *why, size_t whylen)
@@ -192,13 +181,17 @@ static int wait_allowed_ms(const struct asking *asking,
     if (bound.ms == 0)
         snprintf(bound.because, sizeof bound.because, "wait_ms = 0");
     int blocking = bound.ms > 0 ? may_block(asking->fd) : 1;
-    if (!blocking)
-        bound_nonblocking(&bound, compartment);
     bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask),
                     asking->applicant);
     int own_ms = blocking && bound.ms > 0 ? own_timeout_ms(asking->fd) : 0;
     if (own_ms > 0)
         bound_by(&bound, own_ms, "the socket's SO_SNDTIMEO");
+    if (!blocking && bound.ms > 0 && asking->applicant->wait_elsewhere) {
+        if (asking->applicant->wait_elsewhere())
+            return BH_WAIT_ELSEWHERE;
+        bound_by(&bound, 0, "non-blocking socket in a vfork child, where no "
+                 "thread of ours may wait for it");
+    }
     if (bound.ms == 0)
         snprintf(why, whylen, "at once: full; %s", bound.because);
     else if (bound.because[0])
@@ -329,6 +322,8 @@ static int not_granted(struct asking *asking, const struct bh_take *take,
         if (config->on_failure_open)
             return BH_GATE_PASS;
     }
+    if (result == BH_TAKE_ELSEWHERE)
+        return BH_GATE_WAIT;
     if (result == BH_TAKE_INTERRUPTED) {
         errno = EINTR;  /* nothing taken, nothing sent: connect() may be called again */
         return BH_GATE_REFUSED;

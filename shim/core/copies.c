@@ -68,7 +68,8 @@ static bh_share shared(int fd)
         return 0;
     struct bh_fd_state state = bh_fd_lookup(fd);
     bh_share share = state.share;
-    if (!share && state.compartment >= 0) {
+    /* a waiting connection holds no permits to put in a record */
+    if (!share && state.compartment >= 0 && !(state.watch & BH_WATCH_WAITING)) {
         share = bh_socket_share(&bh_shim.ns, fd, state.compartment, state.weight);
         if (share)
             bh_fd_set_share(pinned, share);

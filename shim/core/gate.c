@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "breaker/breaker.h"
+#include "core/async_connect.h"
 #include "core/deadline.h"
 #include "core/outcome.h"
 #include "core/shim.h"
@@ -73,14 +74,14 @@ static const struct bh_admitter shim_admitter = {
     &bh_shim.config, &bh_shim.ns, bh_shim.shared_index,
 };
 static const struct bh_applicant shim_applicant = {
-    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads, bh_signals_all_restart,
-    bh_shim_uid_settled,
+    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_async_own_threads,
+    bh_signals_all_restart, bh_shim_uid_settled, bh_async_can_wait,
 };
 
 /* The last try: a refusal is said and on_failure decides. */
 static const struct bh_applicant shim_applicant_last_try = {
-    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_stall_threads, bh_signals_all_restart,
-    NULL,
+    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_async_own_threads,
+    bh_signals_all_restart, NULL, bh_async_can_wait,
 };
 
 enum { UID_MOVED_TRIES = 16 };
@@ -100,14 +101,33 @@ admit_again(int fd, const struct bh_rule *rule, const struct sockaddr *to,
     return shared;
 }
 
-static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
+/* Full, and the non-blocking socket may wait: -1 EINPROGRESS while a
+ * thread of ours waits for its permits (core/async_connect.c), or, when
+ * no wait can start, refused at once as a fail-fast compartment is. */
+static __attribute__((noinline, cold)) int
+wait_elsewhere(int fd, const struct bh_rule *rule, const struct sockaddr *to,
+               socklen_t length)
+{
+    struct asking asking = { &shim_admitter, &shim_applicant, fd, to, rule->compartment, "" };
+    if (bh_async_connect(fd, rule, to, length, asking.why, sizeof asking.why) == 0) {
+        errno = EINPROGRESS;
+        return BH_GATE_REFUSED;
+    }
+    int shared = bh_shim.shared_index[rule->compartment];
+    bh_permit_count_rejected(&bh_shim.ns, shared);
+    return refuse(&asking, rule->compartment, shared, asking.why);
+}
+
+static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to,
+                 socklen_t length)
 {
     struct bh_admitted admitted;
     int shared = bh_admit_here(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
     if (shared < 0) {
-        if (shared != BH_GATE_UID_MOVED)
-            return shared;
-        shared = admit_again(fd, rule, to, &admitted);
+        if (shared == BH_GATE_UID_MOVED)
+            shared = admit_again(fd, rule, to, &admitted);
+        if (shared == BH_GATE_WAIT)
+            return wait_elsewhere(fd, rule, to, length);
         if (shared < 0)
             return shared;
     }
@@ -134,11 +154,17 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
         return BH_GATE_PASS;
     /* Already counted: connect() again to poll an async connect. */
     uint32_t entry = bh_fd_entry(fd);
-    if (bh_fd_entry_connected(entry))
-        return bh_fd_watched(fd) & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
+    if (bh_fd_entry_connected(entry)) {
+        uint32_t watched = bh_fd_watched(fd);
+        if (!(watched & BH_WATCH_WAITING))
+            return watched & BH_WATCH_CONNECTING ? BH_GATE_AGAIN : BH_GATE_PASS;
+        if (bh_async_again(fd))
+            return BH_GATE_REFUSED;
+        entry = bh_fd_entry(fd);
+    }
     if (!is_inet_stream(fd, bh_fd_entry_kind(entry)))
         return BH_GATE_PASS;
-    return admit(fd, &bh_shim.config.rules[rule], to);
+    return admit(fd, &bh_shim.config.rules[rule], to, length);
 }
 
 int bh_gate_fastopen_declined(int fd, const struct sockaddr *to, socklen_t length)

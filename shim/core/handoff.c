@@ -84,6 +84,8 @@ static void collect(int fd, uint32_t connection, int compartment, void *ctx)
     if (flags < 0 || connection > collection->max_connection)
         return;  /* closed behind our back, or new since we counted */
     struct bh_fd_state state = bh_fd_lookup(fd);
+    if (state.watch & BH_WATCH_WAITING)
+        return;  /* holds nothing; its waiter dies with the image */
     collection->items[collection->count++] = (struct tracked_fd){
         fd, connection, compartment, state.weight, state.share, !(flags & FD_CLOEXEC) };
 }

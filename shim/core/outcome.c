@@ -71,6 +71,7 @@
 
 #include "adaptive/adaptive.h"
 #include "breaker/breaker.h"
+#include "core/async_connect.h"
 #include "core/deadline.h"
 #include "core/left_namespaces.h"
 #include "core/stall.h"
@@ -390,6 +391,10 @@ static __attribute__((noinline)) void exchanges_ended(const struct bh_fd_ended *
 
 void bh_connection_ended(const struct bh_fd_ended *ended)
 {
+    if (__builtin_expect(ended->watch & BH_WATCH_WAITING, 0)) {
+        bh_async_ended(ended->since_ns);  /* it holds nothing; its waiter leaves */
+        return;
+    }
     if (__builtin_expect(ended->watch & BH_WATCH_TURNAROUND, 0))
         exchanges_ended(ended);
     if (__builtin_expect(ended->share != 0, 0)) {

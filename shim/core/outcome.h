@@ -36,6 +36,9 @@ enum {
                                       the EOF the program reads is ETIMEDOUT */
     BH_WATCH_SENT = 1 << 14,       /* STALL: more of the request went out
                                       since the watchdog last looked */
+    BH_WATCH_WAITING = 1 << 15,    /* its connect waits for its permits, or
+                                      was refused after a wait: it holds
+                                      none (async_connect.c) */
     /* turnaround: the bits above count the exchanges begun (mod 2^16) */
     BH_WATCH_EXCHANGE_SHIFT = 16,
 };
@@ -127,14 +130,23 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
  * permit. */
 #define BH_WATCHED_IO(fd, word, receive, flags, call) __extension__ ({         \
         uint32_t watch_ = atomic_load_explicit(word, memory_order_relaxed);    \
-        if ((receive) && (watch_ & BH_WATCH_ARM_RECEIVE))                      \
-            watch_ = bh_outcome_before_io(fd, watch_, receive);                \
-        ssize_t result_ = (call);                                              \
-        if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS(receive)), 0)) \
-            result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
-        else if (watch_ & BH_WATCH_EXCHANGES)                                  \
-            bh_outcome_turnaround(fd, word, watch_, receive);                  \
+        ssize_t result_;                                                       \
+        if (__builtin_expect(watch_ & BH_WATCH_WAITING, 0)) {                  \
+            result_ = bh_async_io_held(fd) ? -1 : (call);                      \
+        } else {                                                               \
+            if ((receive) && (watch_ & BH_WATCH_ARM_RECEIVE))                  \
+                watch_ = bh_outcome_before_io(fd, watch_, receive);            \
+            result_ = (call);                                                  \
+            if (__builtin_expect(result_ <= 0 || (watch_ & BH_WATCH_ON_SUCCESS(receive)), 0)) \
+                result_ = bh_outcome_after_io(fd, watch_, result_, receive, flags); \
+            else if (watch_ & BH_WATCH_EXCHANGES)                              \
+                bh_outcome_turnaround(fd, word, watch_, receive);              \
+        }                                                                      \
         result_; })
+
+/* A send or receive on a fd whose connect waits (WAITING): 1 with errno
+ * set (EAGAIN, or the verdict once), 0: the real call goes ahead. */
+int bh_async_io_held(int fd);
 
 /* A parameter list, args a call's arguments, with the watch word first. */
 #define BH_WITH_WORD(...) (_Atomic uint32_t *word_, __VA_ARGS__)

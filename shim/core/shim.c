@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "adaptive/adaptive.h"
+#include "core/async_connect.h"
 #include "core/copies.h"
 #include "core/handoff.h"
 #include "core/left_namespaces.h"
@@ -338,6 +339,7 @@ static void forget_after_fork(void)
     bh_permits_forget_after_fork();
     bh_rule_index_after_fork(bh_shim.rules);
     bh_stall_after_fork_child();
+    bh_async_after_fork_child();
 }
 
 /* glibc's _Fork runs no pthread_atfork handler: ours run around it here.

@@ -526,6 +526,13 @@ uint32_t bh_fd_generation(uint32_t connection)
     return atomic_load(&connection_for(connection, 0)->generation);
 }
 
+void bh_fd_connection_start(uint32_t connection, uint32_t watch, int64_t since_ns)
+{
+    struct bh_fd_connection *slot = connection_for(connection, 0);
+    atomic_store(&slot->since_ns, since_ns);
+    atomic_store(&slot->watch, watch);
+}
+
 _Atomic uint32_t *bh_fd_connection_watch(uint32_t connection)
 {
     return &connection_for(connection, 0)->watch;

@@ -140,6 +140,9 @@ void bh_fd_retire(int newfd);
 /* A connection slot's generation, new at each attach: (id, generation)
  * names one connection for the life of the process. */
 uint32_t bh_fd_generation(uint32_t connection);
+/* A connection that waited for its permits holds them from now (the
+ * caller guards one of its fds): its watch bits and its attach time. */
+void bh_fd_connection_start(uint32_t connection, uint32_t watch, int64_t since_ns);
 /* The connection's watch word, by id. */
 _Atomic uint32_t *bh_fd_connection_watch(uint32_t connection);
 /* A record per connection slot for a single caller thread (core/stall.c),

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "core/async_connect.h"
 #include "core/left_namespaces.h"
 #include "core/outcome.h"
 #include "core/shim.h"
@@ -23,6 +24,7 @@
 static __attribute__((noinline)) int close_connection(int fd)
 {
     uint32_t detached = bh_fd_detach(fd);
+    bh_async_closing(fd, detached);
     int rc = libc_close(fd);
     struct bh_fd_ended ended = bh_fd_release(detached);  /* not copied again */
     if (ended.compartment >= 0)
@@ -45,6 +47,7 @@ static int bh_close(int fd)
 static void close_detached(int fd, uint32_t detached, void *ctx)
 {
     (void)ctx;
+    bh_async_closing(fd, detached);
     libc_close(fd);
     bh_give_back(bh_fd_release(detached));
 }
@@ -77,6 +80,7 @@ static void bh_closefrom(int lowfd)
 static int bh_fclose(FILE *stream)
 {
     uint32_t detached = stream ? bh_fd_detach(fileno(stream)) : 0;
+    bh_async_closing(stream ? fileno(stream) : -1, detached);
     int rc = libc_fclose(stream);
     bh_give_back(bh_fd_release(detached));
     return rc;
@@ -87,8 +91,11 @@ static void forget_if_closed(int fd, uint32_t connection, int compartment, void 
     (void)connection;
     (void)compartment;
     (void)ctx;
-    if (libc_fcntl(fd, F_GETFD, NULL) < 0 && errno == EBADF)
-        bh_give_back(bh_fd_closing(fd));
+    if (libc_fcntl(fd, F_GETFD, NULL) < 0 && errno == EBADF) {
+        uint32_t detached = bh_fd_detach(fd);
+        bh_async_closing(fd, detached);
+        bh_give_back(bh_fd_release(detached));
+    }
 }
 
 /* We cannot list the streams; after they are gone, see which fds went. */

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+#include "core/async_connect.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
@@ -15,6 +16,8 @@ static int copied(int oldfd, int newfd)
 {
     if (newfd >= 0)
         bh_give_back(bh_fd_duplicated(oldfd, newfd));
+    if (newfd >= 0 && __builtin_expect(bh_fd_watched(newfd) & BH_WATCH_WAITING, 0))
+        bh_async_copied(oldfd, newfd);
     return newfd;
 }
 
@@ -23,8 +26,11 @@ static int bh_dup(int fd) { return copied(fd, libc_dup(fd)); }
  * (fd_table.h) ends first, and none is given on it again. */
 static int replacing(int oldfd, int newfd)
 {
-    if (oldfd != newfd && bh_fd_has_connection(newfd))
+    if (oldfd != newfd && bh_fd_has_connection(newfd)) {
         bh_fd_retire(newfd);
+        if (bh_fd_watched(newfd) & BH_WATCH_WAITING)
+            bh_async_fd_closing(newfd);
+    }
     return oldfd;
 }
 

@@ -4,6 +4,7 @@
  * the shorter of the program's timeout and ours (deadline.c). */
 #include <sys/socket.h>
 
+#include "core/async_connect.h"
 #include "core/deadline.h"
 #include "core/outcome.h"
 #include "core/state.h"
@@ -12,6 +13,8 @@
 
 static int bh_getsockopt(int fd, int level, int name, void *value, socklen_t *len)
 {
+    if (level == SOL_SOCKET && name == SO_ERROR && (bh_fd_watched(fd) & BH_WATCH_WAITING))
+        return bh_async_so_error(fd, level, name, value, len);
     int rc = libc_getsockopt(fd, level, name, value, len);
     if (level == SOL_SOCKET && name == SO_ERROR && rc == 0 && value &&
         len && *len >= sizeof(int) && (bh_fd_watched(fd) & BH_WATCH_CONNECTING))

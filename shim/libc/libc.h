@@ -7,11 +7,14 @@
 #define BH_LIBC_H
 
 #include <netdb.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/select.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -80,6 +83,33 @@
     X(int, eventfd, (unsigned value, int flags), (value, flags))               \
     X(int, epoll_create, (int size), (size))                                   \
     X(int, epoll_create1, (int flags), (flags))                                \
+    X(int, epoll_ctl, (int epfd, int op, int fd, struct epoll_event *event),   \
+      (epfd, op, fd, event))                                                   \
+    X(int, epoll_wait, (int epfd, struct epoll_event *events, int most, int timeout), \
+      (epfd, events, most, timeout))                                           \
+    X(int, epoll_pwait, (int epfd, struct epoll_event *events, int most,       \
+                         int timeout, const sigset_t *mask),                   \
+      (epfd, events, most, timeout, mask))                                     \
+    X(int, epoll_pwait2, (int epfd, struct epoll_event *events, int most,      \
+                          const struct timespec *timeout, const sigset_t *mask), \
+      (epfd, events, most, timeout, mask))                                     \
+    X(int, poll, (struct pollfd *fds, nfds_t count, int timeout), (fds, count, timeout)) \
+    X(int, ppoll, (struct pollfd *fds, nfds_t count, const struct timespec *timeout, \
+                   const sigset_t *mask),                                      \
+      (fds, count, timeout, mask))                                             \
+    X(int, __poll_chk, (struct pollfd *fds, nfds_t count, int timeout, size_t length), \
+      (fds, count, timeout, length))                                           \
+    X(int, __ppoll_chk, (struct pollfd *fds, nfds_t count,                     \
+                         const struct timespec *timeout, const sigset_t *mask, \
+                         size_t length),                                       \
+      (fds, count, timeout, mask, length))                                     \
+    X(int, select, (int count, fd_set *readable, fd_set *writable,             \
+                    fd_set *exceptional, struct timeval *timeout),             \
+      (count, readable, writable, exceptional, timeout))                       \
+    X(int, pselect, (int count, fd_set *readable, fd_set *writable,            \
+                     fd_set *exceptional, const struct timespec *timeout,      \
+                     const sigset_t *mask),                                    \
+      (count, readable, writable, exceptional, timeout, mask))                 \
     X(int, signalfd, (int fd, const sigset_t *mask, int flags), (fd, mask, flags)) \
     X(int, timerfd_create, (int clock, int flags), (clock, flags))             \
     X(int, inotify_init1, (int flags), (flags))                                \

@@ -187,14 +187,18 @@ struct bh_take {
      * given back; how many (NULL: none to look at). The namespace's
      * shared socket records are always looked at. */
     int (*reap)(void *ctx);
-    /* Still full: how long the caller may wait, 0: not at all; and in
-     * *restart what to ask when a signal ends the wait: nonzero to wait
-     * on, to the same deadline (NULL, as it starts: the wait ends,
-     * BH_TAKE_INTERRUPTED). */
+    /* Still full: how long the caller may wait, 0: not at all,
+     * BH_WAIT_ELSEWHERE: the caller waits by a take of its own elsewhere
+     * (the shim's asynchronous admission), so this one ends with
+     * BH_TAKE_ELSEWHERE, nothing counted; and in *restart what to ask
+     * when a signal ends the wait: nonzero to wait on, to the same
+     * deadline (NULL, as it starts: the wait ends, BH_TAKE_INTERRUPTED). */
     int (*wait_ms)(void *ctx, const struct bh_permit_ask *ask,
                    int (**restart)(void *ctx));
     void *ctx;
 };
+
+enum { BH_WAIT_ELSEWHERE = -1 };
 
 enum bh_take_result {
     BH_TAKE_GRANTED,
@@ -208,6 +212,7 @@ enum bh_take_result {
     BH_TAKE_INTERRUPTED,      /* a signal ended the wait */
     BH_TAKE_GONE,             /* the namespace was removed (reset): let it through */
     BH_TAKE_FAILED,           /* the kernel refused a semop: errno says why */
+    BH_TAKE_ELSEWHERE,        /* full, and the caller waits by a take of its own */
 };
 
 /* What a take has to say besides its result. A plain grant writes only

@@ -223,6 +223,8 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
     int never = never_enough(ns, take, &outcome->most);
     int (*restart)(void *ctx) = NULL;
     int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask, &restart);
+    if (wait_ms == BH_WAIT_ELSEWHERE)
+        return BH_TAKE_ELSEWHERE;  /* counted by the take that waits */
     if (wait_ms == 0) {
         bh_permit_count_rejected(ns, index);
         return never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL;
