@@ -16,6 +16,9 @@
  *                                    an AF_UNIX socketpair (no connection the
  *                                    shim counts, no peer): write then read,
  *                                    or send then recv
+ *   readiness N poll|epoll           poll() or epoll_wait() with timeout 0 on
+ *                                    one end of a socketpair, which is
+ *                                    writable: the readiness hooks' cost
  *   contend HOST PORT procs|threads W DURATION_MS
  *                                    W workers loop for DURATION_MS: connect,
  *                                    read the hold server's one byte, close
@@ -84,6 +87,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -91,6 +95,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -350,6 +355,39 @@ static int mode_socketpair(long n, const char *api)
     report(now_ns() - t0, n);
     close(pair[0]);
     close(pair[1]);
+    return 0;
+}
+
+/* ---- readiness: poll and epoll_wait, nothing waiting ------------------- */
+
+static __attribute__((noinline)) void
+measured_readiness(int epfd, struct pollfd *entry, long n)
+{
+    struct epoll_event event;
+    for (long i = 0; i < n; i++)
+        if ((epfd < 0 ? poll(entry, 1, 0) : epoll_wait(epfd, &event, 1, 0)) != 1)
+            fail("poll or epoll_wait");
+}
+
+static int mode_readiness(long n, const char *call)
+{
+    int pair[2], epfd = -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) < 0)
+        fail("socketpair");
+    struct pollfd entry = {.fd = pair[0], .events = POLLOUT};
+    if (strcmp(call, "epoll") == 0) {
+        struct epoll_event event = {.events = EPOLLOUT};
+        if ((epfd = epoll_create1(0)) < 0 ||
+            epoll_ctl(epfd, EPOLL_CTL_ADD, pair[0], &event) != 0)
+            fail("epoll");
+    } else if (strcmp(call, "poll") != 0) {
+        fprintf(stderr, "bench_client: the call is poll or epoll\n");
+        return 2;
+    }
+    measured_readiness(epfd, &entry, WARMUP);
+    int64_t t0 = now_ns();
+    measured_readiness(epfd, &entry, n);
+    report(now_ns() - t0, n);
     return 0;
 }
 
@@ -884,6 +922,7 @@ static void usage(void)
             "       bench_client alternate HOST PORT DEAD_PORT\n"
             "       bench_client request HOST PORT N\n"
             "       bench_client socketpair N [send|rw]\n"
+            "       bench_client readiness N poll|epoll\n"
             "       bench_client contend HOST PORT procs|threads W DURATION_MS\n"
             "       bench_client capacity HOST PORT W DURATION_MS PACE_MS\n"
             "       bench_client window HOST PORT N kill|exit|_exit CONTROL_PORT\n"
@@ -904,6 +943,8 @@ int main(int argc, char **argv)
         return mode_getpid(atol(argv[2]));
     if (strcmp(mode, "socketpair") == 0)
         return mode_socketpair(atol(argv[2]), argc > 3 ? argv[3] : "rw");
+    if (strcmp(mode, "readiness") == 0 && argc >= 4)
+        return mode_readiness(atol(argv[2]), argv[3]);
     if (argc < 5)
         usage();
     parse_dest(argv[2], argv[3]);

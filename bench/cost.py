@@ -36,6 +36,7 @@ def section(setup):
     """`--only cost`: (report lines, budget checks as (ok, text))."""
     ir_op, sc_op, sc_detail = deterministic(setup.cost_cases, setup.base, setup.tmp)
     policy.member_fallthrough(setup.sink, setup.base, setup.tmp, ir_op, sc_op)
+    readiness_waiting(ir_op, sc_op)
     return cost_lines(ir_op, sc_op, sc_detail), cost_checks(ir_op, sc_op)
 
 
@@ -50,6 +51,7 @@ def measure(setup):
                                      setup.scale_cfgs[c][0], ()) for c in core.RULE_SCALE]
     ir_op, sc_op, sc_detail = deterministic(det_cases, setup.base, setup.tmp)
     policy.member_fallthrough(setup.sink, setup.base, setup.tmp, ir_op, sc_op)
+    readiness_waiting(ir_op, sc_op)
     d = CG_N[1] - CG_N[0]
     # The close path's owner check alone: its getpid() syscalls (strace),
     # its instructions (owned_here()'s lines in fd_table.c wherever they
@@ -216,6 +218,12 @@ def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt, cfg_wide):
         ("sprw_shim", "socketpair", None, cfg_m, ("rw",)),
         ("spsend_bare", "socketpair", None, None, ("send",)),
         ("spsend_shim", "socketpair", None, cfg_m, ("send",)),
+        # the readiness hooks with nothing waiting: poll and epoll_wait,
+        # timeout 0, on a writable socketpair end
+        ("rpoll_bare", "readiness", None, None, ("poll",)),
+        ("rpoll_shim", "readiness", None, cfg_m, ("poll",)),
+        ("repoll_bare", "readiness", None, None, ("epoll",)),
+        ("repoll_shim", "readiness", None, cfg_m, ("epoll",)),
         # the matched connect+close again, in a namespace of its own: the
         # count must come out the same
         ("ccagain_matched", "connect_close", sink, cfg_m, ()),
@@ -306,6 +314,36 @@ def deterministic(cases, base, tmp):
     return ir_op, sc_op, sc_detail
 
 
+# bench/readiness_cost.c's variants: (call, variant); tags w<call>_<variant>
+READINESS_WAITING = [("poll", v) for v in ("bare", "idle", "waiting", "hidden")] + \
+                    [("epoll", v) for v in ("bare", "idle", "waiting")]
+
+
+def readiness_waiting(ir_op, sc_op):
+    """The readiness layer's cost per call with an fd waiting, which only
+    the engine makes in the shim: readiness_cost links the layer and hides
+    one itself. Adds w<call>_<variant> to ir_op and sc_op."""
+    def one(call, variant, n, tool):
+        args = [plumbing.readiness_cost(), str(n), call, variant]
+        tag = f"w{call}_{variant}"
+        if tool == "ir":
+            return plumbing.callgrind_of(tag, n, args, BASE_ENV)
+        return plumbing.strace_of(tag, n, args, {}).get("total", 0)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = {(call, variant, n, tool): pool.submit(one, call, variant, n, tool)
+                for call, variant in READINESS_WAITING for n in CG_N for tool in ("ir", "sc")}
+        got = {key: job.result() for key, job in jobs.items()}
+    d = CG_N[1] - CG_N[0]
+    for call, variant in READINESS_WAITING:
+        tag = f"w{call}_{variant}"
+        for tool, into in (("ir", ir_op), ("sc", sc_op)):
+            into[tag] = (got[(call, variant, CG_N[1], tool)] -
+                         got[(call, variant, CG_N[0], tool)]) / d
+            record("deterministic", tag, 0,
+                   "instructions_per_op" if tool == "ir" else "syscalls_per_op",
+                   f"{into[tag]:.3f}")
+
+
 def cost_lines(ir_op, sc_op, sc_detail):
     """The table of io_cost_cases, and where the extra syscalls go."""
     lines = [f"deterministic cost per operation (marginal between N={CG_N[0]} and "
@@ -344,6 +382,20 @@ def cost_lines(ir_op, sc_op, sc_detail):
         x, y = ir_op[f"{prefix}_{variant}"] / 2, sc_op[f"{prefix}_{variant}"] / 2
         lines.append(f"{title:<34} {'':>10} {'':>16} {x:>8.1f} ({x - b:+6.1f}) instr, "
                      f"{y:.2f} ({y - sc_op[f'{prefix}_bare'] / 2:+.2f}) syscalls per call")
+    for title, prefix in (("poll, per call", "rpoll"), ("epoll_wait, per call", "repoll")):
+        for what, m, fmt in (("instr", ir_op, ".1f"), ("syscalls", sc_op, ".2f")):
+            b, x = m[f"{prefix}_bare"], m[f"{prefix}_shim"]
+            lines.append(f"{title + ' ' + what:<34} {b:>10{fmt}} {x:>8{fmt}} "
+                         f"({x - b:+6{fmt}})   nothing waiting, the shim in the "
+                         f"unmatched column")
+    for call in ("poll", "epoll"):
+        b = ir_op[f"w{call}_bare"]
+        lines.append(f"{call + ' with fds waiting (layer alone)':<34} {b:>10.1f} " + ", ".join(
+            f"{v} {ir_op[f'w{call}_{v}']:.1f} ({ir_op[f'w{call}_{v}'] - b:+.1f}) instr "
+            f"{sc_op[f'w{call}_{v}']:.2f} syscalls"
+            for c, v in READINESS_WAITING if c == call and v != "bare"))
+    lines.append("  idle: nothing waits; waiting: another fd waits; hidden: the waiting fd "
+                 "is in the poll array too (bench/readiness_cost.c)")
     u = ir_op["ccport_unmatched"]
     lines.append(f"{'connect+close instr, unmatched':<34} {'':>10} {u:>8.1f} "
                  f"({u - ir_op['cc_bare']:+6.1f})   port in no rule (port-map fast path)")
@@ -436,6 +488,17 @@ def cost_checks(ir_op, sc_op):
                        f"over a matched connect+close without reserves (limit +1: the "
                        f"reserve's semop that finds it empty); instructions "
                        f"{ir_op['cc_member'] - ir_op['cc_matched']:+.0f}"))
+    for api, prefix in (("poll", "rpoll"), ("epoll_wait", "repoll")):
+        x, y = extra(ir_op, f"{prefix}_shim"), extra(sc_op, f"{prefix}_shim")
+        checks.append((x <= 8 and abs(y) <= 0.005, f"{api} through the shim, nothing "
+                       f"waiting: {x:+.1f} instructions per call (limit +8: the hook's "
+                       f"load, branch and jump), {y:+.3f} syscalls (limit +0)"))
+    x = max(ir_op[f"w{c}_{v}"] - ir_op[f"w{c}_bare"] for c, v in READINESS_WAITING
+            if v != "bare")
+    y = max(abs(sc_op[f"w{c}_{v}"] - sc_op[f"w{c}_bare"]) for c, v in READINESS_WAITING)
+    checks.append((x <= 400 and y <= 0.005, f"poll and epoll_wait with an fd waiting: "
+                   f"at most {x:+.0f} instructions per call (limit +400: the copy, the "
+                   f"table's look, the waker), {y:+.3f} syscalls (limit +0)"))
     # An unmatched connection and a socketpair carry no counted
     # connection; a matched one is counted, here without deadlines.
     io_limits = {"unmatched": 15, "shim": 15, "matched": 40}

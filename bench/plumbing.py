@@ -246,10 +246,16 @@ def configure(build):
     for d in (RUN_DIR, CG_DIR, ST_DIR):
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-    for f in (SHIM, os.path.join(BUILD, "bulkhead"), CLIENT, SERVER, FIXED_CLOCK):
+    for f in (SHIM, os.path.join(BUILD, "bulkhead"), CLIENT, SERVER, FIXED_CLOCK,
+              readiness_cost()):
         if not os.access(f, os.R_OK):
             raise BenchError(f"{f} is missing: build first (bench/run.sh does)")
     return out_dir
+
+
+def readiness_cost():
+    """bench/readiness_cost.c's program: the readiness layer with fds waiting."""
+    return os.path.join(BUILD, "bench", "readiness_cost")
 
 
 def open_results(path):
@@ -530,15 +536,21 @@ def callgrind(tag, mode, port, cfg, n, extra=()):
     timed loop (its measured_* function: start-up, whose pids and figures
     vary, is left out), but the fixed clock's own (clock_reads counts the
     reads)."""
+    return callgrind_of(tag, n, client_args(mode, port, n, extra),
+                        {**BASE_ENV, **counted_vars(cfg)})
+
+
+def callgrind_of(tag, n, args, env):
+    """callgrind() of any program that times its loop in measured_*."""
     out = os.path.join(CG_DIR, f"{tag}.{n}.out")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-           "--toggle-collect=measured_*", *client_args(mode, port, n, extra)]
-    run(cmd, {**BASE_ENV, **counted_vars(cfg)}, timeout=600)
+           "--toggle-collect=measured_*", *args]
+    run(cmd, env, timeout=600)
     total, _, clock_self = profile_counts(out)
     if total is None:
         raise BenchError(f"no totals in {out}")
     if total == 0:
-        raise BenchError(f"{out}: nothing counted: bench_client's {mode} must time its "
+        raise BenchError(f"{out}: nothing counted: {args[0]} {args[1]} must time its "
                          f"loop in a function named measured_*")
     return total - clock_self
 
@@ -618,10 +630,15 @@ def marginal_functions(tag, base_tag, top=10):
 
 
 def strace_calls(tag, mode, port, cfg, n, extra=()):
+    return strace_of(tag, n, client_args(mode, port, n, extra), counted_vars(cfg))
+
+
+def strace_of(tag, n, args, variables):
+    """strace_calls() of any program, with variables added for it alone."""
     out = os.path.join(ST_DIR, f"{tag}.{n}.txt")
     cmd = ["strace", "-f", "-c", "-o", out]
-    cmd += [f"-E{k}={v}" for k, v in counted_vars(cfg).items()]
-    cmd += client_args(mode, port, n, extra)
+    cmd += [f"-E{k}={v}" for k, v in variables.items()]
+    cmd += args
     run(cmd, BASE_ENV, timeout=600)
     calls, end = {}, None
     with open(out) as f:

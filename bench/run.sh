@@ -76,6 +76,10 @@ $CC $CFLAGS_BENCH -o "$OUT/bench_client" bench/bench_client.c -lpthread
 # The same client with no dynamic loader: what the seccomp supervisor traps.
 $CC $CFLAGS_BENCH -static -o "$OUT/bench_client_static" bench/bench_client.c -lpthread
 $CC $CFLAGS_BENCH -o "$OUT/bench_server" bench/bench_server.c -lpthread
+# The readiness layer linked in, to count it with fds waiting (its own
+# comment says why).
+$CC $CFLAGS_BENCH -Ishim -o "$OUT/readiness_cost" bench/readiness_cost.c \
+    shim/readiness/*.c shim/libc/libc.c -ldl -lpthread
 # The clock of the cost section's counted runs (bench/fixed_clock.c).
 $CC $CFLAGS_BENCH -shared -fPIC -o "$OUT/libfixed_clock.so" bench/fixed_clock.c
 

@@ -54,7 +54,8 @@ libc_path() {
     local f
     for f in connect close dup dup2 dup3 sendto sendmsg sendmmsg getaddrinfo gethostbyname \
         read write readv writev recv send recvfrom recvmsg recvmmsg getsockopt setsockopt \
-        gethostbyname2 gethostbyname_r gethostbyname2_r; do
+        gethostbyname2 gethostbyname_r gethostbyname2_r poll ppoll select pselect \
+        epoll_ctl epoll_wait epoll_pwait epoll_pwait2; do
         assert_output --regexp "[[:space:]]$f(@|\$|[[:space:]])"
     done
 }

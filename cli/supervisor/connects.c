@@ -565,7 +565,7 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     if (read_proc(pid, "comm", name, sizeof name) > 0)
         name[strcspn(name, "\n")] = '\0';
     struct bh_applicant applicant = { pid, name, membership, process->claimed,
-                                      sv_sockets_reap, state, NULL, NULL, NULL };
+                                      sv_sockets_reap, state, NULL, NULL, NULL, NULL };
     struct bh_admitted admitted;
     int shared, wanted = 1;
     do  /* interrupted: its notification died, or seemed to */

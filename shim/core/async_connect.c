@@ -54,8 +54,12 @@
  * With no free signal, every cancel is of that late kind.
  *
  * Safe from a signal handler: bh_async_ended (atomics, sigaction,
- * timer_settime), bh_async_fd_closing if the readiness layer's forget is.
- * Not: the start of a wait (pthread_create), as the io watchdog's.
+ * timer_settime), bh_async_fd_closing (the readiness layer's forget).
+ * Not: the start of a wait (pthread_create), as the io watchdog's. The
+ * guard is held across the real connect and the show of the verdict,
+ * which takes the readiness lock: a close of a waiting fd from a signal
+ * handler that interrupted its own thread inside the readiness layer's
+ * locked path (an epoll_ctl on a waiting fd) would wait for that thread.
  *
  * dup: both fds carry the one connection; the copy is hidden too, the
  * wait ends only when every fd of it is closed, and the verdict is shown
@@ -320,6 +324,13 @@ static void granted(struct waiter *w, const struct bh_admitted *admitted)
         return;
     }
     const struct bh_compartment *compartment = bh_rules_of(admitted->ask.index);
+    if (!(atomic_load(bh_fd_connection_watch(w->connection)) & BH_WATCH_WAITING)) {
+        /* a uid change moved it out of the namespace: refused */
+        give_back(admitted);
+        bh_fd_unguard(w->connection);
+        show_each(w, compartment->refusal_errno);
+        return;
+    }
     bh_deadline_before_connect(fd, compartment);
     int rc = libc_connect(fd, (const struct sockaddr *)&w->to, w->length);
     int error = rc < 0 && errno != EINPROGRESS ? errno : 0;

@@ -25,6 +25,7 @@
 
 #include <sys/shm.h>
 
+#include "core/outcome.h"
 #include "core/state.h"
 
 enum {
@@ -90,8 +91,9 @@ static void move_connection(int fd, void *ctx)
     const struct move *move = ctx;
     struct bh_fd_state state = bh_fd_lookup(fd);
     int slot = slot_of(state.compartment);
+    /* a connect still waiting holds nothing: its waiter sees it moved */
     if (state.compartment >= 0)
-        bh_fd_move(fd, state.share || move->from_slot < 0
+        bh_fd_move(fd, state.share || move->from_slot < 0 || (state.watch & BH_WATCH_WAITING)
                            ? FORGOTTEN : tag(move->from_slot, state.compartment));
     else if (slot >= 0 && slot == move->back_slot)
         bh_fd_move(fd, index_of(state.compartment));

@@ -26,19 +26,21 @@
  * A process that dies mid-operation takes the table with it: it is private
  * memory; its permits go back through SEM_UNDO (see permits.c).
  *
- * Guards (bh_fd_guard): a connection's guard word has HELD, set and
- * cleared by the one thread that acts on fds behind the program's back
- * (core/stall.c), and RETIRED, set by dup2/dup3 before they replace one
- * of its fds. Guard and close are Dekker's pair: the guard sets HELD and
+ * Guards (bh_fd_guard): a connection's guard word counts the guards
+ * held on it (HELD) by the threads that act on fds behind the program's
+ * back (core/stall.c's watchdog, core/async_connect.c's waiters: at most
+ * one each per connection), and has RETIRED, set by dup2/dup3 before
+ * they replace one of its fds. Guard and close are Dekker's pair: the guard sets HELD and
  * then reads the fd's entry; a close exchanges the entry and then reads
  * HELD (all sequentially consistent), so either the guard sees the fd
  * gone or the close sees HELD and spins until it clears, before the real
  * close: the number cannot be handed to another socket while a guard is
  * held on it. A close reads HELD only once guards_taken says some guard
  * was ever taken, which the guard sets before HELD (the same pair, one
- * level up). HELD is held across one syscall by a thread that blocks
- * every signal and takes no lock, so a close in a signal handler spins
- * briefly and never deadlocks. dup2 onto an fd needs no entry change
+ * level up). HELD is held across a few syscalls (a shutdown; a connect,
+ * and the readiness layer's show of its verdict) by a thread that blocks
+ * every signal of the program, so a close in a signal handler spins
+ * briefly (the show takes the readiness lock: see core/async_connect.c). dup2 onto an fd needs no entry change
  * first: it sets RETIRED by an atomic or on the same word, so one of the
  * two sees the other. A generation, bumped at each attach before the
  * entry is published and kept across a reset, tells a guard that a slot
@@ -257,7 +259,10 @@ struct bh_fd_ended bh_fd_new(int fd, enum bh_fd_kind kind)
     return drop_reference(atomic_exchange(entry, (uint32_t)kind));
 }
 
-enum { GUARD_HELD = 1, GUARD_RETIRED = 2 };
+/* The guard word: RETIRED, and how many guards are held, in units of
+ * GUARD_HELD (the watchdog and a connect's waiter may both hold one). */
+enum { GUARD_RETIRED = 1, GUARD_HELD = 2 };
+#define GUARDS_HELD (~(uint32_t)GUARD_RETIRED)
 
 /* Set before the first guard: until then no close looks at guards (one
  * load of this, instead of the connection's, in processes without one). */
@@ -266,7 +271,7 @@ static _Atomic int guards_taken;
 /* After the fd's entry changed: a guard taken before it ends first. */
 static void wait_unguarded(struct bh_fd_connection *connection)
 {
-    while (atomic_load(&connection->guard) & GUARD_HELD)
+    while (atomic_load(&connection->guard) & GUARDS_HELD)
         sched_yield();
 }
 
@@ -494,7 +499,7 @@ int bh_fd_guard(int fd, uint32_t connection, uint32_t generation)
     struct bh_fd_connection *slot = connection_for(connection, 0);
     if (!atomic_load(&guards_taken))
         atomic_store(&guards_taken, 1);
-    if (!slot || (atomic_fetch_or(&slot->guard, GUARD_HELD) & GUARD_RETIRED)) {
+    if (!slot || (atomic_fetch_add(&slot->guard, GUARD_HELD) & GUARD_RETIRED)) {
         if (slot)
             bh_fd_unguard(connection);
         return 0;
@@ -509,7 +514,7 @@ int bh_fd_guard(int fd, uint32_t connection, uint32_t generation)
 
 void bh_fd_unguard(uint32_t connection)
 {
-    atomic_fetch_and(&connection_for(connection, 0)->guard, ~(uint32_t)GUARD_HELD);
+    atomic_fetch_sub(&connection_for(connection, 0)->guard, GUARD_HELD);
 }
 
 void bh_fd_retire(int newfd)
@@ -624,7 +629,7 @@ void bh_fd_table_keep_shared(int (*own_copy)(int compartment, int weight))
             if (!kept_by_child(&pool[i], own_copy))
                 memset((void *)&pool[i], 0, sizeof pool[i]);
             /* the guarding thread was the parent's */
-            atomic_fetch_and(&pool[i].guard, ~(uint32_t)GUARD_HELD);
+            atomic_fetch_and(&pool[i].guard, GUARD_RETIRED);
         }
     }
     for (unsigned chunk = 0; chunk < chunks; chunk++) {

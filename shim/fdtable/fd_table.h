@@ -128,8 +128,9 @@ int64_t bh_fd_take_send(int fd, int *compartment);
  * socket, since every close of it (close, fclose, close_range,
  * closefrom) waits, after untracking and before the real close, for the
  * guard to go, and dup2/dup3 onto it retire the connection first (no
- * guard is given on it again). The waits spin on a guard held across one
- * syscall by a thread that takes no lock: safe in a signal handler.
+ * guard is given on it again). The waits spin on a guard held across a
+ * few syscalls by a thread of ours (fd_table.c): safe in a signal handler
+ * but for the case core/async_connect.c names.
  * bh_fd_guard: 1 when fd still carries `connection` (an id from
  * bh_fd_for_each) of that generation. */
 int bh_fd_guard(int fd, uint32_t connection, uint32_t generation);

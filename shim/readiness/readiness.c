@@ -23,11 +23,14 @@ enum { POLL_COPY = 256 };
  * at FD_SETSIZE or above), a call looks again this often. */
 #define SLICE_NS 10000000LL
 
-/* A deadline on CLOCK_MONOTONIC; -1: none. */
+/* A deadline on CLOCK_MONOTONIC; -1: none, 0: now (a zero timeout,
+ * common in event loops, reads no clock). */
 static int64_t deadline_of(const struct timespec *timeout)
 {
     if (!timeout)
         return -1;
+    if (timeout->tv_sec == 0 && timeout->tv_nsec == 0)
+        return 0;
     return bh_clock_ns(CLOCK_MONOTONIC) + (int64_t)timeout->tv_sec * 1000000000 +
            timeout->tv_nsec;
 }
@@ -37,7 +40,9 @@ static int64_t deadline_of(const struct timespec *timeout)
 static struct timespec *time_left(int64_t deadline, int64_t most, struct timespec *left)
 {
     int64_t ns = most;
-    if (deadline >= 0) {
+    if (deadline == 0)
+        ns = 0;
+    else if (deadline > 0) {
         int64_t until = deadline - bh_clock_ns(CLOCK_MONOTONIC);
         if (until < 0)
             until = 0;
@@ -53,7 +58,7 @@ static struct timespec *time_left(int64_t deadline, int64_t most, struct timespe
 
 static int deadline_passed(int64_t deadline)
 {
-    return deadline >= 0 && bh_clock_ns(CLOCK_MONOTONIC) >= deadline;
+    return deadline == 0 || (deadline > 0 && bh_clock_ns(CLOCK_MONOTONIC) >= deadline);
 }
 
 /* ---- poll ------------------------------------------------------------- */
@@ -95,14 +100,16 @@ static int poll_round(struct pollfd *fds, struct pollfd *copy, nfds_t count, int
     struct timespec left;
     nfds_t polled = count;
     int refused = hide_entries(fds, copy, count);
-    if (waker != BH_WAKE_NONE)
-        copy[polled++] = (struct pollfd){.fd = bh_wake_fd(waker), .events = POLLIN};
-    int64_t most = refused ? 0 : waker == BH_WAKE_NONE ? SLICE_NS : -1;
+    int wake_fd = waker == BH_WAKE_NONE ? -1 : bh_wake_fd(waker);
+    if (wake_fd >= 0)
+        copy[polled++] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+    int64_t most = refused ? 0 : wake_fd < 0 ? SLICE_NS : -1;
     if (libc_ppoll(copy, polled, time_left(deadline, most, &left), mask) < 0)
         return -1;
-    *woken = waker == BH_WAKE_NONE || copy[count].revents != 0;
-    if (waker != BH_WAKE_NONE && copy[count].revents)
-        bh_wake_drain(waker);
+    int fired = wake_fd >= 0 && copy[count].revents;
+    *woken = wake_fd < 0 || fired;
+    if (fired)
+        bh_wake_drain(waker);  /* POLLNVAL too: the program closed it */
     return fill_back(fds, copy, count);
 }
 
@@ -182,7 +189,8 @@ static int select_round(struct sets *sets, int count, int waker, int64_t deadlin
             FD_CLR(fd, &work[s]);
         refused += verdict > 0;
     }
-    if (waker != BH_WAKE_NONE && (wake_fd = bh_wake_fd(waker)) < FD_SETSIZE) {
+    if (waker != BH_WAKE_NONE && (wake_fd = bh_wake_fd(waker)) >= 0 &&
+        wake_fd < FD_SETSIZE) {
         if (!use[0]) {
             FD_ZERO(&work[0]);
             use[0] = &work[0];

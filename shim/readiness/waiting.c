@@ -4,12 +4,12 @@
  *
  * Shared (process-wide, every thread):
  * - slots[]: one per fd that waits or has an unread verdict. A slot is
- *   claimed (fd -1 -> fd) only by bh_waiting_hide under `lock`; freed
- *   (fd -> -1, by compare-and-swap, the winner decrements
- *   bh_waiting_active) by bh_waiting_show (error 0), bh_waiting_verdict
- *   (consume) and bh_waiting_forget, with no lock. Its state and error are
- *   written under the lock and read by anyone; its registrations are read
- *   and written only under the lock.
+ *   claimed (its fd field 0 -> fd + 1) only by bh_waiting_hide under
+ *   `lock`; freed (-> 0, by compare-and-swap: the winner decrements
+ *   bh_waiting_active) by bh_waiting_show (error 0, under the lock), and
+ *   by bh_waiting_verdict (consume) and bh_waiting_forget with no lock.
+ *   Its state and error are written under the lock and read by anyone;
+ *   its registrations are read and written only under the lock.
  * - slot_of[fd]: slot + 1 for fds below WAITING_FDS, 0 for none: written
  *   by whoever claims or frees the slot, read by every readiness call.
  * - bh_waiting_active: the count of slots in use, read by every hook.
@@ -120,33 +120,39 @@ static int is_epoll_fd(int dir, const char *name)
            memcmp(target, eventpoll, sizeof eventpoll - 1) == 0;
 }
 
-/* One line of /proc/self/fdinfo/EPFD: "tfd: N events: HEX data: HEX ..." */
-static void take_line(struct slot *slot, int epfd, int fd, const char *line)
+/* One line of /proc/self/fdinfo/EPFD: "tfd: N events: HEX data: HEX ...";
+ * 1 when it is fd's registration and there is no room left for it. */
+static int take_line(struct slot *slot, int epfd, int fd, const char *line)
 {
     char *end;
     if (strncmp(line, "tfd:", 4) != 0 || strtol(line + 4, &end, 10) != fd)
-        return;
+        return 0;
     const char *events = strstr(end, "events:");
     const char *data = strstr(end, "data:");
-    if (!events || !data || slot->sets == SETS)
-        return;
+    if (!events || !data)
+        return 0;
+    if (slot->sets == SETS)
+        return 1;
     struct registration *taken = &slot->registrations[slot->sets];
     taken->epfd = epfd;
     taken->event.events = (uint32_t)strtoul(events + 7, NULL, 16);
     taken->event.data.u64 = strtoull(data + 5, NULL, 16);
     if (libc_epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0)
         slot->sets++;
+    return 0;
 }
 
-/* Takes fd out of epfd's set, remembering the registration. */
-static void take_from(struct slot *slot, int epfd, int fd)
+/* Takes fd out of epfd's set, remembering the registration; 1 when
+ * there was no room to remember it (it stays in the set). */
+static int take_from(struct slot *slot, int epfd, int fd)
 {
     char path[40], buffer[4096];
     size_t held = 0;
+    int unfit = 0;
     snprintf(path, sizeof path, "/proc/self/fdinfo/%d", epfd);
     int info = libc_open(path, O_RDONLY | O_CLOEXEC, 0);
     if (info < 0)
-        return;
+        return 0;
     for (;;) {
         ssize_t got = libc_read(info, buffer + held, sizeof buffer - 1 - held);
         if (got <= 0)
@@ -156,7 +162,7 @@ static void take_from(struct slot *slot, int epfd, int fd)
         char *line = buffer, *newline;
         while ((newline = strchr(line, '\n'))) {
             *newline = '\0';
-            take_line(slot, epfd, fd, line);
+            unfit |= take_line(slot, epfd, fd, line);
             line = newline + 1;
         }
         held = strlen(line);
@@ -165,16 +171,20 @@ static void take_from(struct slot *slot, int epfd, int fd)
             held = 0;  /* no line is this long: not ours */
     }
     libc_close(info);
+    return unfit;
 }
 
-static void take_from_every_set(struct slot *slot, int fd)
+/* Every epoll set of the process: the number of fd's registrations that
+ * found no room (0: fd is in no set any more). */
+static int take_from_every_set(struct slot *slot, int fd)
 {
     struct entry { uint64_t inode; int64_t offset; unsigned short length;
                    unsigned char type; char name[]; };
-    char buffer[4096];
+    char buffer[4096] __attribute__((aligned(8)));
+    int unfit = 0;
     int dir = libc_open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (dir < 0)
-        return;
+        return 0;
     long got;
     while ((got = syscall(SYS_getdents64, dir, buffer, sizeof buffer)) > 0) {
         for (long at = 0; at < got;) {
@@ -183,10 +193,11 @@ static void take_from_every_set(struct slot *slot, int fd)
             int epfd = atoi(entry->name);
             if (entry->name[0] != '.' && epfd != dir && epfd != fd &&
                 is_epoll_fd(dir, entry->name))
-                take_from(slot, epfd, fd);
+                unfit += take_from(slot, epfd, fd);
         }
     }
     libc_close(dir);
+    return unfit;
 }
 
 static void put_back(struct slot *slot, int fd)
@@ -213,8 +224,11 @@ int bh_waiting_hide(int fd)
         return 0;
     }
     slot = claim_slot(fd);
-    if (slot)
-        take_from_every_set(slot, fd);
+    if (slot && take_from_every_set(slot, fd)) {
+        put_back(slot, fd);  /* in more sets than a slot holds */
+        free_slot(slot, fd);
+        slot = NULL;
+    }
     pthread_mutex_unlock(&lock);
     if (!slot) {
         errno = ENOSPC;

@@ -7,7 +7,8 @@
 enum { BH_WAKE_NONE = -1 };
 
 /* A waker of the pool for this call, armed (every bh_wake_all from now on
- * makes its fd readable) and drained; BH_WAKE_NONE when the pool is used
+ * makes its fd readable; it may be readable already, from before);
+ * BH_WAKE_NONE when the pool is used
  * up or no eventfd can be made: the caller then sleeps in short slices. */
 int bh_wake_claim(void);
 int bh_wake_fd(int waker);

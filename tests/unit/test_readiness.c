@@ -18,7 +18,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,14 +84,20 @@ static short poll_one(int fd, int timeout_ms)
 
 /* ---- poll and ppoll ------------------------------------------------------ */
 
-static void test_nothing_waiting_passes_through(void **state)
+/* Nothing waiting: the kernel's answer. One fd waiting: only it hidden. */
+static void test_only_waiting_fds_are_hidden(void **state)
 {
     (void)state;
-    int fd = tcp_socket();
+    int fd = tcp_socket(), waiting = tcp_socket();
     assert_int_equal(bh_waiting_active, 0);
     assert_int_equal(poll_one(fd, 0), POLLOUT | POLLHUP);
     assert_int_equal(bh_waiting_verdict(fd, 0), BH_WAITING_NONE);
+    assert_int_equal(bh_waiting_hide(waiting), 0);
+    assert_int_equal(bh_waiting_active, 1);
+    assert_int_equal(poll_one(fd, 0), POLLOUT | POLLHUP);
+    assert_int_equal(poll_one(waiting, 0), 0);
     close(fd);
+    close(waiting);
 }
 
 static void test_poll_hides_and_keeps_the_timeout(void **state)
@@ -337,7 +345,7 @@ static void test_every_thread_wakes_and_timeouts_hold(void **state)
         assert_true(sleepers[i].slept_ms >= 400);
     }
     for (int i = 0; i < THREADS; i++) {
-        sleepers[i].timeout_ms = -1;
+        sleepers[i].timeout_ms = 10000;
         assert_int_equal(pthread_create(&threads[i], NULL, sleeping, &sleepers[i]), 0);
     }
     nanosleep(&moment, NULL);
@@ -347,6 +355,7 @@ static void test_every_thread_wakes_and_timeouts_hold(void **state)
         pthread_join(threads[i], NULL);
         assert_int_equal(sleepers[i].found, 1);
         assert_int_equal(sleepers[i].events, POLLOUT);
+        assert_true(sleepers[i].slept_ms < 5000);
     }
     close(fd);
     close(other);
@@ -521,6 +530,7 @@ static void test_an_epoll_set_closed_meanwhile(void **state)
     assert_int_equal(bh_epoll_ctl(kept, EPOLL_CTL_ADD, fd, &event), 0);
     assert_int_equal(bh_waiting_hide(fd), 0);
     close(gone);
+    assert_int_equal(epoll_events(kept, &event, 0), 0);
     connect_now(fd);
     bh_waiting_show(fd, 0);
     assert_int_equal(epoll_events(kept, &event, 1000), 1);
@@ -529,10 +539,108 @@ static void test_an_epoll_set_closed_meanwhile(void **state)
     close(kept);
 }
 
+/* No room: an fd in more epoll sets than a slot holds, or one fd more
+ * than the table holds, is not hidden at all (the engine refuses it). */
+static void test_no_room_hides_nothing(void **state)
+{
+    (void)state;
+    enum { SETS = 9, SLOTS = 512 };
+    int fd = tcp_socket(), sets[SETS];
+    struct epoll_event event = {.events = EPOLLOUT};
+    for (int i = 0; i < SETS; i++) {
+        sets[i] = epoll_create1(0);
+        assert_int_equal(bh_epoll_ctl(sets[i], EPOLL_CTL_ADD, fd, &event), 0);
+    }
+    assert_int_equal(bh_waiting_hide(fd), -1);
+    assert_int_equal(errno, ENOSPC);
+    assert_int_equal(bh_waiting_active, 0);
+    for (int i = 0; i < SETS; i++) {
+        assert_int_equal(epoll_events(sets[i], &event, 0), 1);
+        close(sets[i]);
+    }
+    close(fd);
+
+    static int fds[SLOTS + 1];
+    for (int i = 0; i < SLOTS; i++) {
+        fds[i] = tcp_socket();
+        assert_int_equal(bh_waiting_hide(fds[i]), 0);
+    }
+    fds[SLOTS] = tcp_socket();
+    assert_int_equal(bh_waiting_hide(fds[SLOTS]), -1);
+    assert_int_equal(errno, ENOSPC);
+    assert_int_equal(poll_one(fds[SLOTS], 0), POLLOUT | POLLHUP);
+    for (int i = 0; i <= SLOTS; i++)
+        close(fds[i]);
+}
+
+/* After fork the child's table is empty (reset), the parent's intact. */
+static void test_the_child_after_reset(void **state)
+{
+    (void)state;
+    int fd = tcp_socket();
+    assert_int_equal(bh_waiting_hide(fd), 0);
+    assert_int_equal(poll_one(fd, 0), 0);  /* a waker made, inherited */
+    pid_t child = fork();
+    if (child == 0) {
+        bh_waiting_reset();
+        struct pollfd entry = {.fd = fd, .events = POLLOUT};
+        _exit(bh_waiting_active == 0 && poll(&entry, 1, 0) == 1 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(poll_one(fd, 0), 0);
+    close(fd);
+}
+
+/* The lowest-numbered eventfd of the process: the layer's waker here. */
+static int first_eventfd(void)
+{
+    char path[64], target[64];
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t length = readlink(path, target, sizeof target - 1);
+        if (length > 0 && (target[length] = '\0', strcmp(target, "anon_inode:[eventfd]") == 0))
+            return fd;
+    }
+    return -1;
+}
+
+/* The program closes the layer's eventfd and gets its number for an
+ * eventfd of its own: that one is never read nor written, and a show
+ * still wakes a poll. */
+static void test_a_waker_the_program_closed(void **state)
+{
+    (void)state;
+    int fd = tcp_socket();
+    assert_int_equal(bh_waiting_hide(fd), 0);
+    assert_int_equal(poll_one(fd, 0), 0);
+    int waker = first_eventfd();
+    assert_true(waker >= 0);
+    close(waker);
+    int mine = eventfd(5, EFD_NONBLOCK);
+    assert_int_equal(mine, waker);
+    struct sleeper sleeper = {.call = POLL, .fd = fd, .timeout_ms = 10000};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, sleeping, &sleeper), 0);
+    struct timespec moment = {0, 100 * 1000000};
+    nanosleep(&moment, NULL);
+    connect_now(fd);
+    bh_waiting_show(fd, 0);
+    pthread_join(thread, NULL);
+    assert_int_equal(sleeper.found, 1);
+    assert_true(sleeper.slept_ms < 5000);
+    uint64_t count = 0;
+    assert_int_equal(read(mine, &count, sizeof count), sizeof count);
+    assert_int_equal(count, 5);
+    close(mine);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_nothing_waiting_passes_through, set_up,
+        cmocka_unit_test_setup_teardown(test_only_waiting_fds_are_hidden, set_up,
                                         tear_down),
         cmocka_unit_test_setup_teardown(test_poll_hides_and_keeps_the_timeout, set_up,
                                         tear_down),
@@ -561,6 +669,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_registration_during_the_wait, set_up,
                                         tear_down),
         cmocka_unit_test_setup_teardown(test_an_epoll_set_closed_meanwhile, set_up,
+                                        tear_down),
+        cmocka_unit_test_setup_teardown(test_no_room_hides_nothing, set_up, tear_down),
+        cmocka_unit_test_setup_teardown(test_the_child_after_reset, set_up, tear_down),
+        cmocka_unit_test_setup_teardown(test_a_waker_the_program_closed, set_up,
                                         tear_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
