@@ -104,12 +104,12 @@ def report(res, most, setup):
              f"(best for {LIMIT} at a time: {LIMIT * 1000 // HOLD_MS} req/s); "
              f"{rounds(setup)} runs of each way, in turn; lag: how late a 10 ms timer in the "
              f"same loop was (median of the runs' worst, and the worst)",
-             f"{'program':<9} {'way':<38} {'req/s':>7} {'failed':>7} {'lag ms':>7} {'worst':>7}"]
+             f"{'program':<9} {'way':<40} {'req/s':>7} {'failed':>7} {'lag ms':>7} {'worst':>7}"]
     checks = []
     for program in PROGRAMS:
         s = {w: summary(res[program, w]) for w in WAYS}
         for way in WAYS:
-            lines.append(f"{program:<9} {WAY_NAMES[way]:<38} {s[way]['goodput']:>7.0f} "
+            lines.append(f"{program:<9} {WAY_NAMES[way]:<40} {s[way]['goodput']:>7.0f} "
                          f"{s[way]['failed']:>7} {s[way]['lag_median']:>7.0f} "
                          f"{s[way]['lag_worst']:>7.0f}")
         shim, pool = s["shim"], s["pool"]
