@@ -15,10 +15,11 @@
  * - bh_waiting_active: the count of slots in use, read by every hook.
  * Signal handlers: bh_waiting_forget and bh_waiting_verdict take no lock
  * and are async-signal-safe (close() and getsockopt may run in one).
- * bh_waiting_hide, bh_waiting_show and epoll_ctl on the slow path take
- * the lock: an epoll_ctl from a handler that interrupted one of them on
- * the same thread would wait for itself (the lock is never held while
- * the thread blocks elsewhere, so only such a handler can).
+ * bh_waiting_hide, bh_waiting_show, epoll_ctl on the slow path and
+ * epoll_wait's look for an unread refusal take the lock: one of those
+ * from a handler that interrupted another on the same thread would wait
+ * for itself (the lock is never held while the thread blocks elsewhere,
+ * so only such a handler can). poll and select take no lock.
  * A show racing the forget of the same fd (a close in another thread)
  * puts back registrations only while the slot still names the fd; the
  * close lands between that check and the ADD at worst, which then fails

@@ -56,11 +56,11 @@ static int set_up(void **state)
 {
     (void)state;
     socklen_t length = sizeof listening;
-    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     listening = (struct sockaddr_in){.sin_family = AF_INET,
                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (listener < 0 || bind(listener, (struct sockaddr *)&listening, length) != 0 ||
-        listen(listener, 64) != 0 ||
+        listen(listener, SOMAXCONN) != 0 ||
         getsockname(listener, (struct sockaddr *)&listening, &length) != 0)
         return -1;
     return 0;
@@ -359,6 +359,39 @@ static void test_every_thread_wakes_and_timeouts_hold(void **state)
     }
     close(fd);
     close(other);
+}
+
+/* A burst: threads entering poll and select while the shows of their fds
+ * come as fast as the main thread can make them, before, during or after
+ * each one's look at the table. None may sleep past its show. */
+static void test_no_wake_lost_in_a_burst(void **state)
+{
+    (void)state;
+    enum { THREADS = 8, ROUNDS = 20 };
+    for (int round = 0; round < ROUNDS; round++) {
+        struct sleeper sleepers[THREADS];
+        pthread_t threads[THREADS];
+        for (int i = 0; i < THREADS; i++) {
+            int fd = tcp_socket();
+            assert_int_equal(bh_waiting_hide(fd), 0);
+            connect_now(fd);
+            sleepers[i] = (struct sleeper){.call = i % 2 ? PSELECT : PPOLL, .fd = fd,
+                                           .timeout_ms = 10000};
+            assert_int_equal(pthread_create(&threads[i], NULL, sleeping, &sleepers[i]), 0);
+        }
+        for (int i = 0; i < THREADS; i++)
+            bh_waiting_show(sleepers[i].fd, 0);
+        for (int i = 0; i < THREADS; i++)
+            pthread_join(threads[i], NULL);
+        for (int i = 0; i < THREADS; i++) {
+            assert_int_equal(sleepers[i].found, 1);
+            assert_true(sleepers[i].slept_ms < 5000);
+            close(sleepers[i].fd);
+        }
+        int accepted;  /* the listener's queue never fills */
+        while ((accepted = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+            close(accepted);
+    }
 }
 
 /* ---- select and pselect -------------------------------------------------- */
@@ -660,6 +693,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_epoll_pwait2_wakes, set_up, tear_down),
         cmocka_unit_test_setup_teardown(test_every_thread_wakes_and_timeouts_hold, set_up,
                                         tear_down),
+        cmocka_unit_test_setup_teardown(test_no_wake_lost_in_a_burst, set_up, tear_down),
         cmocka_unit_test_setup_teardown(test_select_hides_and_reports_a_refusal, set_up,
                                         tear_down),
         cmocka_unit_test_setup_teardown(
