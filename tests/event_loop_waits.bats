@@ -119,21 +119,22 @@ lag_within() {
     ((ms < LAG_MS)) || fail "the loop's timer was $ms ms late (bound $LAG_MS)"
 }
 
-# burst_curls N URL [CURL_ARGS...]: N curls under the shim, started together
-# once each is ready (a go file), each writing its HTTP status (000: no
+# burst_curls N URL [CURL_ARGS...]: N curls under the shim (their shells
+# not), started together once each is ready (a go file), each writing its HTTP status (000: no
 # answer) to $T/curl.I.out when it ends.
 burst_curls() {
     local n=$1 url=$2 i
     shift 2
     rm -f "$T/go"
     for i in $(seq 1 "$n"); do
-        bg "$T/curl.$i" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" sh -c '
-            out=$1 go=$2
-            shift 2
+        bg "$T/curl.$i" sh -c '
+            out=$1 go=$2 shim=$3 rules=$4
+            shift 4
             : >"$out.ready"
-            while [ ! -e "$go" ]; do sleep 0.01; done
-            curl -s -o /dev/null -w "%{http_code}\n" --max-time 30 "$@" >"$out.tmp"
-            mv "$out.tmp" "$out"' sh "$T/curl.$i.out" "$T/go" "$@" "$url"
+            while [ ! -e "$go" ]; do sleep 0.05; done
+            LD_PRELOAD=$shim BULKHEAD_CONFIG=$rules \
+                curl -s -o /dev/null -w "%{http_code}\n" --max-time 30 "$@" >"$out.tmp"
+            mv "$out.tmp" "$out"' sh "$T/curl.$i.out" "$T/go" "$SHIM" "$RULES" "$@" "$url"
     done
     wait_for -t 20 curls_ready "$n" || fail "the curls did not start"
     touch "$T/go"
