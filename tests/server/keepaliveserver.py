@@ -129,21 +129,24 @@ class Server:
             if key.data == "conn" and key.fd in self.conns:
                 self.on_readable(self.conns[key.fd])
 
+    def answer_due(self, conn, now):
+        """Sends the answers due by now; False once the connection is gone."""
+        while conn.answers and conn.answers[0] <= now:
+            conn.answers.pop(0)
+            self.requests += 1
+            try:
+                conn.sock.sendall(RESPONSE)
+            except OSError:
+                self.close(conn)
+                return False
+            conn.idle_until = now + self.idle
+        return True
+
     def due(self):
         now = time.monotonic()
         for conn in list(self.conns.values()):
-            while conn.answers and conn.answers[0] <= now:
-                conn.answers.pop(0)
-                self.requests += 1
-                try:
-                    conn.sock.sendall(RESPONSE)
-                except OSError:
-                    self.close(conn)
-                    break
-                conn.idle_until = now + self.idle
-            else:
-                if not conn.answers and conn.idle_until <= now:
-                    self.close(conn)
+            if self.answer_due(conn, now) and not conn.answers and conn.idle_until <= now:
+                self.close(conn)
         self.write_stats()
 
     def next_timeout(self):
