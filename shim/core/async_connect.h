@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/outcome.h"
 #include "fdtable/fd_table.h"
+#include "readiness/waiting.h"
 
 /* The gate found the compartment full for fd, a non-blocking socket that
  * may wait: the wait starts (fd hidden from the program's readiness,
@@ -48,12 +49,12 @@ void bh_async_ended(int64_t ticket);
 /* fd, about to be closed or replaced, carries a waiting connection: its
  * readiness entry goes. */
 void bh_async_fd_closing(int fd);
-/* The same for a close path with fd's detached entry (bh_fd_detach), the
- * connection still referenced: a load and a test when it does not wait. */
-static inline void bh_async_closing(int fd, uint32_t detached)
+/* The same for a close path of a counted connection: one load while no
+ * fd of the process waits (forgetting a fd that does not wait is
+ * harmless, and rare: something else waits meanwhile). */
+static inline void bh_async_closing(int fd)
 {
-    if (bh_fd_entry_connected(detached) &&
-        (atomic_load(&bh_fd_entry_connection(detached)->watch) & BH_WATCH_WAITING))
+    if (__builtin_expect(atomic_load_explicit(&bh_waiting_active, memory_order_relaxed), 0))
         bh_async_fd_closing(fd);
 }
 

@@ -103,12 +103,14 @@ admit_again(int fd, const struct bh_rule *rule, const struct sockaddr *to,
 
 /* Full, and the non-blocking socket may wait: -1 EINPROGRESS while a
  * thread of ours waits for its permits (core/async_connect.c), or, when
- * no wait can start, refused at once as a fail-fast compartment is. */
+ * no wait can start, refused at once as a fail-fast compartment is. The
+ * address's length is its family's (the matched path keeps no other). */
 static __attribute__((noinline, cold)) int
-wait_elsewhere(int fd, const struct bh_rule *rule, const struct sockaddr *to,
-               socklen_t length)
+wait_elsewhere(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 {
     struct asking asking = { &shim_admitter, &shim_applicant, fd, to, rule->compartment, "" };
+    socklen_t length = to->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                : sizeof(struct sockaddr_in6);
     if (bh_async_connect(fd, rule, to, length, asking.why, sizeof asking.why) == 0) {
         errno = EINPROGRESS;
         return BH_GATE_REFUSED;
@@ -118,8 +120,7 @@ wait_elsewhere(int fd, const struct bh_rule *rule, const struct sockaddr *to,
     return refuse(&asking, rule->compartment, shared, asking.why);
 }
 
-static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to,
-                 socklen_t length)
+static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 {
     struct bh_admitted admitted;
     int shared = bh_admit_here(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
@@ -127,7 +128,7 @@ static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to,
         if (shared == BH_GATE_UID_MOVED)
             shared = admit_again(fd, rule, to, &admitted);
         if (shared == BH_GATE_WAIT)
-            return wait_elsewhere(fd, rule, to, length);
+            return wait_elsewhere(fd, rule, to);
         if (shared < 0)
             return shared;
     }
@@ -164,7 +165,7 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     }
     if (!is_inet_stream(fd, bh_fd_entry_kind(entry)))
         return BH_GATE_PASS;
-    return admit(fd, &bh_shim.config.rules[rule], to, length);
+    return admit(fd, &bh_shim.config.rules[rule], to);
 }
 
 int bh_gate_fastopen_declined(int fd, const struct sockaddr *to, socklen_t length)

@@ -24,7 +24,7 @@
 static __attribute__((noinline)) int close_connection(int fd)
 {
     uint32_t detached = bh_fd_detach(fd);
-    bh_async_closing(fd, detached);
+    bh_async_closing(fd);
     int rc = libc_close(fd);
     struct bh_fd_ended ended = bh_fd_release(detached);  /* not copied again */
     if (ended.compartment >= 0)
@@ -47,7 +47,7 @@ static int bh_close(int fd)
 static void close_detached(int fd, uint32_t detached, void *ctx)
 {
     (void)ctx;
-    bh_async_closing(fd, detached);
+    bh_async_closing(fd);
     libc_close(fd);
     bh_give_back(bh_fd_release(detached));
 }
@@ -80,7 +80,7 @@ static void bh_closefrom(int lowfd)
 static int bh_fclose(FILE *stream)
 {
     uint32_t detached = stream ? bh_fd_detach(fileno(stream)) : 0;
-    bh_async_closing(stream ? fileno(stream) : -1, detached);
+    bh_async_closing(stream ? fileno(stream) : -1);
     int rc = libc_fclose(stream);
     bh_give_back(bh_fd_release(detached));
     return rc;
@@ -93,7 +93,7 @@ static void forget_if_closed(int fd, uint32_t connection, int compartment, void 
     (void)ctx;
     if (libc_fcntl(fd, F_GETFD, NULL) < 0 && errno == EBADF) {
         uint32_t detached = bh_fd_detach(fd);
-        bh_async_closing(fd, detached);
+        bh_async_closing(fd);
         bh_give_back(bh_fd_release(detached));
     }
 }
