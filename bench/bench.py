@@ -6,7 +6,7 @@ bench_server first); see bench/README for what is measured and why.
 
 This is the driver: it sets up (plumbing.py, fixtures.py), runs the
 sections, one module each (core, handoff, deadlines, fleet, failover,
-fleetsim, adaptive, records, cost with policy, seccomp), and prints their lines and
+fleetsim, adaptive, records, eventloop, cost with policy, seccomp), and prints their lines and
 budget.
 `--only NAME` runs one section; the full run runs them all but seccomp,
 and reports core and cost together (cost's budget takes core's wall
@@ -26,6 +26,7 @@ import adaptive
 import core
 import cost
 import deadlines
+import eventloop
 import failover
 import fixtures
 import fleet
@@ -45,10 +46,10 @@ QUICK = dict(rounds=3, cc_n=2000, pp_n=2000, rs_n=2000, req_n=1000,
 # returns (report lines, budget checks as (ok, text)).
 SECTIONS = {"handoff": handoff, "deadlines": deadlines, "cost": cost, "fleet": fleet,
             "failover": failover, "fleetsim": fleetsim, "adaptive": adaptive,
-            "records": records, "seccomp": seccomp}
+            "records": records, "eventloop": eventloop, "seccomp": seccomp}
 # The full run's steps after core's five (cost is the last, step 9).
 FULL_STEPS = (("6", handoff), ("7", deadlines), ("8", fleet), ("8a", failover),
-              ("8b", fleetsim), ("8c", adaptive), ("8d", records))
+              ("8b", fleetsim), ("8c", adaptive), ("8d", records), ("8e", eventloop))
 
 
 def print_budget(checks):

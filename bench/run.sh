@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh: the bulkhead benchmark (`make bench` runs it after `make all`).
 #
-#   bench/run.sh [--quick] [--only handoff|deadlines|cost|fleet|fleetsim|adaptive|records|seccomp]
+#   bench/run.sh [--quick] [--only handoff|deadlines|cost|fleet|fleetsim|adaptive|records|eventloop|seccomp]
 #
 # Builds the bench's own programs into build/bench/, then runs bench/bench.py,
 # which prints the table and the budget lines and writes the raw numbers to
@@ -63,7 +63,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
-for tool in valgrind callgrind_annotate strace haproxy python3 ipcrm; do
+for tool in valgrind callgrind_annotate strace haproxy node python3 ipcrm; do
     command -v "$tool" >/dev/null ||
         { echo "bench: $tool is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 done
