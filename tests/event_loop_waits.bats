@@ -8,11 +8,9 @@
 # long (measured by the program's clock, at a bound generous enough for a
 # loaded machine: the 150 ms goal is in the bench). A wait that runs out
 # must look to the program like a refused connect, with no SYN sent.
-# A program of one thread that already holds permits of the compartment
-# waits hold_wait_ms, not wait_ms (a keep-alive pool holding every permit
-# can only be served by its own closes): the single-threaded loops here
-# (asyncio, curl, nginx, haproxy) hold some while they ask for more, so
-# their compartments give hold_wait_ms too.
+# Nothing but wait_ms is set: the single-threaded loops here (asyncio,
+# curl, nginx, haproxy) hold permits while they ask for more, and their
+# waits, in the background, are not bounded by hold_wait_ms.
 
 load helpers/common
 load helpers/netns
@@ -199,9 +197,9 @@ Promise.all(Array.from({ length: n }, (_, i) => get(i))).then((got) => {
     assert_equal "$(server_stat ka max)" 2
 }
 
-@test "python asyncio open_connection x50, limit 5 (hold_wait_ms: one thread): all 50 answered, 5 at most at the server, and the loop keeps time" {
+@test "python asyncio open_connection x50, limit 5: all 50 answered, 5 at most at the server, and the loop keeps time" {
     start_server srv 50
-    compartment_rules 5 wait_ms=30000 hold_wait_ms=30000
+    compartment_rules 5 wait_ms=30000
     run --separate-stderr run_shim timeout 60 python3 -c "$PY_LOOP" raw "$SERVER_PORT" 50
     assert_success
     assert_line --index 0 "ok=50"
@@ -224,9 +222,9 @@ Promise.all(Array.from({ length: n }, (_, i) => get(i))).then((got) => {
     assert_equal "$(server_stat srv max)" 5
 }
 
-@test "curl --parallel --parallel-max 20, 40 URLs, limit 5 (hold_wait_ms: one thread): 40 of 40 answered, 5 at most at the server" {
+@test "curl --parallel --parallel-max 20, 40 URLs, limit 5: 40 of 40 answered, 5 at most at the server" {
     start_server srv 50
-    compartment_rules 5 wait_ms=30000 hold_wait_ms=30000
+    compartment_rules 5 wait_ms=30000
     local args=() i
     for i in $(seq 1 40); do
         args+=(-o /dev/null "http://127.0.0.1:$SERVER_PORT/$i")
@@ -275,10 +273,10 @@ proxy_meanwhile() {
     assert_equal "$(server_stat srv max)" 2
 }
 
-@test "nginx proxy_pass to an upstream at its limit, with wait_ms and hold_wait_ms: 200s, not 502s, and a static location on the same worker answers while upstream connects wait" {
+@test "nginx proxy_pass to an upstream at its limit, with wait_ms: 200s, not 502s, and a static location on the same worker answers while upstream connects wait" {
     command -v nginx >/dev/null || fail "nginx is not installed (make deps)"
     start_server srv 2000
-    compartment_rules 2 wait_ms=30000 hold_wait_ms=30000
+    compartment_rules 2 wait_ms=30000
     local port
     port=$(free_port)
     mkdir -p "$T/nginx"
@@ -309,10 +307,10 @@ EOF
     proxy_meanwhile "$port"
 }
 
-@test "haproxy (one thread) in front of an upstream at its limit, with wait_ms and hold_wait_ms: 200s, not 503s, and a static answer on the same thread while upstream connects wait" {
+@test "haproxy (one thread) in front of an upstream at its limit, with wait_ms: 200s, not 503s, and a static answer on the same thread while upstream connects wait" {
     command -v haproxy >/dev/null || fail "haproxy is not installed (make deps)"
     start_server srv 2000
-    compartment_rules 2 wait_ms=30000 hold_wait_ms=30000
+    compartment_rules 2 wait_ms=30000
     local port
     port=$(free_port)
     cat >"$T/haproxy.cfg" <<EOF
