@@ -8,10 +8,39 @@
 
 BATS_LIB_PATH=${BATS_LIB_PATH:-/usr/lib/bats}
 bats_require_minimum_version 1.5.0
-bats_load_library bats-support
-bats_load_library bats-assert
 
-BH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# bh_load_library NAME: bats_load_library without its cost. Every test
+# sources its file and helpers anew, and the libraries' load.bash files
+# run a $(dirname ...) subshell per file they source: fifteen forks per
+# test, seconds of a loaded machine's time over the suite. A load.bash of
+# only such lines is read here and its files sourced straight; any other
+# goes to bats_load_library.
+bh_load_library() {
+    local dir line files=()
+    for dir in ${BATS_LIB_PATH//:/ }; do
+        [[ -f "$dir/$1/load.bash" ]] && break
+    done
+    [[ -f "$dir/$1/load.bash" ]] || { bats_load_library "$1"; return; }
+    while IFS= read -r line; do
+        [[ -z "$line" || "$line" == \#* ]] && continue
+        [[ "$line" =~ ^source\ \"\$\(dirname\ \"\$\{BASH_SOURCE\[0\]\}\"\)/([^\"]+)\"$ ]] ||
+            { bats_load_library "$1"; return; }
+        files+=("$dir/$1/${BASH_REMATCH[1]}")
+    done <"$dir/$1/load.bash"
+    for line in "${files[@]}"; do
+        source "$line"
+    done
+}
+bh_load_library bats-support
+bh_load_library bats-assert
+
+# The checkout: from this file's own path when it has the usual one (no
+# subshell), else by asking the shell.
+if [[ "${BASH_SOURCE[0]}" == /*/tests/helpers/common.bash ]]; then
+    BH_ROOT=${BASH_SOURCE[0]%/tests/helpers/common.bash}
+else
+    BH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+fi
 # BULKHEAD_TEST_SHIM runs the suite against another build (or a do-nothing
 # library, to see that the tests can fail).
 SHIM="${BULKHEAD_TEST_SHIM:-$BH_ROOT/build/libbulkhead.so}"
@@ -27,7 +56,10 @@ BULKHEAD="$BH_ROOT/build/bulkhead"
 # version manager's wrapper: pyenv's shim takes 0.6 s to start a python3
 # that takes 0.06 s, and the suite starts hundreds of them, servers and
 # clients (scripts' "#!/usr/bin/env python3" included).
-if [[ -x /usr/bin/python3 && "$(command -v python3)" != /usr/bin/python3 ]]; then
+# The link is made by the run's first test and found by the others.
+if [[ -x "$BATS_RUN_TMPDIR/bin/python3" ]]; then
+    PATH="$BATS_RUN_TMPDIR/bin:$PATH"
+elif [[ -x /usr/bin/python3 && "$(command -v python3)" != /usr/bin/python3 ]]; then
     mkdir -p "$BATS_RUN_TMPDIR/bin"
     ln -sf /usr/bin/python3 "$BATS_RUN_TMPDIR/bin/python3"
     PATH="$BATS_RUN_TMPDIR/bin:$PATH"
@@ -92,6 +124,7 @@ bh_teardown() {
         [[ -n "$ns" ]] || continue
         key=$(ns_key "$ns") || { left+=" $ns: no key;"; continue; }
         timeout 10 "$BULKHEAD" reset --force -n "$ns" >/dev/null 2>&1 || true
+        ipc_under_key "$key" || continue
         ipcrm -S "$key" 2>/dev/null || true
         ipcrm -M "$key" 2>/dev/null || true
         if ipc_under_key "$key"; then
