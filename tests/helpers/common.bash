@@ -278,7 +278,8 @@ start_server() {
         --ready "$T/$name.ready" --stats "$T/$name.stats" \
         >"$T/$name.log" 2>&1 3>&- &
     track_pid $!
-    if ! wait_for -t 10 test -s "$T/$name.ready"; then
+    # 30 s: a python3 that long to start is a loaded machine, not a failure.
+    if ! wait_for -t 30 test -s "$T/$name.ready"; then
         cat "$T/$name.log" >&2
         fail "server $name did not start"
     fi
@@ -310,7 +311,7 @@ py_server() {
     local name=$1 script=$2
     shift 2
     bg "$T/$name.log" python3 "$script" --ready "$T/$name.ready" "$@"
-    wait_for -t 10 test -s "$T/$name.ready" ||
+    wait_for -t 30 test -s "$T/$name.ready" ||
         fail "$name did not start: $(cat "$T/$name.log.err")"
     SERVER_PORT=$(sed -n 1p "$T/$name.ready")
 }
