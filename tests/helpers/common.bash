@@ -346,8 +346,13 @@ server_stat() {
 }
 
 # rss_kb PID: the process's resident memory (VmRSS, kB), as the kernel
-# counts it.
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+# counts it (read by the shell: pollers call it often).
+rss_kb() {
+    local key value rest
+    while read -r key value rest; do
+        [[ "$key" == VmRSS: ]] && { echo "$value"; return; }
+    done <"/proc/$1/status"
+}
 
 # server_open_is NAME N: the server has exactly N connections open (for
 # wait_for).
