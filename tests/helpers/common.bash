@@ -270,11 +270,13 @@ static_build() {
 
 # ------------------------------------------------------------- servers ----
 
-# start_server NAME HOLD_MS [HOST]: a holdserver in the background. Sets and
-# exports SERVER_PORT and PORT_<NAME>.
+# start_server NAME HOLD_MS [HOST [OPTION...]]: a holdserver in the
+# background (OPTIONs are holdserver's). Sets and exports SERVER_PORT and
+# PORT_<NAME>.
 start_server() {
     local name=$1 hold=$2 host=${3:-127.0.0.1}
-    python3 "$HOLDSERVER" --host "$host" --port 0 --hold-ms "$hold" \
+    shift $(($# < 3 ? $# : 3))
+    python3 "$HOLDSERVER" --host "$host" --port 0 --hold-ms "$hold" "$@" \
         --ready "$T/$name.ready" --stats "$T/$name.stats" \
         >"$T/$name.log" 2>&1 3>&- &
     track_pid $!
