@@ -331,12 +331,14 @@ compartment_rules() {
 }
 
 # server_sync NAME: returns once the server has taken in every connection
-# and EOF already queued in the kernel (see holdserver's control port).
+# and EOF already queued in the kernel (see holdserver's control port):
+# after thousands of connections, a loaded machine's python3 takes more
+# than 10 s to go through them.
 server_sync() {
     local ctl line fd
     ctl=$(sed -n 2p "$T/$1.ready")
     exec {fd}<>"/dev/tcp/127.0.0.1/$ctl" || return 1
-    read -r -t 10 line <&"$fd"
+    read -r -t 60 line <&"$fd"
     exec {fd}<&-
     [[ "$line" == max=* ]]
 }
