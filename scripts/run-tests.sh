@@ -104,6 +104,7 @@ run_file() {
 lane() {
     local file status=0
     while :; do
+        # shellcheck disable=SC2016  # the inner shell expands $0
         file=$(flock "$OUT/queue.lock" sh -c 'head -n 1 "$0"; sed -i 1d "$0"' "$OUT/queue")
         [[ -n "$file" ]] || return "$status"
         run_file "$file" || status=1

@@ -28,6 +28,7 @@ bh_load_library() {
         files+=("$dir/$1/${BASH_REMATCH[1]}")
     done <"$dir/$1/load.bash"
     for line in "${files[@]}"; do
+        # shellcheck source=/dev/null
         source "$line"
     done
 }
