@@ -87,6 +87,27 @@ sv_run() {
     "$BULKHEAD" run -c "$RULES" "$@" >"$out" 2>"$out.err" 3>&- || SV_STATUS=$?
 }
 
+# all_in OUT N: the clients' lines in OUT (each refused one has said so)
+# and the connections server s holds add up to N.
+all_in() {
+    (($(grep -c . "$1" || true) + $(server_stat s open) >= $2))
+}
+
+# sv_run_all_in OUT N CMD...: sv_run for N clients against server s
+# started with --hold-until "$T/release": the server answers once every
+# client has connected or been refused, so that they all overlap however
+# slowly a loaded machine starts them.
+sv_run_all_in() {
+    local out=$1 n=$2
+    shift 2
+    bg "$out" "$BULKHEAD" run -c "$RULES" "$@"
+    local run=$BG_PID
+    wait_for -t 60 all_in "$out" "$n"
+    touch "$T/release"
+    SV_STATUS=0
+    wait_pid "$run" 60 || SV_STATUS=$?
+}
+
 @test "seccomp: a Go client, 8 parallel GETs at limit 3, without and with keep-alive: 3 reach the server, 5 fail fast, and the tree's next process gets 3 again" {
     start_server s 1000
     compartment_rules 3
@@ -343,9 +364,9 @@ fds_of() { ls "/proc/$1/fd" | wc -l; }
 @test "seccomp: busybox wget under bulkhead run is capped" {
     local busybox
     busybox=$(command -v busybox) || fail "no busybox (make deps installs busybox-static)"
-    start_server s 1000
+    start_server s 1000 127.0.0.1 --hold-until "$T/release"
     compartment_rules 3
-    sv_run "$T/wget" -- "$busybox" sh -c "for i in 1 2 3 4 5 6 7 8; do
+    sv_run_all_in "$T/wget" 8 -- "$busybox" sh -c "for i in 1 2 3 4 5 6 7 8; do
         '$busybox' wget -q -O /dev/null http://127.0.0.1:$SERVER_PORT/ && echo ok || echo failed &
     done; wait"
     assert_equal "$SV_STATUS" 0
@@ -367,9 +388,9 @@ fds_of() { ls "/proc/$1/fd" | wc -l; }
 }
 
 @test "seccomp: --seccomp caps dynamic programs whose shim counts nothing (no rules file found): the supervisor does" {
-    start_server s 1000
+    start_server s 1000 127.0.0.1 --hold-until "$T/release"
     compartment_rules 3
-    sv_run "$T/curls" --seccomp -- "$GOHTTP" spawn 8 env -u BULKHEAD_CONFIG \
+    sv_run_all_in "$T/curls" 8 --seccomp -- "$GOHTTP" spawn 8 env -u BULKHEAD_CONFIG \
         XDG_CONFIG_HOME="$T/nothing" curl -s -o /dev/null -w '%{http_code}\n' \
         "http://127.0.0.1:$SERVER_PORT/"
     assert_equal "$SV_STATUS" 0
