@@ -17,28 +17,31 @@ load helpers/common
 load helpers/netns
 load helpers/uid
 
-setup() {
-    bh_setup
-    GOHTTP="$BH_ROOT/build/tests/gohttp"
-    FORK_SHARE="$BH_ROOT/build/tests/fork_share"
+GOHTTP="$BH_ROOT/build/tests/gohttp"
+FORK_SHARE="$BH_ROOT/build/tests/fork_share"
+DISCONNECT="$BH_ROOT/build/tests/disconnect"
+GODIAL="$BH_ROOT/build/tests/godial"
+CLOSE_CONNECTING="$BH_ROOT/build/tests/close_connecting"
+FASTOPEN="$BH_ROOT/build/tests/fastopen_fallback"
+REUSE="$BH_ROOT/build/tests/reuse_number"
+FLOOD="$BH_ROOT/build/tests/connect_flood"
+HOLD="$BH_ROOT/build/tests/hold_connect"
+
+# The clients, built once for the file: in the first test's setup, a cold
+# Go build on a loaded machine took longer than the test's time limit.
+setup_file() {
+    T="$BATS_FILE_TMPDIR"
     build_if_stale "$GOHTTP" "$BH_ROOT/tests/clients/go/gohttp.go" go_build
-    build_if_stale "$FORK_SHARE" "$BH_ROOT/tests/clients/static/fork_share.c" static_build
-    DISCONNECT="$BH_ROOT/build/tests/disconnect"
-    build_if_stale "$DISCONNECT" "$BH_ROOT/tests/clients/static/disconnect.c" static_build
-    GODIAL="$BH_ROOT/build/tests/godial"
     build_if_stale "$GODIAL" "$BH_ROOT/tests/clients/go/godial.go" go_build
-    CLOSE_CONNECTING="$BH_ROOT/build/tests/close_connecting"
-    build_if_stale "$CLOSE_CONNECTING" "$BH_ROOT/tests/clients/static/close_connecting.c" \
-        static_build
-    FASTOPEN="$BH_ROOT/build/tests/fastopen_fallback"
-    build_if_stale "$FASTOPEN" "$BH_ROOT/tests/clients/static/fastopen_fallback.c" static_build
-    REUSE="$BH_ROOT/build/tests/reuse_number"
-    build_if_stale "$REUSE" "$BH_ROOT/tests/clients/static/reuse_number.c" static_build
-    FLOOD="$BH_ROOT/build/tests/connect_flood"
-    build_if_stale "$FLOOD" "$BH_ROOT/tests/clients/static/connect_flood.c" static_build
-    HOLD="$BH_ROOT/build/tests/hold_connect"
-    build_if_stale "$HOLD" "$BH_ROOT/tests/clients/static/hold_connect.c" static_build
+    local name
+    for name in fork_share disconnect close_connecting fastopen_fallback reuse_number \
+        connect_flood hold_connect; do
+        build_if_stale "$BH_ROOT/build/tests/$name" \
+            "$BH_ROOT/tests/clients/static/$name.c" static_build
+    done
 }
+
+setup() { bh_setup; }
 teardown() {
     kill_trees
     [[ -z "${NOBODY_DIR:-}" ]] || rm -rf "$NOBODY_DIR"
@@ -84,6 +87,27 @@ sv_run() {
     "$BULKHEAD" run -c "$RULES" "$@" >"$out" 2>"$out.err" 3>&- || SV_STATUS=$?
 }
 
+# all_in OUT N: the clients' lines in OUT (each refused one has said so)
+# and the connections server s holds add up to N.
+all_in() {
+    (($(grep -c . "$1" || true) + $(server_stat s open) >= $2))
+}
+
+# sv_run_all_in OUT N CMD...: sv_run for N clients against server s
+# started with --hold-until "$T/release": the server answers once every
+# client has connected or been refused, so that they all overlap however
+# slowly a loaded machine starts them.
+sv_run_all_in() {
+    local out=$1 n=$2
+    shift 2
+    bg "$out" "$BULKHEAD" run -c "$RULES" "$@"
+    local run=$BG_PID
+    wait_for -t 60 all_in "$out" "$n"
+    touch "$T/release"
+    SV_STATUS=0
+    wait_pid "$run" 60 || SV_STATUS=$?
+}
+
 @test "seccomp: a Go client, 8 parallel GETs at limit 3, without and with keep-alive: 3 reach the server, 5 fail fast, and the tree's next process gets 3 again" {
     start_server s 1000
     compartment_rules 3
@@ -122,7 +146,7 @@ sv_run() {
 @test "seccomp: a static C client that forks: 3 connect, 5 are refused at once" {
     start_server s -1
     compartment_rules 3
-    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500
+    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/fork")" 3
     assert_equal "$(count ECONNREFUSED "$T/fork")" 5
@@ -153,7 +177,7 @@ sv_run() {
     start_server s -1
     printf '[global]\nnamespace = %s\n[api]\nlimit = 3\nmatch = localhost:%s\n' \
         "$NS" "$SERVER_PORT" >"$RULES"
-    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500
+    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/fork")" 3
     assert_equal "$(count ECONNREFUSED "$T/fork")" 5
@@ -309,7 +333,7 @@ except OSError as error:
     assert_equal "$(cat "$T/out")" $'first=ok\ndup2=ok\nsame=yes\nreopen=ok'
     assert_equal "$(server_stat s total)" 3
     # neither given back twice (the next tree would get 2) nor kept
-    sv_run "$T/next" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 2 0
+    sv_run "$T/next" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 2 all
     assert_equal "$(count ok "$T/next")" 1
     assert_equal "$(count ECONNREFUSED "$T/next")" 1
 }
@@ -340,9 +364,9 @@ fds_of() { ls "/proc/$1/fd" | wc -l; }
 @test "seccomp: busybox wget under bulkhead run is capped" {
     local busybox
     busybox=$(command -v busybox) || fail "no busybox (make deps installs busybox-static)"
-    start_server s 1000
+    start_server s 1000 127.0.0.1 --hold-until "$T/release"
     compartment_rules 3
-    sv_run "$T/wget" -- "$busybox" sh -c "for i in 1 2 3 4 5 6 7 8; do
+    sv_run_all_in "$T/wget" 8 -- "$busybox" sh -c "for i in 1 2 3 4 5 6 7 8; do
         '$busybox' wget -q -O /dev/null http://127.0.0.1:$SERVER_PORT/ && echo ok || echo failed &
     done; wait"
     assert_equal "$SV_STATUS" 0
@@ -364,9 +388,9 @@ fds_of() { ls "/proc/$1/fd" | wc -l; }
 }
 
 @test "seccomp: --seccomp caps dynamic programs whose shim counts nothing (no rules file found): the supervisor does" {
-    start_server s 1000
+    start_server s 1000 127.0.0.1 --hold-until "$T/release"
     compartment_rules 3
-    sv_run "$T/curls" --seccomp -- "$GOHTTP" spawn 8 env -u BULKHEAD_CONFIG \
+    sv_run_all_in "$T/curls" 8 --seccomp -- "$GOHTTP" spawn 8 env -u BULKHEAD_CONFIG \
         XDG_CONFIG_HOME="$T/nothing" curl -s -o /dev/null -w '%{http_code}\n' \
         "http://127.0.0.1:$SERVER_PORT/"
     assert_equal "$SV_STATUS" 0
@@ -809,7 +833,7 @@ capped_behind() {
     assert_equal "$(count ok "$T/go")" 3
     assert_equal "$(server_stat s max)" 3
     assert_equal "$(grep -v '^bulkhead: refused ' "$T/go.err")" ""
-    sv_run "$T/static" -- "$@" "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500
+    sv_run "$T/static" -- "$@" "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/static")" 3
     assert_equal "$(count ECONNREFUSED "$T/static")" 5
@@ -854,7 +878,7 @@ capped_behind() {
         "http://127.0.0.1:$SERVER_PORT/" 8 0 >"$T/go" 2>"$T/go.err" 3>&-
     assert_equal "$(count ok "$T/go")" 3
     as_nobody "$BULKHEAD" run -c "$dir/rules.ini" -- env X=1 "$FORK_SHARE" \
-        127.0.0.1 "$SERVER_PORT" 8 500 >"$T/static" 2>"$T/static.err" 3>&-
+        127.0.0.1 "$SERVER_PORT" 8 all >"$T/static" 2>"$T/static.err" 3>&-
     assert_equal "$(count ok "$T/static")" 3
     assert_equal "$(server_stat s max)" 3
     assert_equal "$(server_stat s total)" 6
@@ -865,7 +889,7 @@ capped_behind() {
     compartment_rules 3
     SV_STATUS=0
     LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$BULKHEAD" run -c "$RULES" -- \
-        "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 500 >"$T/static" 2>"$T/static.err" 3>&- ||
+        "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all >"$T/static" 2>"$T/static.err" 3>&- ||
         SV_STATUS=$?
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/static")" 3

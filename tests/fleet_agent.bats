@@ -290,27 +290,26 @@ attack() {
     wait_for test -s "$T/attack.stats"
 }
 
-# scrape_through PORT UNTIL...: GET /metrics from agent a every 0.2 s
-# until UNTIL succeeds (14 s at most); each answer must come whole within
-# 1 s and hold host a's figures. Sets SCRAPES, SLOWEST_S and RSS_PEAK_KB
-# (the agent's largest VmRSS seen at a scrape).
+SCRAPE="$BH_ROOT/tests/clients/scrape.py"
+
+# scrape_through PORT UNTIL...: GETs /metrics from agent a every 0.2 s
+# (tests/clients/scrape.py) until UNTIL succeeds (14 s at most); each
+# answer must come whole within 1 s and hold host a's figures. Sets
+# SCRAPES, SLOWEST_S and RSS_PEAK_KB (the agent's largest VmRSS seen at a
+# scrape).
 scrape_through() {
-    local port=$1 took deadline=$((${EPOCHREALTIME/./} + 14000000)) rss
+    local port=$1 scraper
     shift
-    SCRAPES=0 SLOWEST_S=0 RSS_PEAK_KB=0
-    until "$@"; do
-        ((${EPOCHREALTIME/./} < deadline)) || fail "still not $* after 14 s"
-        took=$(curl -sf -m 1 -o "$T/metrics" -w '%{time_total}' \
-               "http://127.0.0.1:$port/metrics") ||
-            fail "scrape $((SCRAPES + 1)) got no answer within 1 s (curl: $?)"
-        grep -q "^bulkhead_permits_limit{namespace=\"$NS-a\",compartment=\"db\"} " "$T/metrics" ||
-            fail "scrape $((SCRAPES + 1)) had no figures for $NS-a"
-        SCRAPES=$((SCRAPES + 1))
-        awk -v t="$took" -v s="$SLOWEST_S" 'BEGIN { exit !(t > s) }' && SLOWEST_S=$took
-        rss=$(rss_kb "$AGENT_a")
-        ((rss > RSS_PEAK_KB)) && RSS_PEAK_KB=$rss
-        sleep 0.2
-    done
+    bg "$T/scrapes" python3 "$SCRAPE" "http://127.0.0.1:$port/metrics" \
+        "bulkhead_permits_limit{namespace=\"$NS-a\",compartment=\"db\"} " "$AGENT_a"
+    scraper=$BG_PID
+    wait_for -t 14 "$@" || fail "still not $* after 14 s"
+    kill -TERM "$scraper"
+    wait "$scraper" || true
+    ! grep -n '^fail' "$T/scrapes" || fail "scrapes failed: $(grep -n '^fail' "$T/scrapes")"
+    SCRAPES=$(grep -c '^ok' "$T/scrapes" || true)
+    SLOWEST_S=$(awk '$1 == "ok" && $2 > s { s = $2 } END { print s + 0 }' "$T/scrapes")
+    RSS_PEAK_KB=$(awk '$1 == "ok" && $3 > m { m = $3 } END { print m + 0 }' "$T/scrapes")
     echo "# $SCRAPES scrapes, the slowest in ${SLOWEST_S}s; agent RSS $RSS_BEFORE_KB kB" \
          "before, at most $RSS_PEAK_KB kB during; the attacker: $(cat "$T/attack.stats")" >&3
 }

@@ -64,9 +64,9 @@ connected() {
     # Before: both busy, 3 each.
     clients b 3
     local b_first=("${CLIENT_PIDS[@]}")
-    wait_for -t 3 open_is srv 3
+    wait_for -t 30 open_is srv 3
     holders a 6 600000
-    wait_for -t 5 open_is srv 6
+    wait_for -t 30 open_is srv 6
     max_within 6
     # During: b loses Redis; a keeps it, with 3 connections waiting.
     cut_proxy
@@ -76,22 +76,22 @@ connected() {
     kill -KILL "${b_first[@]}"
     for pid in "${b_first[@]}"; do wait "$pid" 2>/dev/null || true; done
     clients b 3
-    wait_for -t 5 connected
+    wait_for -t 30 connected
     # Well past b's lease in Redis: a has asked many times since.
     local from
     from=$(lease_calls)
-    wait_for -t 10 lease_calls_past $((from + 20))
+    wait_for -t 30 lease_calls_past $((from + 20))
     max_within 6
     assert_equal "$(server_stat srv open)" 6
     # After: b reaches Redis again, and leases as before.
     local seen
     seen=$(wc -l <"$T/agent.b.err")
     start_proxy "$PROXY_PORT"
-    wait_for -t 5 logged_after "$T/agent.b.err" "$seen" 'Redis answers again'
+    wait_for -t 30 logged_after "$T/agent.b.err" "$seen" 'Redis answers again'
     kill -KILL "${CLIENT_PIDS[@]}"
     from=$(lease_calls)
-    wait_for -t 10 lease_calls_past $((from + 20))
-    wait_for -t 5 open_is srv 6   # a takes what b gave up, and no more
+    wait_for -t 30 lease_calls_past $((from + 20))
+    wait_for -t 30 open_is srv 6   # a takes what b gave up, and no more
     max_within 6
 }
 
@@ -105,9 +105,9 @@ connected() {
     start_agent a
     start_agent b
     clients b 3
-    wait_for -t 3 open_is srv 3
+    wait_for -t 30 open_is srv 3
     holders a 6 600000
-    wait_for -t 5 open_is srv 6
+    wait_for -t 30 open_is srv 6
     cut_proxy
     # With a fallback of 1 s, an agent whose loop was held up that long by
     # the broken connection goes from its lease straight past its fallback.
@@ -115,7 +115,7 @@ connected() {
     kill -KILL "${CLIENT_PIDS[@]}"
     for pid in "${CLIENT_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
     # b's reserve ends a refresh after its fallback: a takes it all,
-    wait_for -t 5 open_is srv 6
+    wait_for -t 30 open_is srv 6
     # and b, past its fallback, lets nothing through.
     run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124

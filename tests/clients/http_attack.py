@@ -15,7 +15,9 @@ STATS is rewritten (tmp + rename) every 0.2 s and at the end:
     opened=N ended_by_server=N shortest_ms=N longest_ms=N
 the last two: the lives of the connections the server ended (slowloris).
 It first appears once N connections are open (slowloris) or N have been
-opened and dropped (flood). Exits 0 after SECONDS, 2 on usage errors.
+opened and dropped (flood): the attack is at full strength. Exits 0
+SECONDS after that (a slow start on a loaded machine does not shorten
+the attack at full strength), 2 on usage errors.
 """
 
 import errno
@@ -65,7 +67,7 @@ class Stats:
             self.next_write = now + 0.2
 
 
-def slowloris(host, port, n, end, stats, ready):
+def slowloris(host, port, n, seconds, stats, ready):
     selector = selectors.DefaultSelector()
     conns = {}  # socket -> [bytes sent, next send time, opened at]
 
@@ -84,12 +86,14 @@ def slowloris(host, port, n, end, stats, ready):
         start(now)
 
     now = time.monotonic()
+    end = now + seconds
     for _ in range(n):
         start(now)
     while (now := time.monotonic()) < end:
         if not ready and stats.opened >= n:
             stats.write(now, force=True)
             ready = True
+            end = now + seconds
         for key, _ in selector.select(timeout=0.05):
             try:
                 gone = key.fileobj.recv(4096) == b""
@@ -114,8 +118,9 @@ def slowloris(host, port, n, end, stats, ready):
             stats.write(now)
 
 
-def flood(host, port, n, end, stats, ready):
+def flood(host, port, n, seconds, stats, ready):
     reset = struct.pack("ii", 1, 0)
+    end = time.monotonic() + seconds
     while time.monotonic() < end:
         batch = []
         for _ in range(n):
@@ -133,7 +138,9 @@ def flood(host, port, n, end, stats, ready):
                     pass
             s.close()
         now = time.monotonic()
-        ready = ready or stats.opened >= n
+        if not ready and stats.opened >= n:
+            ready = True
+            end = now + seconds
         if ready:
             stats.write(now)
 
@@ -147,8 +154,7 @@ def main():
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     stats = Stats(path)
-    end = time.monotonic() + float(seconds)
-    (slowloris if mode == "slowloris" else flood)(host, port, n, end, stats, False)
+    (slowloris if mode == "slowloris" else flood)(host, port, n, float(seconds), stats, False)
     stats.write(time.monotonic(), force=True)
 
 

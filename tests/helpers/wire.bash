@@ -3,9 +3,13 @@
 # test server's port only.
 
 # wire_start: capture until wire_stop; returns once tcpdump is listening.
+# Headers only (-s 128) into an 8 MB ring (-B): with the whole 64 KB
+# packet a slot, the default ring held 32 packets, and a tcpdump that a
+# loaded machine did not run for a moment lost the rest, FINs included,
+# so connections that had closed looked open to the report.
 wire_start() {
     command -v tcpdump >/dev/null || fail "tcpdump is not installed (make deps)"
-    tcpdump -i lo --immediate-mode -n -U -w "$T/wire.pcap" \
+    tcpdump -i lo --immediate-mode -n -U -s 128 -B 8192 -w "$T/wire.pcap" \
         "tcp port $SERVER_PORT and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0)" \
         2>"$T/wire.err" 3>&- &
     WIRE_PID=$!
@@ -13,9 +17,13 @@ wire_start() {
     wait_for file_has "$T/wire.err" "listening on" || fail "tcpdump: $(cat "$T/wire.err")"
 }
 
+# wire_stop: ends the capture; a capture that lost packets fails the test
+# rather than report on part of the wire.
 wire_stop() {
     kill -INT "$WIRE_PID"
     wait "$WIRE_PID" || true
+    grep -qx '0 packets dropped by kernel' "$T/wire.err" ||
+        fail "tcpdump lost packets: $(cat "$T/wire.err")"
 }
 
 # wire_report: "connections=N max_open=M": a connection is open from the

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """holdserver: a loopback TCP server that holds connections and counts them.
 
-    holdserver.py --host 127.0.0.1|::1 --port 0 --hold-ms N --ready FILE --stats FILE
+    holdserver.py --host 127.0.0.1|::1 --port 0 --hold-ms N [--hold-until FILE]
+                  --ready FILE --stats FILE
 
 It is the tests' observer: what it counts is what really reached the network.
 
@@ -10,7 +11,10 @@ Behaviour per accepted connection:
     the client sends meanwhile is read and ignored), then the server sends a
     short HTTP/1.0 200 response and shuts its side down. curl and wget get
     their answer; raw clients that only read see the response, then EOF.
-    If the client closes first, the connection ends then.
+    If the client closes first, the connection ends then. With
+    --hold-until FILE, none is answered while FILE does not exist: a test
+    that has every client connected or waiting for a permit then lets them
+    go.
   * hold-ms == -1: held until the client closes. If the client sends a full
     HTTP request head (bytes ending in CRLF CRLF), it is answered at once, so
     an HTTP client never hangs; a raw client that sends nothing is held for
@@ -197,10 +201,14 @@ class Server:
             if key.data == "conn":
                 self.on_readable(key.fd)
 
+    def released(self):
+        """No --hold-until, or its file exists (removing it holds again)."""
+        return not self.args.hold_until or os.path.exists(self.args.hold_until)
+
     def expire(self):
         now = time.monotonic()
         for conn in [c for c in self.conns.values()
-                     if c.deadline is not None and c.deadline <= now]:
+                     if c.deadline is not None and c.deadline <= now and self.released()]:
             self.finish(conn, answer=True)
         for fd, (sock, give_up) in list(self.draining.items()):
             if give_up <= now:
@@ -209,6 +217,8 @@ class Server:
                 sock.close()
 
     def next_timeout(self):
+        if self.conns and not self.released():
+            return 0.05
         deadlines = [c.deadline for c in self.conns.values() if c.deadline is not None]
         deadlines += [g for _, g in self.draining.values()]
         if not deadlines:
@@ -266,6 +276,7 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--hold-ms", type=int, default=1000)
+    ap.add_argument("--hold-until")
     ap.add_argument("--ready", required=True)
     ap.add_argument("--stats", required=True)
     ap.add_argument("--lifetime", type=float, default=900.0)

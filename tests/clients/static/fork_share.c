@@ -1,11 +1,12 @@
-/* fork_share HOST PORT N HOLD_MS [--share]
+/* fork_share HOST PORT N HOLD_MS|all [--share]
  *
  * Built by the tests with gcc -static (no dynamic loader: no LD_PRELOAD),
  * into build/tests/fork_share. Forks N children at once; each connects one
  * blocking TCP socket to a numeric IPv4 HOST and PORT and prints "ok" or
  * the errno name.
  *   without --share: the child holds its connection HOLD_MS, closes it and
- *     exits.
+ *     exits; with "all", until every child has connected or been refused,
+ *     so that they all overlap however slowly the machine forks them.
  *   --share: the child dups its socket, sends the dup to the parent over
  *     SCM_RIGHTS, closes both of its own fds and exits; the parent holds
  *     every socket it received HOLD_MS after the last child exited, then
@@ -63,30 +64,67 @@ static int receive(int channel)
     return fd;
 }
 
-static void child(const struct sockaddr_in *to, int hold_ms, int channel)
+/* The "all" hold: each child writes a byte to `tried` once its connect is
+ * over, then waits for EOF on `release`, which the parent closes once it
+ * has read a byte from every child. */
+struct barrier {
+    int tried[2];
+    int release[2];
+};
+
+static void wait_for_siblings(struct barrier *barrier)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, (const struct sockaddr *)to, sizeof *to) < 0) {
-        printf("%s\n", strerrorname_np(errno));
-        _exit(0);
+    char byte = 'x';
+    if (write(barrier->tried[1], &byte, 1) != 1)
+        perror("write");
+    while (read(barrier->release[0], &byte, 1) < 0 && errno == EINTR)
+        ;
+}
+
+static void release_children(struct barrier *barrier, int count)
+{
+    char byte;
+    close(barrier->tried[1]);
+    close(barrier->release[0]);
+    for (int heard = 0; heard < count;) {
+        ssize_t got = read(barrier->tried[0], &byte, 1);
+        if (got == 0 || (got < 0 && errno != EINTR))
+            break;  /* every child gone: nobody left to release */
+        heard += got > 0;
     }
-    printf("ok\n");
-    if (channel >= 0) {
+    close(barrier->release[1]);
+}
+
+static void child(const struct sockaddr_in *to, int hold_ms, int channel,
+                  struct barrier *barrier)
+{
+    if (barrier) {
+        close(barrier->release[1]);
+        close(barrier->tried[0]);
+    }
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int rc = fd < 0 ? -1 : connect(fd, (const struct sockaddr *)to, sizeof *to);
+    printf("%s\n", rc == 0 ? "ok" : strerrorname_np(errno));
+    if (rc == 0 && channel >= 0) {
         int copy = dup(fd);
         pass(channel, copy);
         close(copy);
-    } else {
+    } else if (rc == 0 && !barrier) {
         sleep_ms(hold_ms);
     }
-    close(fd);
+    if (barrier)
+        wait_for_siblings(barrier);
+    if (fd >= 0)
+        close(fd);
     _exit(0);
 }
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc < 5 || argc > 6 || (argc == 6 && strcmp(argv[5], "--share") != 0)) {
-        fprintf(stderr, "usage: fork_share HOST PORT N HOLD_MS [--share]\n");
+    int all = argc >= 5 && strcmp(argv[4], "all") == 0;
+    if (argc < 5 || argc > 6 || (argc == 6 && (all || strcmp(argv[5], "--share") != 0))) {
+        fprintf(stderr, "usage: fork_share HOST PORT N HOLD_MS|all [--share]\n");
         return 2;
     }
     struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[2])) };
@@ -96,9 +134,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "fork_share: bad host or no socketpair\n");
         return 2;
     }
+    struct barrier barrier;
+    if (all && (pipe(barrier.tried) < 0 || pipe(barrier.release) < 0)) {
+        perror("pipe");
+        return 2;
+    }
     for (int i = 0; i < count; i++)
         if (fork() == 0)
-            child(&to, hold_ms, channel[1]);
+            child(&to, hold_ms, channel[1], all ? &barrier : NULL);
+    if (all)
+        release_children(&barrier, count);
     while (wait(NULL) > 0)
         ;
     if (argc == 6) {
