@@ -27,21 +27,9 @@ burst() {
 # the hold server; a refused upstream connect is a 502, not retried.
 nginx_conf() {
     local port=$1
-    cat >"$T/nginx.conf" <<EOF2
-daemon off;
-master_process on;
-worker_processes 2;
-user www-data;
-pid $T/nginx.pid;
-error_log $T/nginx.err warn;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $T/nginx-body;
-    proxy_temp_path $T/nginx-proxy;
-    fastcgi_temp_path $T/nginx-fastcgi;
-    uwsgi_temp_path $T/nginx-uwsgi;
-    scgi_temp_path $T/nginx-scgi;
+    {
+        nginx_conf_head "master_process on;" "worker_processes 2;" "user www-data;"
+        cat <<EOF2
     upstream up { server 127.0.0.1:$SERVER_PORT max_fails=0; }
     server {
         listen 127.0.0.1:$port;
@@ -49,6 +37,7 @@ http {
     }
 }
 EOF2
+    } >"$T/nginx.conf"
 }
 
 # listening PORT: something accepts on it (a bare connect: no request goes

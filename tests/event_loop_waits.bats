@@ -280,20 +280,9 @@ proxy_meanwhile() {
     local port
     port=$(free_port)
     mkdir -p "$T/nginx"
-    cat >"$T/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $T/nginx.pid;
-error_log $T/nginx.err warn;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $T/nginx/body;
-    proxy_temp_path $T/nginx/proxy;
-    fastcgi_temp_path $T/nginx/fastcgi;
-    uwsgi_temp_path $T/nginx/uwsgi;
-    scgi_temp_path $T/nginx/scgi;
+    {
+        nginx_conf_head "master_process off;" "worker_processes 1;"
+        cat <<EOF
     upstream up { server 127.0.0.1:$SERVER_PORT max_fails=0; }
     server {
         listen 127.0.0.1:$port;
@@ -302,6 +291,7 @@ http {
     }
 }
 EOF
+    } >"$T/nginx.conf"
     bg_shim "$T/nginx.out" nginx -e "$T/nginx.err" -p "$T/nginx" -c "$T/nginx.conf"
     wait_for listening "$port" || fail "nginx did not start: $(cat "$T/nginx.out.err" "$T/nginx.err")"
     proxy_meanwhile "$port"

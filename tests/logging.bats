@@ -133,25 +133,16 @@ except ConnectionRefusedError as e:
     payments_rules 0 "syslog_socket = $T/log.sock"
     local port
     port=$(free_port)
-    cat >"$T/nginx.conf" <<EOF2
-daemon off;
-master_process off;
-pid $T/nginx.pid;
-error_log $T/nginx.err warn;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $T/nginx-body;
-    proxy_temp_path $T/nginx-proxy;
-    fastcgi_temp_path $T/nginx-fastcgi;
-    uwsgi_temp_path $T/nginx-uwsgi;
-    scgi_temp_path $T/nginx-scgi;
+    {
+        nginx_conf_head "master_process off;"
+        cat <<EOF2
     server {
         listen 127.0.0.1:$port;
         location / { proxy_pass http://127.0.0.1:$SERVER_PORT; }
     }
 }
 EOF2
+    } >"$T/nginx.conf"
     bg_shim "$T/nginx.out" nginx -c "$T/nginx.conf"
     wait_for curl -s -o /dev/null "http://127.0.0.1:$port/" ||
         fail "nginx did not start: $(cat "$T/nginx.out.err" "$T/nginx.err")"

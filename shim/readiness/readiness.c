@@ -113,6 +113,16 @@ static int poll_round(struct pollfd *fds, struct pollfd *copy, nfds_t count, int
     return fill_back(fds, copy, count);
 }
 
+/* The caller's errno is its call's, whatever giving the waker back did. */
+static void release_waker(int waker)
+{
+    if (waker == BH_WAKE_NONE)
+        return;
+    int saved = errno;
+    bh_wake_release(waker);
+    errno = saved;
+}
+
 static int poll_with(struct pollfd *fds, struct pollfd *copy, nfds_t count,
                      int64_t deadline, const sigset_t *mask)
 {
@@ -121,11 +131,7 @@ static int poll_with(struct pollfd *fds, struct pollfd *copy, nfds_t count,
         woken = 0;
         found = poll_round(fds, copy, count, waker, deadline, mask, &woken);
     } while (found == 0 && woken && !deadline_passed(deadline));
-    if (waker != BH_WAKE_NONE) {
-        int saved = errno;
-        bh_wake_release(waker);
-        errno = saved;
-    }
+    release_waker(waker);
     return found;
 }
 
@@ -233,11 +239,7 @@ static int select_rounds(int count, fd_set *readable, fd_set *writable, fd_set *
         woken = 0;
         found = select_round(&sets, count, waker, deadline, mask, &woken);
     } while (found == 0 && woken && !deadline_passed(deadline));
-    if (waker != BH_WAKE_NONE) {
-        int saved = errno;
-        bh_wake_release(waker);
-        errno = saved;
-    }
+    release_waker(waker);
     return found;
 }
 

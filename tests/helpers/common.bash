@@ -301,6 +301,21 @@ as_nobody() {
     setpriv --reuid 65534 --regid 65534 --clear-groups "$@"
 }
 
+# nginx_conf_head [DIRECTIVE...]: the start of a test's nginx.conf: in the
+# foreground, the directives given (master_process, user...), its pid,
+# error log and temporary files under $T, and "http {" with the access
+# log off; the caller writes its servers and the closing brace.
+nginx_conf_head() {
+    printf 'daemon off;\n'
+    printf '%s\n' "$@"
+    printf 'pid %s/nginx.pid;\nerror_log %s/nginx.err warn;\n' "$T" "$T"
+    printf 'events { worker_connections 64; }\nhttp {\n    access_log off;\n'
+    local kind
+    for kind in client_body proxy fastcgi uwsgi scgi; do
+        printf '    %s_temp_path %s/nginx-%s;\n' "$kind" "$T" "$kind"
+    done
+}
+
 # A loopback port nothing listens on now, for servers that take a port
 # only on their command line or config (redis-server, nginx, haproxy).
 free_port() {
