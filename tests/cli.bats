@@ -416,7 +416,7 @@ EOF
     assert_success
     assert_line --index 0 "$RULES: valid"
     assert_line "namespace  $NS, on_failure closed"
-    assert_line "log        info, to stderr"
+    assert_line "log        info, to stderr (syslog, /dev/log, once a daemon moves stderr)"
     assert_line "[api]  line 5"
     assert_line "  limit        3"
     assert_line "  wait_ms      250"

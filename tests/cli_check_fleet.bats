@@ -106,7 +106,7 @@ EOF
     assert_success
     assert_output "$RULES: valid
 namespace  $NS, on_failure closed
-log        warn, to stderr
+log        warn, to stderr (syslog, /dev/log, once a daemon moves stderr)
 1 compartment, 1 match rule; the first match in file order wins
 
 [c]  line 3
