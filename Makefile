@@ -178,8 +178,8 @@ unit: deps
 #     BULKHEAD_TEST_SHIM says) and exports.bats (an instrumented build's
 #     export list is not the product's).
 #   asan: those, less caps, clients, exit_order, deadlines, deadline_paths,
-#     breaker, breaker_outcomes, fleet, fleet_agent, policy_curl and
-#     relative_config: with the ASan runtime preloaded,
+#     breaker, breaker_outcomes, fleet, fleet_agent, policy_curl,
+#     relative_config and event_loop_waits: with the ASan runtime preloaded,
 #     curl and wget hang in setlocale before main, shim or none.
 #   tsan: the unit programs only (the rule index's name notes race its
 #     matches there). Preloaded, the TSan runtime crashes python3 and sh at
@@ -193,7 +193,7 @@ SAN_FILES_asan  = $(filter-out tests/caps.bats tests/clients.bats tests/exit_ord
                                tests/deadlines.bats tests/deadline_paths.bats \
                                tests/breaker.bats tests/breaker_outcomes.bats tests/fleet.bats \
                                tests/fleet_agent.bats tests/policy_curl.bats \
-                               tests/relative_config.bats,\
+                               tests/relative_config.bats tests/event_loop_waits.bats,\
                                $(SAN_FILES_ubsan))
 SAN_FILES_tsan  =
 SAN_SHIM_asan   = $(BUILD)/asan/libbulkhead.so
