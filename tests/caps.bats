@@ -44,11 +44,11 @@ EOF
 
 @test "curl connects non-blocking, and its connect waits for the permit in the background when the compartment waits" {
     start_server web 2000
-    # An hour's wait, and a holder the server lets go after 2 s: the curl
-    # gets the permit then, through its own poll, and the server never
-    # sees both at once.
+    # An hour's wait, and a holder that closes once the curl waits: the
+    # curl gets the permit then, through its own poll, and the server
+    # never sees both at once.
     caps_rules 1 3600000
-    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 3600000
+    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" until="$T/release"
     local holder=$BG_PID
     wait_for file_has "$T/holder" '^ok$'
     run_rc "$T/curl" run_shim curl -s -o /dev/null --noproxy '*' --max-time 60 \
@@ -57,7 +57,8 @@ EOF
     track_pid "$curl"
     # Waiting on the semaphores, as the kernel counts it: not refused.
     wait_for sem_waiters_is "$NS" 1
-    kill "$holder"
+    touch "$T/release"
+    wait_pid "$holder"
     wait_pid "$curl" 60 || true
     run cat "$T/curl"
     assert_output rc=0

@@ -146,7 +146,7 @@ sv_run_all_in() {
 @test "seccomp: a static C client that forks: 3 connect, 5 are refused at once" {
     start_server s -1
     compartment_rules 3
-    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all
+    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all="$T/s.stats"
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/fork")" 3
     assert_equal "$(count ECONNREFUSED "$T/fork")" 5
@@ -177,7 +177,7 @@ sv_run_all_in() {
     start_server s -1
     printf '[global]\nnamespace = %s\n[api]\nlimit = 3\nmatch = localhost:%s\n' \
         "$NS" "$SERVER_PORT" >"$RULES"
-    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all
+    sv_run "$T/fork" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all="$T/s.stats"
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/fork")" 3
     assert_equal "$(count ECONNREFUSED "$T/fork")" 5
@@ -333,7 +333,7 @@ except OSError as error:
     assert_equal "$(cat "$T/out")" $'first=ok\ndup2=ok\nsame=yes\nreopen=ok'
     assert_equal "$(server_stat s total)" 3
     # neither given back twice (the next tree would get 2) nor kept
-    sv_run "$T/next" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 2 all
+    sv_run "$T/next" -- "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 2 all="$T/s.stats"
     assert_equal "$(count ok "$T/next")" 1
     assert_equal "$(count ECONNREFUSED "$T/next")" 1
 }
@@ -833,7 +833,7 @@ capped_behind() {
     assert_equal "$(count ok "$T/go")" 3
     assert_equal "$(server_stat s max)" 3
     assert_equal "$(grep -v '^bulkhead: refused ' "$T/go.err")" ""
-    sv_run "$T/static" -- "$@" "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all
+    sv_run "$T/static" -- "$@" "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all="$T/s.stats"
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/static")" 3
     assert_equal "$(count ECONNREFUSED "$T/static")" 5
@@ -878,7 +878,7 @@ capped_behind() {
         "http://127.0.0.1:$SERVER_PORT/" 8 0 >"$T/go" 2>"$T/go.err" 3>&-
     assert_equal "$(count ok "$T/go")" 3
     as_nobody "$BULKHEAD" run -c "$dir/rules.ini" -- env X=1 "$FORK_SHARE" \
-        127.0.0.1 "$SERVER_PORT" 8 all >"$T/static" 2>"$T/static.err" 3>&-
+        127.0.0.1 "$SERVER_PORT" 8 all="$T/s.stats" >"$T/static" 2>"$T/static.err" 3>&-
     assert_equal "$(count ok "$T/static")" 3
     assert_equal "$(server_stat s max)" 3
     assert_equal "$(server_stat s total)" 6
@@ -889,7 +889,7 @@ capped_behind() {
     compartment_rules 3
     SV_STATUS=0
     LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$BULKHEAD" run -c "$RULES" -- \
-        "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all >"$T/static" 2>"$T/static.err" 3>&- ||
+        "$FORK_SHARE" 127.0.0.1 "$SERVER_PORT" 8 all="$T/s.stats" >"$T/static" 2>"$T/static.err" 3>&- ||
         SV_STATUS=$?
     assert_equal "$SV_STATUS" 0
     assert_equal "$(count ok "$T/static")" 3

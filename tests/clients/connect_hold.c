@@ -1,4 +1,4 @@
-/* connect_hold HOST PORT HOLD_MS [--nonblock]
+/* connect_hold HOST PORT HOLD_MS|until=PATH [--nonblock]
  *
  * Connects one TCP socket to a numeric HOST (v4 or v6) and PORT, prints the
  * outcome as the kernel (or the shim) reported it, holds the connection,
@@ -10,6 +10,10 @@
  *   connect_ms=N        how long connect (and, non-blocking, the wait for
  *                       completion) took
  * HOLD_MS: N sleeps N ms before closing; -1 reads until the server closes.
+ * until=PATH holds until PATH exists, then closes: a test that wants the
+ * permit back while the connection is surely gone uses it rather than a
+ * kill (the kernel gives a dead process's permit back, in exit_sem, before
+ * it closes its sockets).
  * --nonblock uses SOCK_NONBLOCK and polls for completion (up to 10 s).
  *
  * Exit: 0 connected, 1 connect failed, 2 usage or setup error. */
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,12 +35,13 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 4 || argc > 5 || (argc == 5 && strcmp(argv[4], "--nonblock") != 0)) {
-        fprintf(stderr, "usage: connect_hold HOST PORT HOLD_MS [--nonblock]\n");
+        fprintf(stderr, "usage: connect_hold HOST PORT HOLD_MS|until=PATH [--nonblock]\n");
         return 2;
     }
     int nonblock = argc == 5;
     int port = atoi(argv[2]);
-    int hold_ms = atoi(argv[3]);
+    const char *release = strncmp(argv[3], "until=", 6) == 0 ? argv[3] + 6 : NULL;
+    int hold_ms = release ? 0 : atoi(argv[3]);
     struct sockaddr_storage ss;
     socklen_t len;
     if (parse_address(argv[1], port, &ss, &len) != 0) {
@@ -87,6 +93,11 @@ int main(int argc, char **argv)
             }
             break;
         }
+    } else if (release) {
+        struct stat st;
+        struct timespec step = { 0, 10 * 1000000L };
+        while (stat(release, &st) != 0)
+            nanosleep(&step, NULL);
     } else if (hold_ms > 0) {
         struct timespec ts = { hold_ms / 1000, (long)(hold_ms % 1000) * 1000000L };
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

@@ -1,4 +1,4 @@
-/* fork_share HOST PORT N HOLD_MS|all [--share]
+/* fork_share HOST PORT N HOLD_MS|all[=STATS] [--share]
  *
  * Built by the tests with gcc -static (no dynamic loader: no LD_PRELOAD),
  * into build/tests/fork_share. Forks N children at once; each connects one
@@ -6,7 +6,12 @@
  * the errno name.
  *   without --share: the child holds its connection HOLD_MS, closes it and
  *     exits; with "all", until every child has connected or been refused,
- *     so that they all overlap however slowly the machine forks them.
+ *     so that they all overlap however slowly the machine forks them; with
+ *     "all=STATS", also until the test server's stats file (holdserver.py
+ *     --stats) shows every connected child open at once (30 s at most):
+ *     a connect is over once the kernel finished the handshake, which can
+ *     be before the server accepted it, and a child closed before then
+ *     was never open beside its siblings at the server.
  *   --share: the child dups its socket, sends the dup to the parent over
  *     SCM_RIGHTS, closes both of its own fds and exits; the parent holds
  *     every socket it received HOLD_MS after the last child exited, then
@@ -16,6 +21,8 @@
  * received was closed). Exit: 0, or 2 for a usage or setup error. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,25 +72,54 @@ static int receive(int channel)
 }
 
 /* The "all" hold: each child writes a byte to `tried` once its connect is
- * over, then waits for EOF on `release`, which the parent closes once it
- * has read a byte from every child. */
+ * over ('o' connected, 'r' not), then waits for EOF on `release`, which
+ * the parent closes once it has read a byte from every child (and the
+ * server shows the connected ones open). */
 struct barrier {
     int tried[2];
     int release[2];
+    const char *stats;   /* NULL: do not wait for the server */
 };
 
-static void wait_for_siblings(struct barrier *barrier)
+static void wait_for_siblings(struct barrier *barrier, int connected)
 {
-    char byte = 'x';
+    char byte = connected ? 'o' : 'r';
     if (write(barrier->tried[1], &byte, 1) != 1)
         perror("write");
     while (read(barrier->release[0], &byte, 1) < 0 && errno == EINTR)
         ;
 }
 
+/* The "open=K" of holdserver's stats line; -1 if not there yet, INT_MAX
+ * if this process may not read it (a test that changed its uid): then it
+ * cannot wait for the server. */
+static int server_open(const char *stats)
+{
+    char line[128];
+    int fd = open(stats, O_RDONLY);
+    if (fd < 0 && errno == EACCES)
+        return INT_MAX;
+    ssize_t got = fd < 0 ? -1 : read(fd, line, sizeof line - 1);
+    if (fd >= 0)
+        close(fd);
+    if (got <= 0)
+        return -1;
+    line[got] = '\0';
+    const char *open_at = strstr(line, "open=");
+    return open_at ? atoi(open_at + 5) : -1;
+}
+
+static void wait_for_server(const char *stats, int connected)
+{
+    for (int waited_ms = 0; waited_ms < 30000 && server_open(stats) < connected;
+         waited_ms += 10)
+        sleep_ms(10);
+}
+
 static void release_children(struct barrier *barrier, int count)
 {
     char byte;
+    int connected = 0;
     close(barrier->tried[1]);
     close(barrier->release[0]);
     for (int heard = 0; heard < count;) {
@@ -91,7 +127,10 @@ static void release_children(struct barrier *barrier, int count)
         if (got == 0 || (got < 0 && errno != EINTR))
             break;  /* every child gone: nobody left to release */
         heard += got > 0;
+        connected += got > 0 && byte == 'o';
     }
+    if (barrier->stats)
+        wait_for_server(barrier->stats, connected);
     close(barrier->release[1]);
 }
 
@@ -113,7 +152,7 @@ static void child(const struct sockaddr_in *to, int hold_ms, int channel,
         sleep_ms(hold_ms);
     }
     if (barrier)
-        wait_for_siblings(barrier);
+        wait_for_siblings(barrier, rc == 0);
     if (fd >= 0)
         close(fd);
     _exit(0);
@@ -122,9 +161,9 @@ static void child(const struct sockaddr_in *to, int hold_ms, int channel,
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int all = argc >= 5 && strcmp(argv[4], "all") == 0;
+    int all = argc >= 5 && (strcmp(argv[4], "all") == 0 || strncmp(argv[4], "all=", 4) == 0);
     if (argc < 5 || argc > 6 || (argc == 6 && (all || strcmp(argv[5], "--share") != 0))) {
-        fprintf(stderr, "usage: fork_share HOST PORT N HOLD_MS|all [--share]\n");
+        fprintf(stderr, "usage: fork_share HOST PORT N HOLD_MS|all[=STATS] [--share]\n");
         return 2;
     }
     struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[2])) };
@@ -134,7 +173,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "fork_share: bad host or no socketpair\n");
         return 2;
     }
-    struct barrier barrier;
+    struct barrier barrier = { .stats = all && argv[4][3] == '=' ? argv[4] + 4 : NULL };
     if (all && (pipe(barrier.tried) < 0 || pipe(barrier.release) < 0)) {
         perror("pipe");
         return 2;
