@@ -278,18 +278,21 @@ static inline uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits,
                                     bits, state);
 }
 
-/* socket()'s fast path: an fd below 4096 whose entry holds nothing (its
- * last close cleared it) takes its kind in one compare-and-swap, the one
- * write to an entry made outside fd_table.c (a kind hint, which any
- * process may write, see fd_table.c); anything else is bh_fd_new's. */
-static inline struct bh_fd_ended bh_fd_new_socket(int fd, enum bh_fd_kind kind)
+/* socket()'s fast path, for an fd below 4096: an entry that holds nothing
+ * (a counted connection's last close cleared it) takes its kind in one
+ * compare-and-swap, the one write to an entry made outside fd_table.c (a
+ * kind hint, which any process may write, see fd_table.c); one that
+ * already holds this kind and no connection (an uncounted socket's close
+ * leaves its kind) stays as it is. 0: anything else, which is bh_fd_new's. */
+static inline int bh_fd_new_socket(int fd, enum bh_fd_kind kind)
 {
-    uint32_t nothing = 0;
-    if ((unsigned)fd < (1u << BH_FD_CHUNK_BITS) &&
-        atomic_load_explicit(&bh_fd_entries[0], memory_order_relaxed) &&
-        atomic_compare_exchange_strong(&bh_fd_first[fd], &nothing, (uint32_t)kind))
-        return (struct bh_fd_ended){ .compartment = BH_FD_NOTHING_ENDED };
-    return bh_fd_new(fd, kind);
+    if ((unsigned)fd >= (1u << BH_FD_CHUNK_BITS) ||
+        !atomic_load_explicit(&bh_fd_entries[0], memory_order_relaxed))
+        return 0;
+    /* seen stays 0 when the swap is made, and is kept when it was kind */
+    uint32_t seen = 0;
+    atomic_compare_exchange_strong(&bh_fd_first[fd], &seen, (uint32_t)kind);
+    return (seen & ~(uint32_t)kind) == 0;
 }
 
 static inline uint32_t bh_fd_watched(int fd)
