@@ -86,8 +86,8 @@ _Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
  * after a scan) are here, reached without a pointer to load and test.
  * The first attach names it as chunk 0, for the scans (reset, fork),
  * which touch none of its pages before. */
-struct bh_fd_connection bh_fd_first_connections[CHUNK_SIZE];
-#define first_connections bh_fd_first_connections
+struct bh_fd_connection bh_fd_connection_slots[CHUNK_SIZE + 1];
+#define first_connections (bh_fd_connection_slots + 1)
 
 static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
