@@ -246,12 +246,11 @@ static __attribute__((noinline)) void spread_permit_time(struct bh_window_shared
     }
 }
 
-/* Any hold, every slot claimed as needed: the first of a second or a
- * period, or one that crossed a second. */
-static __attribute__((noinline)) void hold_claiming(struct bh_window_shared *window,
-                                                    int weight, int64_t since_ns,
-                                                    int64_t now_ns)
+static inline __attribute__((always_inline)) void
+hold(struct bh_window_shared *window, int weight, int64_t since_ns, int64_t now_ns)
 {
+    if (now_ns < since_ns)
+        return;
     uint64_t held_us = (uint64_t)(now_ns - since_ns) / NS_PER_US;
     int64_t second = now_ns / NS_PER_S;
     note_last(window, now_ns);
@@ -272,43 +271,6 @@ static __attribute__((noinline)) void hold_claiming(struct bh_window_shared *win
     note_first(slot, second, since_ns);
 }
 
-/* The usual hold: within one second whose slot and period are claimed
- * already. A leaf, but for the tail call to hold_claiming otherwise;
- * times are never negative, so the divisions are unsigned ones. */
-static inline __attribute__((always_inline)) void
-hold(struct bh_window_shared *window, int weight, int64_t since_ns, int64_t now_ns)
-{
-    if (now_ns < since_ns)
-        return;
-    uint64_t second = (uint64_t)now_ns / NS_PER_S;
-    uint64_t period = second / BH_WINDOW_PERIOD_S;
-    struct bh_window_second *slot = &window->seconds[second % BH_WINDOW_SLOTS];
-    struct bh_window_period *hold_period = &window->hold[period % BH_WINDOW_PERIODS];
-    uint64_t second_ns = second * NS_PER_S;
-    if (__builtin_expect(since_ns < 0 || (uint64_t)since_ns < second_ns ||
-                         atomic_load_explicit(&slot->tag, memory_order_acquire) !=
-                             (int64_t)second + 1 ||
-                         atomic_load_explicit(&hold_period->tag, memory_order_acquire) !=
-                             (int64_t)period + 1, 0)) {
-        hold_claiming(window, weight, since_ns, now_ns);
-        return;
-    }
-    uint64_t held_us = (uint64_t)(now_ns - since_ns) / NS_PER_US;
-    uint64_t permit_us = (uint64_t)weight * held_us;
-    note_last(window, now_ns);
-    atomic_fetch_add_explicit(&hold_period->counts[bh_loghist_bucket(held_us)], 1,
-                              memory_order_relaxed);
-    atomic_fetch_add_explicit(&window->permit_us_total, permit_us, memory_order_relaxed);
-    atomic_fetch_add_explicit(&slot->permit_us, permit_us, memory_order_relaxed);
-    atomic_fetch_add_explicit(&slot->events[BH_WINDOW_ADMITTED], 1, memory_order_relaxed);
-    /* note_first, with the compare in ns: no division unless it moves */
-    uint64_t into_ns = (uint64_t)since_ns - second_ns;
-    if (__builtin_expect(into_ns < (uint64_t)atomic_load_explicit(&slot->first_us,
-                                                                  memory_order_relaxed) *
-                                       NS_PER_US, 0))
-        note_first(slot, (int64_t)second, since_ns);
-}
-
 void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_ns,
                     int64_t now_ns)
 {
@@ -320,8 +282,8 @@ void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_n
 void bh_count_hold(struct bh_namespace *ns, int index, int weight, int64_t since_ns,
                    int64_t now_ns)
 {
-    bh_histogram_record(&ns->state->compartments[index].hold_time, now_ns - since_ns);
     hold(&ns->state->windows[index], weight, since_ns, now_ns);
+    bh_histogram_record(&ns->state->compartments[index].hold_time, now_ns - since_ns);
 }
 
 void bh_window_turnaround(struct bh_window_shared *window, int64_t elapsed_ns,
