@@ -458,7 +458,7 @@ def cost_checks(ir_op, sc_op):
                    "instructions (but turnaround's, which times one exchange in 32): " +
                    (", ".join(f"{t} {ir_op[t]:.3f}" for t in fractions) or "all are")))
     x = extra(ir_op, "cc_matched")
-    checks.append((x <= 960, f"matched connect+close instructions: {x:+.0f} (limit +960: "
+    checks.append((x <= 945, f"matched connect+close instructions: {x:+.0f} (limit +945: "
                    f"one take of shim/permits, its give-back, the fd table, the outcome)"))
     x = sc_op["cc_deadlines"] - sc_op["cc_matched"]
     checks.append((x <= 2.005, f"matched connect+close with connect_timeout_ms and "
@@ -473,15 +473,15 @@ def cost_checks(ir_op, sc_op):
     x = extra(sc_op, "cc_unmatched")
     checks.append((x <= 0.005, f"unmatched connect+close syscalls: {x:+.2f} (limit +0)"))
     x = extra(ir_op, "cc_unmatched")
-    checks.append((x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit "
-                   f"+288); port covered by rules for other addresses"))
+    checks.append((x <= 155, f"unmatched connect+close instructions: {x:+.0f} (limit "
+                   f"+155); port covered by rules for other addresses"))
     x = ir_op["ccport_unmatched"] - ir_op["cc_bare"]
-    checks.append((x <= 288, f"unmatched connect+close instructions: {x:+.0f} (limit "
-                   f"+288); port in no rule (port-map fast path)"))
+    checks.append((x <= 135, f"unmatched connect+close instructions: {x:+.0f} (limit "
+                   f"+135); port in no rule (port-map fast path)"))
     x, y = extra(ir_op, "cc_unmatchedwide"), extra(sc_op, "cc_unmatchedwide")
-    checks.append((x <= 288 and y <= 0.005, f"unmatched connect+close with "
+    checks.append((x <= 190 and y <= 0.005, f"unmatched connect+close with "
                    f"{WIDE_COMPARTMENTS:,} compartments and {WIDE_RULES:,} rules: {x:+.0f} "
-                   f"instructions (limit +288), {y:+.2f} syscalls (limit +0)"))
+                   f"instructions (limit +190), {y:+.2f} syscalls (limit +0)"))
     if "cc_member" in ir_op:
         x = sc_op["cc_member"] - sc_op["cc_matched"]
         checks.append((x <= 1.005, f"a member past its used-up reserve: {x:+.2f} syscalls "
@@ -490,8 +490,8 @@ def cost_checks(ir_op, sc_op):
                        f"{ir_op['cc_member'] - ir_op['cc_matched']:+.0f}"))
     for api, prefix in (("poll", "rpoll"), ("epoll_wait", "repoll")):
         x, y = extra(ir_op, f"{prefix}_shim"), extra(sc_op, f"{prefix}_shim")
-        checks.append((x <= 8 and abs(y) <= 0.005, f"{api} through the shim, nothing "
-                       f"waiting: {x:+.1f} instructions per call (limit +8: the hook's "
+        checks.append((x <= 5 and abs(y) <= 0.005, f"{api} through the shim, nothing "
+                       f"waiting: {x:+.1f} instructions per call (limit +5: the hook's "
                        f"load, branch and jump), {y:+.3f} syscalls (limit +0)"))
     x = max(ir_op[f"w{c}_{v}"] - ir_op[f"w{c}_bare"] for c, v in READINESS_WAITING
             if v != "bare")
@@ -501,7 +501,7 @@ def cost_checks(ir_op, sc_op):
                    f"table's look, the waker), {y:+.3f} syscalls (limit +0)"))
     # An unmatched connection and a socketpair carry no counted
     # connection; a matched one is counted, here without deadlines.
-    io_limits = {"unmatched": 15, "shim": 15, "matched": 40}
+    io_limits = {"unmatched": 14, "shim": 14, "matched": 24}
     io_cases = [(api, prefix, v, f"{'an' if v == 'unmatched' else 'a'} {v} socket")
                 for api, prefix in (("send/recv", "pp"), ("write/read", "pprw"),
                                     ("sendmsg/recvmsg", "ppmsg"))

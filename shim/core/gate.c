@@ -142,17 +142,10 @@ static __attribute__((noinline)) int unspec(int fd)
     return bh_fd_lookup(fd).compartment >= 0 ? BH_GATE_DISCONNECT : BH_GATE_PASS;
 }
 
-int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
+/* A destination a rule matches. Out of line: the unmatched connect pays
+ * for no frame that keeps what this needs. */
+static __attribute__((noinline)) int enter_matched(int fd, const struct sockaddr *to, int rule)
 {
-    if (!to || length < sizeof(sa_family_t) ||
-        (to->sa_family != AF_INET && to->sa_family != AF_INET6))
-        return to && length >= sizeof(sa_family_t) && to->sa_family == AF_UNSPEC
-                   ? unspec(fd) : BH_GATE_PASS;
-    if (!bh_shim_active())
-        return BH_GATE_PASS;
-    int rule = bh_rule_index_match(bh_shim.rules, to, length);
-    if (rule < 0)
-        return BH_GATE_PASS;
     /* Already counted: connect() again to poll an async connect. */
     uint32_t entry = bh_fd_entry(fd);
     if (bh_fd_entry_connected(entry)) {
@@ -166,6 +159,20 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     if (!is_inet_stream(fd, bh_fd_entry_kind(entry)))
         return BH_GATE_PASS;
     return admit(fd, &bh_shim.config.rules[rule], to);
+}
+
+int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
+{
+    if (!to || length < sizeof(sa_family_t) ||
+        (to->sa_family != AF_INET && to->sa_family != AF_INET6))
+        return to && length >= sizeof(sa_family_t) && to->sa_family == AF_UNSPEC
+                   ? unspec(fd) : BH_GATE_PASS;
+    if (!bh_shim_active())
+        return BH_GATE_PASS;
+    int rule = bh_rule_index_match(bh_shim.rules, to, length);
+    if (rule < 0)
+        return BH_GATE_PASS;
+    return enter_matched(fd, to, rule);
 }
 
 int bh_gate_fastopen_declined(int fd, const struct sockaddr *to, socklen_t length)

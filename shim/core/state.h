@@ -45,7 +45,8 @@ struct bh_shim {
     _Atomic uint32_t uid_changes_ended;
 };
 
-extern struct bh_shim bh_shim;
+/* Hidden, as the whole shim is: read straight, not through the GOT. */
+extern struct bh_shim bh_shim __attribute__((visibility("hidden")));
 
 /* The rules of namespace compartment `shared` (registered by us). */
 static inline const struct bh_compartment *bh_rules_of(int shared)

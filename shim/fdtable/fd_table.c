@@ -86,8 +86,8 @@ _Atomic(struct bh_fd_connection *) bh_fd_connections[CONNECTION_CHUNKS];
  * after a scan) are here, reached without a pointer to load and test.
  * The first attach names it as chunk 0, for the scans (reset, fork),
  * which touch none of its pages before. */
-struct bh_fd_connection bh_fd_first_connections[CHUNK_SIZE];
-#define first_connections bh_fd_first_connections
+struct bh_fd_connection bh_fd_connection_slots[CHUNK_SIZE + 1];
+#define first_connections (bh_fd_connection_slots + 1)
 
 static _Atomic unsigned fd_chunks_in_use;  /* scans stop here */
 static _Atomic pid_t owner;  /* 0 until start-up: nothing is tracked yet */
@@ -343,11 +343,13 @@ static inline __attribute__((always_inline)) void
 fill_connection(struct bh_fd_connection *connection, int compartment, int weight,
                 uint32_t watch, int64_t since_ns, uint32_t share)
 {
-    atomic_store(&connection->compartment, compartment);
-    atomic_store(&connection->weight, weight);
-    atomic_store(&connection->watch, watch);
-    atomic_store(&connection->since_ns, since_ns);
-    atomic_store(&connection->share, share);
+    /* relaxed: the slot is ours alone (refs went 0 -> 1) until the entry
+     * names it, and that compare-and-swap publishes these stores */
+    atomic_store_explicit(&connection->compartment, compartment, memory_order_relaxed);
+    atomic_store_explicit(&connection->weight, weight, memory_order_relaxed);
+    atomic_store_explicit(&connection->watch, watch, memory_order_relaxed);
+    atomic_store_explicit(&connection->since_ns, since_ns, memory_order_relaxed);
+    atomic_store_explicit(&connection->share, share, memory_order_relaxed);
     atomic_store_explicit(&connection->sent_ns, 0, memory_order_relaxed);
     /* not retired; a guard that failed on the free slot still counts
      * itself, and takes itself off */

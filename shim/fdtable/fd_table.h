@@ -173,9 +173,10 @@ void bh_fd_for_each_inherited(void (*visit)(int fd, uint32_t connection,
  * place, and socket()'s kind hint. */
 enum { BH_FD_CHUNK_BITS = 12, BH_FD_KIND_BITS = 2 };
 struct bh_fd_connection {
+    _Atomic uint32_t watch;     /* the caller's bits (outcome.h); first, so
+                                   the hooks' pointer to it is the slot's */
     _Atomic uint32_t refs;
     _Atomic int32_t compartment;
-    _Atomic uint32_t watch;     /* the caller's bits (outcome.h) */
     _Atomic int32_t weight;
     _Atomic int64_t since_ns;   /* the caller's clock, at attach */
     _Atomic uint32_t share;     /* the caller's, for copies in other processes */
@@ -186,10 +187,14 @@ struct bh_fd_connection {
     _Atomic uint32_t guard;     /* GUARD_HELD, GUARD_RETIRED (fd_table.c) */
     struct bh_fd_mark mark;     /* the guard-taking thread's own record */
 };
-extern _Atomic uint32_t bh_fd_first[];
-extern _Atomic(_Atomic uint32_t *) bh_fd_entries[];
-extern _Atomic(struct bh_fd_connection *) bh_fd_connections[];
-extern struct bh_fd_connection bh_fd_first_connections[];  /* ids below 4096 */
+/* Hidden (the shim's are): the hooks address them directly, not through
+ * the GOT. */
+extern _Atomic uint32_t bh_fd_first[] __attribute__((visibility("hidden")));
+extern _Atomic(_Atomic uint32_t *) bh_fd_entries[] __attribute__((visibility("hidden")));
+extern _Atomic(struct bh_fd_connection *) bh_fd_connections[] __attribute__((visibility("hidden")));
+/* Ids below 4096, at id + 1: slot 0 is never used, so that an entry's
+ * bits above its kind index it as they are. */
+extern struct bh_fd_connection bh_fd_connection_slots[] __attribute__((visibility("hidden")));
 /* fd's entry: its kind and its connection id + 1 above BH_FD_KIND_BITS. */
 static inline uint32_t bh_fd_entry(int fd)
 {
@@ -225,9 +230,10 @@ static inline int bh_fd_has_connection(int fd)
 static inline struct bh_fd_connection *bh_fd_entry_connection(uint32_t entry)
 {
     enum { MASK = (1u << BH_FD_CHUNK_BITS) - 1 };
-    uint32_t id = (entry >> BH_FD_KIND_BITS) - 1;
-    if (__builtin_expect(id <= MASK, 1))
-        return &bh_fd_first_connections[id];
+    uint64_t id_plus_one = entry >> BH_FD_KIND_BITS;
+    if (__builtin_expect(id_plus_one <= MASK + 1, 1))
+        return &bh_fd_connection_slots[id_plus_one];
+    uint32_t id = (uint32_t)id_plus_one - 1;
     struct bh_fd_connection *connections = atomic_load_explicit(
         &bh_fd_connections[id >> BH_FD_CHUNK_BITS], memory_order_acquire);
     return &connections[id & MASK];
@@ -278,18 +284,21 @@ static inline uint32_t bh_fd_unwatch_lookup(int fd, uint32_t bits,
                                     bits, state);
 }
 
-/* socket()'s fast path: an fd below 4096 whose entry holds nothing (its
- * last close cleared it) takes its kind in one compare-and-swap, the one
- * write to an entry made outside fd_table.c (a kind hint, which any
- * process may write, see fd_table.c); anything else is bh_fd_new's. */
-static inline struct bh_fd_ended bh_fd_new_socket(int fd, enum bh_fd_kind kind)
+/* socket()'s fast path, for an fd below 4096: an entry that holds nothing
+ * (a counted connection's last close cleared it) takes its kind in one
+ * compare-and-swap, the one write to an entry made outside fd_table.c (a
+ * kind hint, which any process may write, see fd_table.c); one that
+ * already holds this kind and no connection (an uncounted socket's close
+ * leaves its kind) stays as it is. 0: anything else, which is bh_fd_new's. */
+static inline int bh_fd_new_socket(int fd, enum bh_fd_kind kind)
 {
-    uint32_t nothing = 0;
-    if ((unsigned)fd < (1u << BH_FD_CHUNK_BITS) &&
-        atomic_load_explicit(&bh_fd_entries[0], memory_order_relaxed) &&
-        atomic_compare_exchange_strong(&bh_fd_first[fd], &nothing, (uint32_t)kind))
-        return (struct bh_fd_ended){ .compartment = BH_FD_NOTHING_ENDED };
-    return bh_fd_new(fd, kind);
+    if ((unsigned)fd >= (1u << BH_FD_CHUNK_BITS) ||
+        !atomic_load_explicit(&bh_fd_entries[0], memory_order_relaxed))
+        return 0;
+    /* seen stays 0 when the swap is made, and is kept when it was kind */
+    uint32_t seen = 0;
+    atomic_compare_exchange_strong(&bh_fd_first[fd], &seen, (uint32_t)kind);
+    return (seen & ~(uint32_t)kind) == 0;
 }
 
 static inline uint32_t bh_fd_watched(int fd)

@@ -43,14 +43,21 @@ static FILE *fresh_stream(FILE *stream)
     return stream;
 }
 
+/* Out of line: a socket() whose entry takes its kind on the fast path
+ * pays no frame for this. */
+static __attribute__((noinline)) void new_socket(int fd, enum bh_fd_kind kind)
+{
+    bh_give_back(bh_fd_new(fd, kind));
+}
+
 static int bh_socket(int domain, int type, int protocol)
 {
-    int fd = libc_socket(domain, type, protocol);
     int inet = domain == AF_INET || domain == AF_INET6;
     int stream = (type & 0xf) == SOCK_STREAM; /* strip SOCK_NONBLOCK/CLOEXEC */
-    if (fd >= 0)
-        bh_give_back(bh_fd_new_socket(fd, inet && stream ? BH_FD_INET_STREAM
-                                                            : BH_FD_OTHER));
+    enum bh_fd_kind kind = inet && stream ? BH_FD_INET_STREAM : BH_FD_OTHER;
+    int fd = libc_socket(domain, type, protocol);
+    if (fd >= 0 && !bh_fd_new_socket(fd, kind))
+        new_socket(fd, kind);
     return fd;
 }
 

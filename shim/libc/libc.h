@@ -165,7 +165,9 @@ struct bh_libc {
 #undef BH_LIBC_FIELD
 #undef BH_LIBC_VOID_FIELD
 
-extern struct bh_libc bh_libc;
+/* Hidden, as the whole shim is: a hook's tail jump then reads its slot
+ * straight, not through the GOT. */
+extern struct bh_libc bh_libc __attribute__((visibility("hidden")));
 void *bh_libc_lookup(const char *name);
 /* The real vfork, to be jumped to, never called: its child returns into
  * the frame that called it, so no C frame may stand in between. */

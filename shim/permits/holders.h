@@ -19,8 +19,9 @@ struct bh_holding {
     _Atomic int32_t reserve;    /* meaningful while reserved > 0 */
     _Atomic(struct bh_holder *) record;
 };
-extern struct bh_holding bh_mine[BH_MAX_COMPARTMENTS];
-extern _Atomic int bh_mine_used;  /* compartments below it may be nonzero */
+/* Hidden, as the whole shim is: addressed straight, not through the GOT. */
+extern struct bh_holding bh_mine[BH_MAX_COMPARTMENTS] __attribute__((visibility("hidden")));
+extern _Atomic int bh_mine_used __attribute__((visibility("hidden")));  /* compartments below it may be nonzero */
 
 static inline void bh_holding_note_used(int index)
 {

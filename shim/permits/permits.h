@@ -32,7 +32,7 @@ enum {
 /* Latency histograms: fixed upper bounds, 0.5 ms to 60 s, and one bucket
  * past the last. */
 enum { BH_HISTOGRAM_BUCKETS = 16 };
-extern const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS];
+extern const int64_t bh_histogram_bounds_us[BH_HISTOGRAM_BUCKETS] __attribute__((visibility("hidden")));
 
 
 

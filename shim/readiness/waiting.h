@@ -8,7 +8,7 @@
 
 /* Nonzero while any fd of this process is hidden (waiting) or has a
  * verdict the program has not read yet: the readiness hooks' one load. */
-extern _Atomic int bh_waiting_active;
+extern _Atomic int bh_waiting_active __attribute__((visibility("hidden")));  /* hidden: no GOT */
 
 /* fd starts waiting: from now on poll/ppoll/select/pselect never report
  * it, and it is taken out of every epoll set of this process that holds

@@ -480,6 +480,17 @@ static int match_v4(const struct bh_rule_index *index, const uint8_t *address,
     return match_address(index, AF_INET, address, &word, port);
 }
 
+/* A destination not in its cache slot: matched, and kept there. Out of
+ * line, so that a hit is a leaf's instructions, with no frame. */
+__attribute__((noinline))
+static int match_v4_into(const struct bh_rule_index *index, const uint8_t *address,
+                         unsigned port, _Atomic uint64_t *slot, uint64_t key)
+{
+    int rule = match_v4(index, address, port);
+    atomic_store_explicit(slot, key | (uint64_t)(rule + 2), memory_order_relaxed);
+    return rule;
+}
+
 /* match_v4 through the cache: a destination seen last time in its slot
  * costs a multiply, a load and a compare. */
 ALWAYS_INLINE int match_v4_cached(struct bh_rule_index *index, const uint8_t *address,
@@ -493,9 +504,7 @@ ALWAYS_INLINE int match_v4_cached(struct bh_rule_index *index, const uint8_t *ad
     uint64_t seen = atomic_load_explicit(slot, memory_order_relaxed);
     if ((seen & ~(uint64_t)0xffff) == key && (seen & 0xffff))
         return (int)(seen & 0xffff) - 2;
-    int rule = match_v4(index, address, port);
-    atomic_store_explicit(slot, key | (uint64_t)(rule + 2), memory_order_relaxed);
-    return rule;
+    return match_v4_into(index, address, port, slot, key);
 }
 
 __attribute__((noinline))
