@@ -470,6 +470,24 @@ static void apply_adaptive(struct bh_namespace *ns, int index,
                bh_adaptive_mode_name(live.mode), bh_adaptive_mode_name(compartment->adaptive));
 }
 
+/* The file's mode, when the live one is the other. */
+static int apply_mode(struct bh_namespace *ns, int index,
+                      const struct bh_compartment *compartment)
+{
+    int shadow = compartment->mode == BH_MODE_SHADOW;
+    if (bh_compartment_shadow(ns, index) == shadow)
+        return CLI_OK;
+    if (bh_compartment_set_shadow(ns, index, shadow) < 0) {
+        cli_error("apply: %s: mode %s: %s", compartment->name,
+                  bh_mode_name((enum bh_mode)compartment->mode), strerror(errno));
+        return CLI_FAILED;
+    }
+    printf("%s: mode %s -> %s\n", compartment->name,
+           bh_mode_name(shadow ? BH_MODE_ENFORCE : BH_MODE_SHADOW),
+           bh_mode_name((enum bh_mode)compartment->mode));
+    return CLI_OK;
+}
+
 static int apply_compartment(struct bh_namespace *ns,
                              const struct bh_compartment *compartment)
 {
@@ -483,7 +501,7 @@ static int apply_compartment(struct bh_namespace *ns,
         apply_adaptive(ns, index, compartment, 0);
         printf("%s: fleet-wide, limit %d as granted (bulkhead agent sets it)\n",
                compartment->name, live);
-        return CLI_OK;
+        return apply_mode(ns, index, compartment);
     }
     int live, limit = compartment->limit;
     int index = bh_compartment_register(ns, compartment, limit, &live);
@@ -505,6 +523,8 @@ static int apply_compartment(struct bh_namespace *ns,
         printf("%s: limit %d -> %d\n", compartment->name, live, limit);
     else
         printf("%s: limit %d, unchanged\n", compartment->name, limit);
+    if (apply_mode(ns, index, compartment) != CLI_OK)
+        return CLI_FAILED;
     return existed && limit >= live ? apply_reserves(ns, index, compartment) : CLI_OK;
 }
 

@@ -941,7 +941,7 @@ const struct cli_command cli_stat_command = {
         "                        \"wait_mean_ms\", \"wait_max_ms\",\n"
         "                        \"holders\": [{\"pid\", \"permits\", \"waiting\"}],\n"
         "                        \"per_process_refused\", \"bypassed\", \"mode\"\n"
-        "                        (\"enforce\" or \"shadow\"), \"shadow_refused\",\n"
+        "                        (enforce or shadow), \"shadow_refused\",\n"
         "                        \"shadow_waited\" (let through in shadow mode;\n"
         "                        enforce would have refused, or made wait), \"shared\"\n"
         "                        (connections whose fds several processes hold),\n"
