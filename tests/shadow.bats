@@ -175,3 +175,42 @@ while not os.path.exists(go):
     assert_failure
     assert_output --partial "rules.ini:3: mode: \"dry-run\" is not one of enforce, shadow"
 }
+
+# supervised OUT N: bulkhead run's supervisor over the static hold_connect,
+# which makes N connects and holds them until supervised_end; returns once
+# it has tried them all (its lines in OUT).
+supervised() {
+    mkfifo "$T/$1.in"
+    # The child opens the fifo, so that it holds no writer of it.
+    bg "$T/$1" sh -c 'exec "$@" <"$0"' "$T/$1.in" "$BULKHEAD" run --seccomp -c "$RULES" -- \
+        "$BH_ROOT/build/tests/hold_connect" 127.0.0.1 "$SERVER_PORT" "$2"
+    SUPERVISED=$BG_PID
+    exec {SUPERVISED_IN}>"$T/$1.in"
+    wait_for file_has "$T/$1" '^held$'
+}
+
+# supervised_end: its stdin ends; it closes its connections and exits.
+supervised_end() {
+    exec {SUPERVISED_IN}>&-
+    wait_pid "$SUPERVISED" 30
+}
+
+@test "a static program under bulkhead run's supervisor, in shadow: five connects at limit 2 all reach the server, three counted; in enforce it gets 2" {
+    build_if_stale "$BH_ROOT/build/tests/hold_connect" \
+        "$BH_ROOT/tests/clients/static/hold_connect.c" static_build
+    start_server srv -1
+    compartment_rules 2 'mode=shadow'
+    supervised shadowed 5
+    assert_equal "$(grep -cx ok "$T/shadowed")" 5
+    wait_for server_open_is srv 5
+    assert_equal "$(shadow_count shadow_refused)" 3
+    supervised_end
+    wait_for server_open_is srv 0
+    "$BULKHEAD" set -n "$NS" downstream mode=enforce
+    supervised enforced 5
+    assert_equal "$(grep -cx ok "$T/enforced")" 2
+    assert_equal "$(grep -cx ECONNREFUSED "$T/enforced")" 3
+    wait_for server_open_is srv 2
+    supervised_end
+    assert_equal "$(server_stat srv total)" 7
+}
