@@ -307,20 +307,6 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
     return result;
 }
 
-/* Past per_process in shadow mode: claimed all the same (the give-back
- * unclaims it), and the take goes on; 0 in enforce mode. */
-static __attribute__((noinline, cold)) int
-claim_past_cap(struct bh_namespace *ns, const struct bh_take *take, int for_another)
-{
-    if (!bh_compartment_shadow(ns, take->ask.index))
-        return 0;
-    if (for_another)
-        atomic_fetch_add(&take->claimed[take->ask.index], (uint32_t)take->ask.weight);
-    else
-        bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, 0);
-    return 1;
-}
-
 static __attribute__((noinline, cold)) enum bh_take_result
 refuse_per_process(struct bh_namespace *ns, const struct bh_take *take,
                    struct bh_take_outcome *outcome)
@@ -330,19 +316,19 @@ refuse_per_process(struct bh_namespace *ns, const struct bh_take *take,
     return BH_TAKE_PER_PROCESS;
 }
 
+static enum bh_take_result past_cap(struct bh_namespace *ns, const struct bh_take *take,
+                                    struct bh_take_outcome *outcome, int for_another);
+
 /* One take, for this process or (for_another, a constant in each caller
- * below) for another: each a straight path of its own. */
+ * below) for another: each a straight path of its own. over_cap, a
+ * constant too: claimed past per_process in shadow mode (past_cap). */
 static inline __attribute__((always_inline)) enum bh_take_result
 take_for(struct bh_namespace *ns, const struct bh_take *take,
-         struct bh_take_outcome *outcome, int for_another)
+         struct bh_take_outcome *outcome, int for_another, int over_cap)
 {
     const struct bh_permit_ask *ask = &take->ask;
-    int past_cap = 0;
-    if (claim(take, for_another) < 0) {
-        if (!claim_past_cap(ns, take, for_another))
-            return refuse_per_process(ns, take, outcome);
-        past_cap = 1;
-    }
+    if (!over_cap && claim(take, for_another) < 0)
+        return past_cap(ns, take, outcome, for_another);
     int lapsed = take->compartment->fleet_limit > 0 &&
                  bh_fleet_lapse_if_over(ns, ask->index);
     enum bh_breaker_admission breaker = BH_BREAKER_PASS;
@@ -362,11 +348,11 @@ take_for(struct bh_namespace *ns, const struct bh_take *take,
         }
     }
     if (__builtin_expect(tried != BH_ACQUIRED || breaker != BH_BREAKER_PASS || lapsed ||
-                         past_cap, 0)) {
+                         over_cap, 0)) {
         if (breaker == BH_BREAKER_PASS)
             *outcome = (struct bh_take_outcome){ .tell = 0 };
         outcome->lapsed = lapsed;
-        if (past_cap)
+        if (over_cap)
             outcome->shadowed = BH_TAKE_PER_PROCESS;
         return take_slowly(ns, take, outcome, breaker, tried, &grant);
     }
@@ -377,15 +363,31 @@ take_for(struct bh_namespace *ns, const struct bh_take *take,
     return BH_TAKE_GRANTED;
 }
 
+/* Past per_process: refused, or in shadow mode claimed all the same (the
+ * give-back unclaims it) and taken on, counted as enforce's refusal. */
+static __attribute__((noinline, cold)) enum bh_take_result
+past_cap(struct bh_namespace *ns, const struct bh_take *take,
+         struct bh_take_outcome *outcome, int for_another)
+{
+    if (!bh_compartment_shadow(ns, take->ask.index))
+        return refuse_per_process(ns, take, outcome);
+    if (for_another) {
+        atomic_fetch_add(&take->claimed[take->ask.index], (uint32_t)take->ask.weight);
+        return take_for(ns, take, outcome, 1, 1);
+    }
+    bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, 0);
+    return take_for(ns, take, outcome, 0, 1);
+}
+
 enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
                                    struct bh_take_outcome *outcome)
 {
-    return take_for(ns, take, outcome, 0);
+    return take_for(ns, take, outcome, 0, 0);
 }
 
 enum bh_take_result bh_permit_take_for_another(struct bh_namespace *ns,
                                                const struct bh_take *take,
                                                struct bh_take_outcome *outcome)
 {
-    return take_for(ns, take, outcome, 1);
+    return take_for(ns, take, outcome, 1, 0);
 }
