@@ -164,12 +164,15 @@ while not os.path.exists(go):
     release last
 }
 
-@test "check shows the mode, [global]'s for compartments that give none; a bad one is one error naming its line" {
+@test "check shows a compartment in shadow, [global]'s mode for compartments that give none; a bad one is one error naming its line" {
     printf '[global]\nnamespace = %s\nmode = shadow\n[a]\nlimit = 1\nmatch = 127.0.0.1:9\n[b]\nlimit = 1\nmode = enforce\nmatch = 127.0.0.1:10\n' "$NS" >"$RULES"
     run "$BULKHEAD" check -c "$RULES"
     assert_success
-    assert_line --regexp '^  mode +shadow \('
-    assert_line --regexp '^  mode +enforce$'
+    run sed -n '/^\[a\]/,/^$/p' <<<"$output"
+    assert_line --regexp '^  mode +shadow \(decides as enforce would'
+    run "$BULKHEAD" check -c "$RULES"
+    run sed -n '/^\[b\]/,/^$/p' <<<"$output"
+    refute_line --regexp '^  mode '
     printf '[a]\nlimit = 1\nmode = dry-run\nmatch = 127.0.0.1:9\n' >"$RULES"
     run "$BULKHEAD" check -c "$RULES"
     assert_failure
