@@ -166,6 +166,7 @@ static void add_configured(const struct bh_config *config, struct snapshot *snap
         *row = (struct compartment_row){ .holders = NULL };
         snprintf(row->stat.view.name, sizeof row->stat.view.name, "%s", rules->name);
         row->stat.view.limit = bh_starting_limit(rules);
+        row->stat.view.shadow = rules->mode == BH_MODE_SHADOW;
         for (int r = 0; r < rules->reserve_count; r++)
             row->stat.view.reserved += rules->reserves[r].permits;
         int common = row->stat.view.limit - row->stat.view.reserved;

@@ -217,3 +217,12 @@ supervised_end() {
     supervised_end
     assert_equal "$(server_stat srv total)" 7
 }
+
+@test "stat -c before anything ran: a compartment the rules put in shadow is listed in shadow, bulkhead_shadow 1" {
+    printf '[global]\nnamespace = %s\n[a]\nlimit = 3\nmode = shadow\nmatch = 127.0.0.1:9\n[b]\nlimit = 3\nmatch = 127.0.0.1:10\n' "$NS" >"$RULES"
+    run "$BULKHEAD" stat -c "$RULES" --prometheus
+    assert_success
+    assert_line "bulkhead_shadow{namespace=\"$NS\",compartment=\"a\"} 1"
+    assert_line "bulkhead_shadow{namespace=\"$NS\",compartment=\"b\"} 0"
+    ! namespace_exists "$NS" || fail "stat made the namespace"
+}
