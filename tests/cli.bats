@@ -140,7 +140,7 @@ fleetwide 0 0 0"
     grep -qx "bulkhead_permits_in_use{namespace=\"$NS\",compartment=\"fleetwide\"} 0" "$T/metrics"
     # every family but the fleet's (none registered) is declared
     run grep -c '^# TYPE ' "$T/metrics"
-    assert_output 28
+    assert_output 31
     "$BULKHEAD" stat -n "$NS" --json 2>/dev/null >"$T/json"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d=={"namespace":sys.argv[2],"compartments":[]}, d' \
         "$T/json" "$NS"
