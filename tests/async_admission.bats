@@ -18,13 +18,7 @@ async_rules() {
 # (HOLDER_PID) until $T/release exists, then closes it and exits (a kill
 # would give the permit back before the kernel closes the socket).
 hold_the_permit() {
-    bg_shim "$T/holder" python3 -c '
-import os, socket, sys, time
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-print("ok", flush=True)
-while not os.path.exists(sys.argv[2]):
-    time.sleep(0.01)
-s.close()' "$SERVER_PORT" "$T/release"
+    bg_shim "$T/holder" "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" until="$T/release"
     HOLDER_PID=$BG_PID
     wait_for file_has "$T/holder" '^ok$'
 }

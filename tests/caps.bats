@@ -68,8 +68,10 @@ EOF
 
 @test "6 parallel curls, limit 3, wait_ms: their non-blocking connects wait like any other, all succeed, 3 at once" {
     # curl's connects are non-blocking: they wait wait_ms as a blocking
-    # connect would, far longer than the server holds the first three.
-    start_server web 300
+    # connect would, far longer than the server holds the first three. It
+    # answers none before three are open and three wait, however slowly a
+    # loaded machine starts them.
+    start_server web 300 127.0.0.1 --hold-until "$T/release"
     write_rules "$RULES" <<EOF
 [global]
 namespace = $NS
@@ -85,6 +87,9 @@ EOF
         pids+=($!)
         track_pid $!
     done
+    wait_for server_open_is web 3
+    wait_for sem_waiters_is "$NS" 3
+    touch "$T/release"
     wait "${pids[@]}" || true
     assert_equal "$(count_rc 0 "$T"/curl.*)" 6
     assert_equal "$(server_stat web max)" 3
@@ -92,8 +97,9 @@ EOF
 }
 
 @test "20 parallel wgets, limit 3, long wait: all succeed, never more than 3 at once" {
-    # wget connects with a blocking socket, so it waits for a permit.
-    start_server web 400
+    # wget connects with a blocking socket, so it waits for a permit. The
+    # server answers none before three are open and the rest wait.
+    start_server web 400 127.0.0.1 --hold-until "$T/release"
     caps_rules 3 20000
     local i pids=()
     for i in $(seq 1 20); do
@@ -102,6 +108,9 @@ EOF
         pids+=($!)
         track_pid $!
     done
+    wait_for -t 30 server_open_is web 3
+    wait_for -t 30 sem_waiters_is "$NS" 17
+    touch "$T/release"
     wait "${pids[@]}" || true
     assert_equal "$(count_rc 0 "$T"/wget.*)" 20
     assert_equal "$(server_stat web max)" 3

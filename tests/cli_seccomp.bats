@@ -637,6 +637,9 @@ pools_are_exact() {
     assert_equal "$(server_stat s open)" 2
     kill -KILL -- "-$supervisor"
     wait_for server_open_is s 0
+    # the tree gone, its heir reaps once more and exits (a connect that
+    # finds the compartment full while another process reaps is refused)
+    wait_for no_run_left
     pools_are_exact "$T/after"
 }
 

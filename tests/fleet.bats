@@ -112,7 +112,7 @@ lease_calls_past() { (($(lease_calls) >= $1)); }
     wait_for -t 3 open_is srv 4
     wait_for -t 6 open_is srv 6   # b's lease and reserve ended: its 2 went to a
     # and host b, its agent gone, no longer uses a share: its connects wait
-    run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    run on b timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
     assert_equal "$(server_stat srv open)" 6
     assert_equal "$(server_stat srv max)" 6
@@ -136,7 +136,7 @@ lease_calls_past() { (($(lease_calls) >= $1)); }
     # a falls back to min(its grant 5, 6 / 2 hosts) = 3 once its lease ends:
     # its 4 connections stay; a new one on a does not get in.
     wait_for -t 5 file_has "$T/agent.a.err" 'lease ended without Redis: limit 3'
-    run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$PORT_pa" 0
+    run on a timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$PORT_pa" 0
     assert_equal "$status" 124
     assert_equal "$(server_stat pa open)" 4
     assert_equal "$(server_stat pc open)" 1
@@ -180,9 +180,9 @@ lease_calls_past() { (($(lease_calls) >= $1)); }
     wait_for -t 3 logged_after "$T/agent.b.err" "$seen_b" 'limit 1 -> 0'
     wait_for -t 3 logged_after "$T/agent.a.err" "$seen_a" 'limit [0-9]+ -> [0-3]$'
     # The six stay open (nothing cut); new ones on either host wait.
-    run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    run on b timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
-    run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    run on a timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
     assert_equal "$(server_stat srv open)" 6
 }
@@ -198,7 +198,7 @@ lease_calls_past() { (($(lease_calls) >= $1)); }
     run grep -cE 'WRONGPASS|invalid password|AUTH' "$T/agent.a.err"
     assert_output 1
     # No grant was ever made: the host has no share, so nothing gets through.
-    run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    run on a timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
     assert_equal "$(server_stat srv total)" 0
 }

@@ -117,7 +117,7 @@ connected() {
     # b's reserve ends a refresh after its fallback: a takes it all,
     wait_for -t 30 open_is srv 6
     # and b, past its fallback, lets nothing through.
-    run on b timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    run on b timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
     max_within 6
     run grep -c 'fallback over: limit 0 until Redis answers' "$T/agent.b.err"

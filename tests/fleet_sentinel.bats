@@ -212,7 +212,7 @@ now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
     # a falls back to min(its grant 5, 6 / 2 hosts) once its lease ends: its
     # 4 connections stay; a new one does not get in.
     wait_for -t 5 file_has "$T/agent.a.err" 'lease ended without Redis: limit 3'
-    run on a timeout 2 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
+    run on a timeout 1 "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_equal "$status" 124
     assert_equal "$(server_stat srv open)" 4
     # Said once over all those refreshes.

@@ -123,10 +123,12 @@ EOF
 }
 
 @test "per_process: an 8-thread client is held to 2 at once, threads racing" {
-    start_server srv 300
+    start_server srv -1
     compartment_rules 10 'per_process=2' 'wait_ms=600000'
+    # The threads hold until every one has tried and the server has the
+    # admitted two open.
     run env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
-        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 8 200
+        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 8 all="$T/srv.stats"
     assert_success
     assert_line "ok=2"
     assert_line "ECONNREFUSED=6"

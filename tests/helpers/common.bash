@@ -66,6 +66,12 @@ elif [[ -x /usr/bin/python3 && "$(command -v python3)" != /usr/bin/python3 ]]; t
     PATH="$BATS_RUN_TMPDIR/bin:$PATH"
 fi
 
+# A FIFO nothing ever writes to: polls wait on a read of it that times out
+# (a builtin) rather than start a sleep per try. Made by the run's first
+# test and found by the others.
+BH_TICK="$BATS_RUN_TMPDIR/tick"
+[[ -p "$BH_TICK" ]] || mkfifo "$BH_TICK" 2>/dev/null || true
+
 # ---------------------------------------------------------------- setup ----
 
 bh_setup() {
@@ -100,6 +106,10 @@ no_process_names() {
 }
 
 bh_teardown() {
+    untraced end_test_processes_and_namespaces
+}
+
+end_test_processes_and_namespaces() {
     local pid
     # Clients first (they may hold permits), servers last.
     if [[ -s "$T/pids" ]]; then
@@ -113,26 +123,45 @@ bh_teardown() {
     # Then whatever those left behind that still names the test's folder in
     # its command line: a forked child waiting for a go file, a program
     # whose bulkhead run was killed (its heir outlives run by design).
-    pkill -KILL -f "$T/" 2>/dev/null || true
-    wait_for -t 5 no_process_names "$T/" || true
+    # Each scan reads every process's command line: the second only when
+    # the first found something.
+    if pkill -KILL -f "$T/" 2>/dev/null; then
+        wait_for -t 5 no_process_names "$T/" || true
+    fi
     # Then every namespace the test used: the command first (it removes
     # whatever this user made under the key, of any size), ipcrm by key
     # second, in case the command cannot (a broken build, another user's
     # objects). Anything still under the key afterwards is a leak: a process
-    # the test started outlived it, or an object nobody may remove.
-    local ns key left=""
+    # the test started outlived it, or an object nobody may remove. One
+    # look at the kernel's IPC table serves every namespace.
+    local ns key left="" stuck=()
+    declare -A ns_of=()
     while read -r ns; do
         [[ -n "$ns" ]] || continue
         key=$(ns_key "$ns") || { left+=" $ns: no key;"; continue; }
         timeout 10 "$BULKHEAD" reset --force -n "$ns" >/dev/null 2>&1 || true
-        ipc_under_key "$key" || continue
+        ns_of[$key]=$ns
+    done <"$T/namespaces"
+    if ((${#ns_of[@]})); then
+        mapfile -t stuck < <(ipc_keys_present "${!ns_of[@]}")
+    fi
+    for key in "${stuck[@]}"; do
         ipcrm -S "$key" 2>/dev/null || true
         ipcrm -M "$key" 2>/dev/null || true
-        if ipc_under_key "$key"; then
-            left+=" $ns ($key):$(ipcs -s -m | awk -v k="$key" '$1 == k { printf " id %s", $2 }');"
-        fi
-    done <"$T/namespaces"
+    done
+    if ((${#stuck[@]})); then
+        while read -r key; do
+            left+=" ${ns_of[$key]} ($key):$(ipcs -s -m | awk -v k="$key" '$1 == k { printf " id %s", $2 }');"
+        done < <(ipc_keys_present "${stuck[@]}")
+    fi
     [[ -z "$left" ]] || fail "teardown: SysV objects left behind:$left"
+}
+
+# ipc_keys_present KEY...: those of the KEYs that a semaphore set or memory
+# segment exists under, one a line, from one `ipcs`.
+ipc_keys_present() {
+    ipcs -s -m | awk 'BEGIN { for (i = 1; i < ARGC; i++) wanted[ARGV[i]] = 1; ARGC = 1 }
+        $1 in wanted && !seen[$1]++ { print $1 }' "$@"
 }
 
 # A namespace to remove in teardown (tests that use a second one call it).
@@ -214,8 +243,23 @@ run_shim() {
     LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$@"
 }
 
+# untraced CMD...: CMD with no DEBUG trap. bats traces every command of a
+# test's functions through a trap of some forty commands of its own (for
+# the failing line's stack trace): a poll's tries and teardown's loops spent
+# more time there than in their own work. A failure is still reported at
+# the line of the test that called them.
+untraced() {
+    local -
+    set +o functrace
+    "$@"
+}
+
 # wait_for [-t SECONDS] CMD...: polls CMD every 0.02 s until it succeeds.
 wait_for() {
+    untraced poll_until "$@"
+}
+
+poll_until() {
     local timeout=10
     if [[ "$1" == -t ]]; then
         timeout=$2
@@ -229,7 +273,11 @@ wait_for() {
             echo "wait_for: timed out after ${timeout}s: $*" >&2
             return 1
         fi
-        sleep 0.02
+        if [[ -p "$BH_TICK" ]]; then
+            read -r -t 0.02 <>"$BH_TICK" || true
+        else
+            sleep 0.02
+        fi
     done
 }
 
@@ -430,7 +478,9 @@ EOF
 
 # write_rules FILE <<EOF ... EOF
 write_rules() {
-    cat >"$1"
+    local text
+    IFS= read -r -d '' text || true  # the builtin: no cat per file
+    printf '%s' "$text" >"$1"
 }
 
 # Value of key=value in the last `run` output (first match).
@@ -559,10 +609,13 @@ run_rc() {
 
 # count_rc RC FILE...: how many `run_rc` outputs have rc=RC.
 count_rc() {
-    local rc=$1 n=0 f
+    local rc=$1 n=0 f line
     shift
     for f in "$@"; do
-        grep -qx "rc=$rc" "$f" && n=$((n + 1))
+        # read, not grep: polls call this for every client at each try
+        line=
+        { read -r line <"$f"; } 2>/dev/null || true
+        [[ "$line" != "rc=$rc" ]] || n=$((n + 1))
     done
     echo "$n"
 }

@@ -218,7 +218,7 @@ class Server:
 
     def next_timeout(self):
         if self.conns and not self.released():
-            return 0.05
+            return 0.005
         deadlines = [c.deadline for c in self.conns.values() if c.deadline is not None]
         deadlines += [g for _, g in self.draining.values()]
         if not deadlines:
