@@ -17,6 +17,7 @@
 
 #include "core/async_connect.h"
 #include "core/left_namespaces.h"
+#include "core/observe.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
@@ -40,6 +41,7 @@ static __attribute__((noinline)) int close_connection(int fd)
 /* Most closes end no counted connection: an inline look and a jump. */
 static int bh_close(int fd)
 {
+    bh_observe_closing(fd);
     if (__builtin_expect(!bh_fd_has_connection(fd), 1))
         return libc_close(fd);
     return close_connection(fd);
