@@ -8,7 +8,7 @@
 
 static const struct cli_command *const commands[] = {
     &cli_run_command, &cli_check_command, &cli_explain_command,
-    &cli_stat_command, &cli_suggest_command, &cli_set_command, &cli_apply_command,
+    &cli_stat_command, &cli_suggest_command, &cli_discover_command, &cli_set_command, &cli_apply_command,
     &cli_reset_command, &cli_key_command, &cli_agent_command,
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };
