@@ -151,6 +151,11 @@ static void print_compartment(const struct bh_config *config, int index)
     printf("\n[%s]  line %d\n", compartment->name, compartment->line);
     printf("  limit        %d%s\n", compartment->limit,
            compartment->limit == 0 ? " (refuses everything)" : "");
+    if (compartment->mode == BH_MODE_SHADOW)
+        printf("  mode         shadow (decides as enforce would, lets every connect "
+               "through and counts what it would have refused or made wait)\n");
+    else
+        printf("  mode         enforce\n");
     printf("  wait_ms      %d%s\n", compartment->wait_ms,
            compartment->wait_ms == 0 ? " (fail fast)" : "");
     if (compartment->wait_ms > 0)
@@ -299,7 +304,7 @@ const struct cli_command cli_check_command = {
     .help =
         "Validates a rules file (default: the one the shim would load) and\n"
         "prints the settings in effect: the namespace, the log level, and for\n"
-        "each compartment its limit, wait_ms, hold_wait_ms, max_waiters,\n"
+        "each compartment its limit, mode, wait_ms, hold_wait_ms, max_waiters,\n"
         "errno, deadlines and breaker (connect_timeout_ms, io_timeout_ms,\n"
         "breaker_failures and its periods, when set), fleet_limit, and match\n"
         "rules with their line numbers. With fleet = in [global], it prints the\n"

@@ -34,6 +34,11 @@ enum bh_log_level { BH_LOG_ERROR, BH_LOG_WARN, BH_LOG_INFO, BH_LOG_DEBUG };
 /* adaptive = (shim/adaptive): off, or the controller that moves the limit. */
 enum bh_adaptive_mode { BH_ADAPTIVE_OFF, BH_ADAPTIVE_GRADIENT, BH_ADAPTIVE_AIMD };
 
+/* mode =: enforce decides and acts; shadow decides as enforce would, lets
+ * every connect through and counts what enforce would have done. -1 in a
+ * compartment: [global]'s, once the whole file is read. */
+enum bh_mode { BH_MODE_ENFORCE, BH_MODE_SHADOW };
+
 enum bh_rule_kind {
     BH_RULE_ADDRESS,     /* literal address or CIDR, v4 or v6 */
     BH_RULE_HOSTNAME,    /* exact name, matched through what the process resolved */
@@ -87,6 +92,7 @@ struct bh_compartment {
                                 off; 0 (default): drops only */
     int turnaround;        /* 1: measure send-to-answer time on its
                               connections (sampled; costs each send and receive) */
+    int mode;              /* enum bh_mode: where the namespace starts it */
     int line;              /* line of the [section] header */
 };
 
@@ -126,6 +132,7 @@ struct bh_config {
     struct bh_rule *rules; /* in file order: the first match wins */
     int rule_count;
     int hold_wait_ms;      /* [global]: for compartments that give none */
+    int mode;              /* [global]: enum bh_mode, for compartments that give none */
     /* The fleet: read by `bulkhead agent`; the shim only uses
      * fleet_limit's compartments' starting limit. */
     char *fleet_url;            /* redis:// or redis-sentinel://; NULL: no fleet */
@@ -201,5 +208,7 @@ const char *bh_log_level_name(enum bh_log_level level);
 int bh_log_level_parse(const char *text, enum bh_log_level *level);
 const char *bh_adaptive_mode_name(enum bh_adaptive_mode mode);
 int bh_adaptive_mode_parse(const char *text, enum bh_adaptive_mode *mode);
+const char *bh_mode_name(enum bh_mode mode);
+int bh_mode_parse(const char *text, enum bh_mode *mode);
 
 #endif

@@ -161,6 +161,28 @@ static int set_adaptive_latency_ms(struct parser *p, const char *key, const char
                       &p->section.compartment->adaptive_latency_ms);
 }
 
+static int parse_mode(struct parser *p, const char *key, const char *value, int *out)
+{
+    enum bh_mode mode;
+    if (bh_mode_parse(value, &mode) == 0) {
+        *out = (int)mode;
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is not one of enforce, shadow", key, value);
+    return -1;
+}
+
+static int set_mode(struct parser *p, const char *key, const char *value)
+{
+    return parse_mode(p, key, value, &p->section.compartment->mode);
+}
+
+/* [global]'s mode: for every compartment that gives none. */
+static int set_global_mode(struct parser *p, const char *key, const char *value)
+{
+    return parse_mode(p, key, value, &p->config->mode);
+}
+
 const struct key_spec bh_compartment_keys[] = {
     { "limit", KEY_LIMIT, SECTION_COMPARTMENT, set_limit },
     { "wait_ms", KEY_WAIT_MS, SECTION_COMPARTMENT, set_wait_ms },
@@ -186,5 +208,8 @@ const struct key_spec bh_compartment_keys[] = {
     { "max_limit", KEY_MAX_LIMIT, SECTION_COMPARTMENT, set_max_limit },
     { "adaptive_latency_ms", KEY_ADAPTIVE_LATENCY_MS, SECTION_COMPARTMENT,
       set_adaptive_latency_ms },
-    { "turnaround", KEY_TURNAROUND, SECTION_COMPARTMENT, set_turnaround },};
+    { "turnaround", KEY_TURNAROUND, SECTION_COMPARTMENT, set_turnaround },
+    { "mode", KEY_MODE, SECTION_COMPARTMENT, set_mode },
+    { "mode", KEY_MODE, SECTION_GLOBAL, set_global_mode },
+};
 const size_t bh_compartment_keys_count = sizeof bh_compartment_keys / sizeof bh_compartment_keys[0];

@@ -157,11 +157,14 @@ static char *read_line(char *buffer, int size, void *stream)
 
 /* ---- the API ---- */
 
-static void inherit_hold_wait(struct bh_config *config)
+static void inherit_global(struct bh_config *config)
 {
-    for (int i = 0; i < config->compartment_count; i++)
+    for (int i = 0; i < config->compartment_count; i++) {
         if (config->compartments[i].hold_wait_ms < 0)
             config->compartments[i].hold_wait_ms = config->hold_wait_ms;
+        if (config->compartments[i].mode < 0)
+            config->compartments[i].mode = config->mode;
+    }
 }
 
 static void parse_file(struct parser *p)
@@ -178,7 +181,7 @@ static void parse_file(struct parser *p)
     finish_line(p);
     close_section(p);
     check_fleet(p);
-    inherit_hold_wait(p->config);
+    inherit_global(p->config);
     if (p->read_errno)
         report(p, 0, "cannot read: %s", strerror(p->read_errno));
     /* Only if the reader's idea of a line ever differs from inih's. */

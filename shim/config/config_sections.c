@@ -298,6 +298,7 @@ static void begin_compartment(struct parser *p, const char *name,
     *compartment = (struct bh_compartment) {
         .max_waiters = DEFAULT_MAX_WAITERS,
         .hold_wait_ms = -1,  /* [global]'s, once the whole file is read */
+        .mode = -1,          /* the same */
         .refusal_errno = ECONNREFUSED,
         .breaker_open_ms = DEFAULT_BREAKER_OPEN_MS,
         .breaker_open_max_ms = DEFAULT_BREAKER_OPEN_MAX_MS,

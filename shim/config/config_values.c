@@ -18,6 +18,11 @@ static const char *const adaptive_mode_names[] = {
     [BH_ADAPTIVE_AIMD] = "aimd",
 };
 
+static const char *const mode_names[] = {
+    [BH_MODE_ENFORCE] = "enforce",
+    [BH_MODE_SHADOW] = "shadow",
+};
+
 #define COUNT_OF(table) (sizeof table / sizeof table[0])
 
 /* Never NULL, so callers can print the result as it is. */
@@ -70,5 +75,18 @@ int bh_adaptive_mode_parse(const char *text, enum bh_adaptive_mode *mode)
     int found = parse_in(adaptive_mode_names, COUNT_OF(adaptive_mode_names), text);
     if (found >= 0)
         *mode = (enum bh_adaptive_mode)found;
+    return found < 0 ? -1 : 0;
+}
+
+const char *bh_mode_name(enum bh_mode mode)
+{
+    return name_in(mode_names, COUNT_OF(mode_names), (unsigned)mode);
+}
+
+int bh_mode_parse(const char *text, enum bh_mode *mode)
+{
+    int found = parse_in(mode_names, COUNT_OF(mode_names), text);
+    if (found >= 0)
+        *mode = (enum bh_mode)found;
     return found < 0 ? -1 : 0;
 }
