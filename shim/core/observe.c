@@ -32,11 +32,11 @@ struct resolved {
 };
 static struct resolved resolved[NAME_CACHE];
 
-/* slot + 1 in the low 16 bits (0: none), and above them the us after
- * started_us + 1 that it opened (0: not yet): one word, so one exchange
- * takes both. */
-enum { SLOT_BITS = 16 };
-_Static_assert(BH_DESTINATIONS < (1 << SLOT_BITS), "a slot + 1 fits its bits");
+/* slot + 1 in the low 15 bits (0: none), CONNECTING while a non-blocking
+ * connect's result is not known, and above them the us after started_us
+ * + 1 that it opened (0: not yet): one word, so one exchange takes all. */
+enum { SLOT_BITS = 16, SLOT_MASK = (1 << 15) - 1, CONNECTING = 1 << 15 };
+_Static_assert((int)BH_DESTINATIONS < (int)SLOT_MASK, "a slot + 1 fits its bits");
 static _Atomic uint64_t observed[BH_OBSERVED_FDS];
 static int64_t started_us;
 
@@ -125,7 +125,7 @@ static int take_record(int fd, int64_t *opened)
         return -1;
     uint64_t record = atomic_exchange(&observed[fd], 0);
     *opened = (int64_t)(record >> SLOT_BITS);
-    return (int)(record & ((1u << SLOT_BITS) - 1)) - 1;
+    return (int)(record & SLOT_MASK) - 1;
 }
 
 static void end_record(int fd)
@@ -166,15 +166,32 @@ void bh_observe_left(int fd, int call_failed)
     if (!bh_observing || (unsigned)fd >= BH_OBSERVED_FDS)
         return;
     uint64_t record = atomic_load(&observed[fd]);
-    int slot = (int)(record & ((1u << SLOT_BITS) - 1)) - 1;
+    int slot = (int)(record & SLOT_MASK) - 1;
     if (slot < 0 || (record >> SLOT_BITS))  /* none, or open already (connect again) */
         return;
     if (!call_failed || errno == EINPROGRESS || errno == EINTR) {
-        uint64_t opened = opened_now() << SLOT_BITS | (uint64_t)(slot + 1);
+        uint64_t opened = opened_now() << SLOT_BITS | (uint64_t)(slot + 1) |
+                          (call_failed ? CONNECTING : 0);
         if (atomic_compare_exchange_strong(&observed[fd], &record, opened))
             bh_destination_opened(table, slot);
     } else if (errno != EALREADY && atomic_compare_exchange_strong(&observed[fd], &record, 0)) {
         bh_destination_failed(table, slot);
+    }
+}
+
+void bh_observe_connect_result(int fd, int err)
+{
+    if ((unsigned)fd >= BH_OBSERVED_FDS)
+        return;
+    uint64_t record = atomic_load(&observed[fd]);
+    if (!(record & CONNECTING))
+        return;
+    if (!err) {
+        atomic_compare_exchange_strong(&observed[fd], &record, record & ~(uint64_t)CONNECTING);
+    } else if (atomic_compare_exchange_strong(&observed[fd], &record, 0)) {
+        int slot = (int)(record & SLOT_MASK) - 1;
+        bh_destination_failed(table, slot);
+        bh_destination_closed(table, slot, -1);
     }
 }
 

@@ -28,10 +28,20 @@ static inline void bh_observe_resolved(const char *name, int family, const void 
 
 /* fd's connect to `to` begins (the gate checked it is a TCP socket);
  * then one of: refused by a compartment, or left with the call's result
- * (errno EINPROGRESS: under way, which counts as open). */
+ * (errno EINPROGRESS: under way, which counts as open until SO_ERROR
+ * says it failed). */
 void bh_observe_connect(int fd, const struct sockaddr *to);
 void bh_observe_refused(int fd);
 void bh_observe_left(int fd, int call_failed);
+
+/* getsockopt(SO_ERROR) told the program how fd's non-blocking connect
+ * went: err 0 connected, else failed (it was counted open meanwhile). */
+void bh_observe_connect_result(int fd, int err);
+static inline void bh_observe_so_error(int fd, int err)
+{
+    if (__builtin_expect(bh_observing, 0))
+        bh_observe_connect_result(fd, err);
+}
 
 /* fd is about to be closed: its connection's hold ends. */
 void bh_observe_ended(int fd);

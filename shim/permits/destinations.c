@@ -46,7 +46,7 @@ struct destination {
     uint16_t family;
     uint16_t port;                 /* network order */
     uint8_t address[16];
-    _Atomic uint64_t connects, refused, failed, holds;
+    _Atomic uint64_t connects, refused, failed;
     _Atomic int64_t open, peak;
     _Atomic uint32_t name_state[BH_DESTINATION_NAMES];
     char names[BH_DESTINATION_NAMES][BH_DESTINATION_NAME_MAX];
@@ -225,10 +225,11 @@ void bh_destination_closed(struct bh_destinations *table, int slot, int64_t held
 {
     struct destination *destination = &table->slots[slot];
     atomic_fetch_sub_explicit(&destination->open, 1, memory_order_relaxed);
+    if (held_ns < 0)
+        return;
     uint64_t us = held_ns > 0 ? (uint64_t)held_ns / 1000 : 0;
     atomic_fetch_add_explicit(&destination->hold[bh_loghist_bucket(us)], 1,
                               memory_order_relaxed);
-    atomic_fetch_add_explicit(&destination->holds, 1, memory_order_relaxed);
 }
 
 double bh_destinations_window_s(const struct bh_destinations *table)
@@ -258,11 +259,12 @@ int bh_destination_read(const struct bh_destinations *table, int slot,
     view->connects = atomic_load(&destination->connects);
     view->refused = atomic_load(&destination->refused);
     view->failed = atomic_load(&destination->failed);
-    view->holds = atomic_load(&destination->holds);
     view->peak = atomic_load(&destination->peak);
     uint64_t counts[BH_LOGHIST_BUCKETS];
-    for (int i = 0; i < BH_LOGHIST_BUCKETS; i++)
+    for (int i = 0; i < BH_LOGHIST_BUCKETS; i++) {
         counts[i] = atomic_load_explicit(&destination->hold[i], memory_order_relaxed);
+        view->holds += counts[i];
+    }
     view->hold_p50_ms = bh_loghist_quantile_us(counts, view->holds, 0.5) / 1e3;
     view->hold_p99_ms = bh_loghist_quantile_us(counts, view->holds, 0.99) / 1e3;
     return 0;

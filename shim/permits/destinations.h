@@ -35,7 +35,8 @@ void bh_destination_connect(struct bh_destinations *table, int slot, const char 
 /* The connect was refused by a compartment, or failed. */
 void bh_destination_refused(struct bh_destinations *table, int slot);
 void bh_destination_failed(struct bh_destinations *table, int slot);
-/* A connection to it is open from now; one open since `held_ns` ended. */
+/* A connection to it is open (or connecting) from now; one open for
+ * `held_ns` ended (negative: a connect that failed, no hold). */
 void bh_destination_opened(struct bh_destinations *table, int slot);
 void bh_destination_closed(struct bh_destinations *table, int slot, int64_t held_ns);
 
