@@ -20,8 +20,9 @@ static const char overview[] =
 
 static const char trailer[] =
     "\n"
-    "Options of stat, set, apply, reset and key: -c FILE takes the namespace\n"
-    "from FILE's [global] namespace; -n/--namespace NAME names it directly.\n"
+    "Options of stat, suggest, discover, set, apply, reset and key: -c FILE\n"
+    "takes the namespace from FILE's [global] namespace; -n/--namespace NAME\n"
+    "names it directly.\n"
     "Without either, the rules file is $BULKHEAD_CONFIG, else\n"
     "$XDG_CONFIG_HOME/bulkhead/rules.ini, else /etc/bulkhead/rules.ini.\n"
     "-u/--user USER works on USER's namespace instead of your own (root only,\n"
