@@ -100,3 +100,15 @@ destination() {
     run grep -c '^\[' "$T/draft.ini"
     assert_output 4
 }
+
+@test "under bulkhead run's seccomp supervisor, a static program's connects are observed too" {
+    local hold="$BH_ROOT/build/tests/hold_connect"
+    build_if_stale "$hold" "$BH_ROOT/tests/clients/static/hold_connect.c" static_build
+    start_server web 0
+    observe_rules
+    run "$BULKHEAD" run -c "$RULES" -- "$hold" 127.0.0.1 "$PORT_web" 3 </dev/null
+    assert_success
+    [[ "$(server_stat web total)" == 3 ]]
+    run destination 127.0.0.1 "$PORT_web" connects
+    assert_output 3
+}
