@@ -488,11 +488,6 @@ def cost_checks(ir_op, sc_op):
     checks.append((x <= 288 and y <= 0.005, f"unmatched connect+close with "
                    f"{WIDE_COMPARTMENTS:,} compartments and {WIDE_RULES:,} rules: {x:+.0f} "
                    f"instructions (limit +288), {y:+.2f} syscalls (limit +0)"))
-    x, y = ir_op["cc_unmatchedobserve"], sc_op["cc_unmatchedobserve"]
-    lines.append(f"{'connect+close, unmatched, observe':<34} {'':>10} {x:>8.1f} "
-                 f"({x - ir_op['cc_bare']:+6.1f}) instr, {y:.2f} "
-                 f"({y - sc_op['cc_bare']:+.2f}) syscalls: observe = yes records it "
-                 f"({x - ir_op['cc_unmatched']:+.1f} over unmatched)")
     if "cc_member" in ir_op:
         x = sc_op["cc_member"] - sc_op["cc_matched"]
         checks.append((x <= 1.005, f"a member past its used-up reserve: {x:+.2f} syscalls "
