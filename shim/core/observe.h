@@ -2,7 +2,7 @@
  * matched by a rule or not, recorded in the namespace's destinations
  * table (permits/destinations.h) with the name it was resolved by, how
  * it turned out, and how long it was held. Off, each entry point below is
- * one load of bh_observing and a branch. */
+ * one compare of bh_observing and a branch. */
 #ifndef BH_OBSERVE_H
 #define BH_OBSERVE_H
 
@@ -11,7 +11,7 @@
 
 /* Nonzero once start-up attached the table; written once, before any
  * hook can see the shim active. */
-extern int bh_observing;
+extern int bh_observing __attribute__((visibility("hidden")));  /* one compare */
 
 /* At start-up, with observe on: attaches uid's table of the namespace. */
 void bh_observe_start(uid_t uid, const char *namespace_name);
@@ -43,12 +43,8 @@ static inline void bh_observe_so_error(int fd, int err)
         bh_observe_connect_result(fd, err);
 }
 
-/* fd is about to be closed: its connection's hold ends. */
+/* fd is about to be closed (close(), whose hook checks bh_observing):
+ * its connection's hold ends. */
 void bh_observe_ended(int fd);
-static inline void bh_observe_closing(int fd)
-{
-    if (__builtin_expect(bh_observing, 0))
-        bh_observe_ended(fd);
-}
 
 #endif
