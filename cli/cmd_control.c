@@ -89,11 +89,12 @@ static int find_compartment(const struct bh_namespace *ns, const char *namespace
 /* One setting: "limit=N" with N a whole number of permits,
  * "breaker=open" / "breaker=closed", "reserve.WHO=N" (WHO as written in
  * rules.ini, itself holding '='s: the number is after the last one), or
- * "adaptive=off|gradient|aimd". */
+ * "adaptive=off|gradient|aimd", or "mode=enforce|shadow". */
 struct setting {
-    enum { SET_LIMIT, SET_BREAKER, SET_RESERVE, SET_ADAPTIVE } what;
+    enum { SET_LIMIT, SET_BREAKER, SET_RESERVE, SET_ADAPTIVE, SET_MODE } what;
     int value;  /* the limit or the reserve; for the breaker, 1 open, 0
-                   closed; for adaptive, an enum bh_adaptive_mode */
+                   closed; for adaptive, an enum bh_adaptive_mode; for
+                   mode, an enum bh_mode */
     char who[BH_WHO_MAX];
 };
 
@@ -131,6 +132,14 @@ static int parse_setting(const char *text, struct range range, struct setting *s
         setting->what = SET_LIMIT;
         return parse_whole(text + 6, range, &setting->value);
     }
+    enum bh_mode shadow;
+    if (strncmp(text, "mode=", 5) == 0) {
+        setting->what = SET_MODE;
+        if (bh_mode_parse(text + 5, &shadow) < 0)
+            return SETTING_BAD;
+        setting->value = (int)shadow;
+        return 0;
+    }
     enum bh_adaptive_mode mode;
     if (strncmp(text, "adaptive=", 9) == 0) {
         setting->what = SET_ADAPTIVE;
@@ -160,8 +169,10 @@ static const char *setting_expected(const char *text)
         return "expected reserve.WHO=N, WHO as in rules.ini, N a whole number";
     if (strncmp(text, "adaptive=", 9) == 0)
         return "expected adaptive=off, adaptive=gradient or adaptive=aimd";
+    if (strncmp(text, "mode=", 5) == 0)
+        return "expected mode=enforce or mode=shadow";
     return "expected limit=N, reserve.WHO=N (N a whole number), "
-           "breaker=open|closed, or adaptive=off|gradient|aimd";
+           "breaker=open|closed, adaptive=off|gradient|aimd, or mode=enforce|shadow";
 }
 
 static int change_reserve(struct bh_namespace *ns, const char *namespace_name,
@@ -248,6 +259,28 @@ static int change_adaptive(struct bh_namespace *ns, const char *namespace_name,
     return CLI_OK;
 }
 
+static int change_mode(struct bh_namespace *ns, const char *namespace_name,
+                       const char *name, enum bh_mode mode, FILE *out)
+{
+    int index = find_compartment(ns, namespace_name, name);
+    if (index < 0)
+        return CLI_FAILED;
+    int was = bh_compartment_shadow(ns, index);
+    struct bh_compartment_view after;
+    if (bh_compartment_set_shadow(ns, index, mode == BH_MODE_SHADOW) < 0 ||
+        bh_compartment_read(ns, index, &after) < 0) {
+        cli_error("set: %s: mode %s: %s", name, bh_mode_name(mode), strerror(errno));
+        return CLI_FAILED;
+    }
+    fprintf(out, "%s: mode %s -> %s, limit %d, %d in use\n", name,
+            bh_mode_name(was ? BH_MODE_SHADOW : BH_MODE_ENFORCE), bh_mode_name(mode),
+            after.limit, after.in_use);
+    if (mode == BH_MODE_ENFORCE && after.in_use >= after.limit && after.in_use > 0)
+        fprintf(out, "%s: no connection is cut; new ones wait or are refused until "
+                "fewer than %d are in use\n", name, after.limit);
+    return CLI_OK;
+}
+
 /* set --fleet: the fleet limit lives in Redis; the agent program sets it. */
 static int change_fleet_limit(const struct cli_target *target, const char *name,
                               const struct setting *setting)
@@ -313,8 +346,8 @@ static int set_command(int argc, char **argv)
     struct setting setting;
     if (argc - optind != 2)
         return cli_usage_error(&cli_set_command, "give a compartment and limit=N, "
-                               "reserve.WHO=N, breaker=open|closed or "
-                               "adaptive=off|gradient|aimd");
+                               "reserve.WHO=N, breaker=open|closed, "
+                               "adaptive=off|gradient|aimd or mode=enforce|shadow");
     /* as the rules file allows: a fleet limit of 0 would shut every host */
     struct range range = fleet ? (struct range){ 1, BH_FLEET_LIMIT_MAX }
                                : (struct range){ 0, BH_LIMIT_MAX };
@@ -339,6 +372,9 @@ static int set_command(int argc, char **argv)
                  : setting.what == SET_ADAPTIVE
                      ? change_adaptive(&ns, namespace_name, argv[optind],
                                        (enum bh_adaptive_mode)setting.value)
+                 : setting.what == SET_MODE
+                     ? change_mode(&ns, namespace_name, argv[optind],
+                                   (enum bh_mode)setting.value, stdout)
                      : change_breaker(&ns, namespace_name, argv[optind], setting.value);
     bh_namespace_close(&ns);
     return status;
@@ -349,6 +385,7 @@ const struct cli_command cli_set_command = {
     .synopsis = "bulkhead set [-c rules.ini | -n NAMESPACE] [-u USER] "
                 "COMPARTMENT limit=N | reserve.WHO=N | breaker=open | breaker=closed\n"
                 "       | adaptive=off | adaptive=gradient | adaptive=aimd\n"
+                "       | mode=enforce | mode=shadow\n"
                 "       bulkhead set --fleet [-c rules.ini] COMPARTMENT limit=N",
     .help =
         "Changes the live limit of a registered compartment for every process\n"
@@ -371,7 +408,15 @@ const struct cli_command cli_set_command = {
         "from the live limit (between the min_limit and max_limit its rules\n"
         "gave); adaptive=off freezes the limit where it is. limit=N on an\n"
         "adaptive compartment moves the controller to N; it continues from\n"
-        "there. With --fleet, limit=N is the\n"
+        "there.\n"
+        "\n"
+        "mode=shadow lets every connect through and counts what enforce would\n"
+        "have refused or made wait (stat's SHADOW_REF, SHADOW_WAIT); in use and\n"
+        "peak count them all. mode=enforce acts again at once: no connection is\n"
+        "cut, and new ones wait or are refused until fewer than the limit are\n"
+        "in use.\n"
+        "\n"
+        "With --fleet, limit=N is the\n"
         "fleet-wide limit, kept in the Redis of the rules' fleet = (every host's\n"
         "agent uses it from its next refresh).\n"
         "\n"
@@ -426,6 +471,24 @@ static void apply_adaptive(struct bh_namespace *ns, int index,
                bh_adaptive_mode_name(live.mode), bh_adaptive_mode_name(compartment->adaptive));
 }
 
+/* The file's mode, when the live one is the other. */
+static int apply_mode(struct bh_namespace *ns, int index,
+                      const struct bh_compartment *compartment)
+{
+    int shadow = compartment->mode == BH_MODE_SHADOW;
+    if (bh_compartment_shadow(ns, index) == shadow)
+        return CLI_OK;
+    if (bh_compartment_set_shadow(ns, index, shadow) < 0) {
+        cli_error("apply: %s: mode %s: %s", compartment->name,
+                  bh_mode_name((enum bh_mode)compartment->mode), strerror(errno));
+        return CLI_FAILED;
+    }
+    printf("%s: mode %s -> %s\n", compartment->name,
+           bh_mode_name(shadow ? BH_MODE_ENFORCE : BH_MODE_SHADOW),
+           bh_mode_name((enum bh_mode)compartment->mode));
+    return CLI_OK;
+}
+
 static int apply_compartment(struct bh_namespace *ns,
                              const struct bh_compartment *compartment)
 {
@@ -439,7 +502,7 @@ static int apply_compartment(struct bh_namespace *ns,
         apply_adaptive(ns, index, compartment, 0);
         printf("%s: fleet-wide, limit %d as granted (bulkhead agent sets it)\n",
                compartment->name, live);
-        return CLI_OK;
+        return apply_mode(ns, index, compartment);
     }
     int live, limit = compartment->limit;
     int index = bh_compartment_register(ns, compartment, limit, &live);
@@ -461,6 +524,8 @@ static int apply_compartment(struct bh_namespace *ns,
         printf("%s: limit %d -> %d\n", compartment->name, live, limit);
     else
         printf("%s: limit %d, unchanged\n", compartment->name, limit);
+    if (apply_mode(ns, index, compartment) != CLI_OK)
+        return CLI_FAILED;
     return existed && limit >= live ? apply_reserves(ns, index, compartment) : CLI_OK;
 }
 

@@ -482,6 +482,29 @@ static void print_policy(const struct snapshot *snapshot)
     }
 }
 
+/* Compartments in shadow mode, or that were: what enforce would have
+ * refused (SHADOW_REF) or made wait (SHADOW_WAIT) of what they let
+ * through. */
+static void print_shadow(const struct snapshot *snapshot)
+{
+    int any = 0;
+    for (int i = 0; i < snapshot->count; i++) {
+        const struct bh_compartment_view *view = &snapshot->rows[i].stat.view;
+        any |= view->shadow || view->shadow_refused || view->shadow_waited;
+    }
+    if (!any)
+        return;
+    printf("\n%-*s  %-7s  %10s  %11s\n", BH_NAME_MAX / 3, "COMPARTMENT", "MODE",
+           "SHADOW_REF", "SHADOW_WAIT");
+    for (int i = 0; i < snapshot->count; i++) {
+        const struct bh_compartment_view *view = &snapshot->rows[i].stat.view;
+        if (view->shadow || view->shadow_refused || view->shadow_waited)
+            printf("%-*s  %-7s  %10" PRIu64 "  %11" PRIu64 "\n", BH_NAME_MAX / 3,
+                   view->name, bh_mode_name(view->shadow ? BH_MODE_SHADOW : BH_MODE_ENFORCE),
+                   view->shadow_refused, view->shadow_waited);
+    }
+}
+
 /* Connections whose fds several processes hold (fork, SCM_RIGHTS): their
  * permits stay in use until the socket's last copy closes. The records
  * that hold them are the namespace's, all compartments together. */
@@ -595,6 +618,7 @@ static void print_table(const struct snapshot *snapshot)
     print_utilization_note(snapshot);
     print_adaptive(snapshot);
     print_policy(snapshot);
+    print_shadow(snapshot);
     print_shared(snapshot);
     print_outcomes(snapshot);
     print_histograms(snapshot);
@@ -718,8 +742,11 @@ static void print_json_compartment(const struct compartment_row *row)
                "}", i ? ", " : "", (int)row->holders[i].pid,
                row->holders[i].permits, row->holders[i].waiting);
     printf("], \"per_process_refused\": %" PRIu64 ", \"bypassed\": %" PRIu64
+           ", \"mode\": \"%s\", \"shadow_refused\": %" PRIu64 ", \"shadow_waited\": %" PRIu64
            ", \"shared\": %d, \"shared_permits\": %d, \"reserves\": [",
-           view->per_process_refused, view->bypassed, view->shared, view->shared_permits);
+           view->per_process_refused, view->bypassed,
+           bh_mode_name(view->shadow ? BH_MODE_SHADOW : BH_MODE_ENFORCE),
+           view->shadow_refused, view->shadow_waited, view->shared, view->shared_permits);
     for (int r = 0; r < view->reserve_count; r++) {
         const struct bh_reserve_view *reserve = &row->stat.reserves[r];
         printf("%s{\"who\": ", r ? ", " : "");
@@ -899,7 +926,10 @@ const struct cli_command cli_stat_command = {
         "owes another pool, such as common permits lent to a reserve), WAITING;\n"
         "compartments that refused a connect for per_process or let one\n"
         "through for bypass get PER_PROCESS_REFUSED and BYPASSED (apart from\n"
-        "every other count). Fleet compartments get the fleet limit, this\n"
+        "every other count). Compartments in mode = shadow (or that let\n"
+        "connects through in it) get MODE, SHADOW_REF and SHADOW_WAIT: connects\n"
+        "let through that enforce would have refused, or made wait.\n"
+        "Fleet compartments get the fleet limit, this\n"
         "host's grant, the fleet's use, its live hosts and the lease's state.\n"
         "A namespace where nothing has run yet has no state: stat says so and\n"
         "exits 0.\n"
@@ -910,7 +940,10 @@ const struct cli_command cli_stat_command = {
         "                        \"acquired\", \"rejected\", \"timed_out\", \"waits\",\n"
         "                        \"wait_mean_ms\", \"wait_max_ms\",\n"
         "                        \"holders\": [{\"pid\", \"permits\", \"waiting\"}],\n"
-        "                        \"per_process_refused\", \"bypassed\", \"shared\"\n"
+        "                        \"per_process_refused\", \"bypassed\", \"mode\"\n"
+        "                        (enforce or shadow), \"shadow_refused\",\n"
+        "                        \"shadow_waited\" (let through in shadow mode;\n"
+        "                        enforce would have refused, or made wait), \"shared\"\n"
         "                        (connections whose fds several processes hold),\n"
         "                        \"shared_permits\", \"reserves\": [{\"who\",\n"
         "                        \"permits\", \"in_use\", \"free\", \"owes\",\n"
@@ -959,7 +992,10 @@ const struct cli_command cli_stat_command = {
         "                        bulkhead_connect_timeouts_total,\n"
         "                        bulkhead_io_timeouts_total,\n"
         "                        bulkhead_per_process_refused_total,\n"
-        "                        bulkhead_bypassed_total and\n"
+        "                        bulkhead_bypassed_total,\n"
+        "                        bulkhead_shadow_refused_total,\n"
+        "                        bulkhead_shadow_waited_total (and the gauge\n"
+        "                        bulkhead_shadow: 1 in mode = shadow) and\n"
         "                        bulkhead_permit_seconds_total (its rate over the\n"
         "                        limit is the utilization over any window). The\n"
         "                        histograms bulkhead_wait_seconds (every wait,\n"

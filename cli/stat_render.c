@@ -46,6 +46,9 @@ VIEW_READER(connect_timeouts, v->connect_timeouts)
 VIEW_READER(io_timeouts, v->io_timeouts)
 VIEW_READER(per_process_refused, v->per_process_refused)
 VIEW_READER(bypassed, v->bypassed)
+VIEW_READER(shadow, v->shadow)
+VIEW_READER(shadow_refused, v->shadow_refused)
+VIEW_READER(shadow_waited, v->shadow_waited)
 VIEW_READER(shared, v->shared)
 VIEW_READER(fleet_limit, v->fleet.limit)
 VIEW_READER(fleet_grant, v->fleet.grant)
@@ -111,6 +114,15 @@ static const struct metric metrics[] = {
       read_per_process_refused, 0, 0 },
     { "bulkhead_bypassed_total", "", "counter",
       "connect() calls let through unlimited by a bypass = rule.", read_bypassed, 0, 0 },
+    { "bulkhead_shadow", "", "gauge",
+      "1 while the compartment runs in mode = shadow (lets every connect through), "
+      "0 in enforce.", read_shadow, 0, 0 },
+    { "bulkhead_shadow_refused_total", "", "counter",
+      "connect() calls let through in shadow mode that enforce would have refused.",
+      read_shadow_refused, 0, 0 },
+    { "bulkhead_shadow_waited_total", "", "counter",
+      "connect() calls let through at once in shadow mode that enforce would have "
+      "made wait.", read_shadow_waited, 0, 0 },
     { "bulkhead_shared_connections", "", "gauge",
       "Counted connections whose fds several processes hold; the socket holds "
       "their permits until its last copy closes.", read_shared, 0, 0 },

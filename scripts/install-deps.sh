@@ -8,7 +8,7 @@ PACKAGES=(
     build-essential uthash-dev libinih-dev libhiredis-dev libmicrohttpd-dev
     libcmocka-dev clang libclang-rt-14-dev
     bats bats-support bats-assert
-    curl wget python3 python3-requests python3-aiohttp perl nodejs netcat-openbsd haproxy nginx tcpdump redis-tools redis-server redis-sentinel socat golang-go busybox-static prometheus
+    curl wget python3 python3-requests python3-yaml python3-aiohttp perl nodejs netcat-openbsd haproxy nginx tcpdump redis-tools redis-server redis-sentinel socat golang-go busybox-static prometheus
     strace valgrind util-linux iproute2 procps man-db groff-base
 )
 

@@ -130,7 +130,7 @@ EOF
     assert_output 0
     # every family but the fleet's (none here) is declared all the same
     run grep -c '^# TYPE ' "$T/metrics"
-    assert_output 28
+    assert_output 31
 }
 
 @test "stat counts waits and time-outs from the shared state" {

@@ -2,7 +2,8 @@
 # What ships for operators' monitoring (monitoring/): the alerting rules,
 # checked and unit-tested by promtool; a real Prometheus from Debian
 # scraping a real agent, asked through its HTTP API; and the Grafana
-# dashboard, whose every metric must be one the agent serves.
+# dashboard. Every metric the rules or the dashboard name must be one the
+# agent serves.
 
 load helpers/common
 load helpers/fleet
@@ -41,7 +42,7 @@ prom_value_is() { [[ "$(prom_value "$1")" == "$2" ]]; }
     command -v promtool >/dev/null || fail "promtool is not installed (make deps)"
     run promtool check rules "$MONITORING/bulkhead.rules.yml"
     assert_success
-    assert_line --partial "SUCCESS: 5 rules found"
+    assert_line --partial "SUCCESS: 6 rules found"
     cd "$MONITORING"
     run promtool test rules bulkhead.rules.test.yml
     assert_success
@@ -77,7 +78,7 @@ EOF2
 import json, sys
 rules = [r for g in json.load(sys.stdin)[\"data\"][\"groups\"] for r in g[\"rules\"]]
 print(len(rules), sorted({r[\"health\"] for r in rules}))'"
-    assert_output "5 ['ok']"
+    assert_output "6 ['ok']"
 }
 
 @test "the Grafana dashboard: every metric its expressions name is one the agent serves" {
@@ -98,5 +99,23 @@ missing = sorted(n for n in named if family(n) not in served)
 print(len(dashboard["panels"]), "panels,", len(named), "metrics,", "missing:", missing)' \
         "$MONITORING/bulkhead.dashboard.json" "$T/metrics"
     assert_success
-    assert_output --regexp '^8 panels, [0-9]+ metrics, missing: \[\]$'
+    assert_output --regexp '^9 panels, [0-9]+ metrics, missing: \[\]$'
+}
+
+@test "the alerting rules: every metric their expressions name is one the agent serves" {
+    agent_with_metrics
+    run python3 -c '
+import re, sys, yaml
+served = set(re.findall(r"^# TYPE (\w+) ", open(sys.argv[2]).read(), re.M))
+rules = yaml.safe_load(open(sys.argv[1]))
+exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+named = set()
+for expr in exprs:
+    named |= set(re.findall(r"\bbulkhead_\w+", expr))
+family = lambda name: re.sub(r"_(bucket|sum|count)$", "", name)
+missing = sorted(n for n in named if n not in served and family(n) not in served)
+print(len(exprs), "expressions,", len(named), "metrics,", "missing:", missing)' \
+        "$MONITORING/bulkhead.rules.yml" "$T/metrics"
+    assert_success
+    assert_output --regexp '^6 expressions, [0-9]+ metrics, missing: \[\]$'
 }

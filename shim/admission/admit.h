@@ -317,6 +317,26 @@ static const char *refusal_words(struct asking *asking, const struct bh_take *ta
     return why;
 }
 
+/* Let through in shadow mode: what enforce would have done, at info. */
+static void note_shadowed(struct asking *asking, const struct bh_take *take,
+                          const struct bh_take_outcome *outcome)
+{
+    if (!bh_log_enabled(BH_LOG_INFO))
+        return;
+    const struct bh_applicant *applicant = asking->applicant;
+    char destination[INET6_ADDRSTRLEN + 16];
+    describe(asking->to, destination, sizeof destination);
+    const char *program = applicant->name ? applicant->name : program_invocation_short_name;
+    int pid = applicant->pid ? (int)applicant->pid : (int)getpid();
+    if (outcome->would_wait)
+        bh_log(BH_LOG_INFO, "would wait: %s to [%s] is full, for %s[%d]; let through "
+               "at once (mode = shadow)", destination, take->compartment->name, program, pid);
+    else
+        bh_log(BH_LOG_INFO, "would refuse %s to [%s] %s for %s[%d]; let through "
+               "(mode = shadow)", destination, take->compartment->name,
+               refusal_words(asking, take, outcome->shadowed, outcome), program, pid);
+}
+
 /* Not granted: what the outcome means for the connect. */
 static int not_granted(struct asking *asking, const struct bh_take *take,
                        enum bh_take_result result, const struct bh_take_outcome *outcome)
@@ -359,6 +379,8 @@ not_plainly_granted(struct asking *asking, const struct bh_take *take,
         note_taken_over(compartment, &outcome->breaker);
     if (result != BH_TAKE_GRANTED)
         return not_granted(asking, take, result, outcome);
+    if (outcome->shadowed != BH_TAKE_GRANTED)
+        note_shadowed(asking, take, outcome);
     admitted->ask = take->ask;
     admitted->probe = outcome->probe;
     if (asking->applicant->claimed)

@@ -113,6 +113,10 @@ struct bh_shared_compartment {
     _Atomic int64_t peak_in_use;
     _Atomic uint32_t registered;  /* 1 once name, limit and semaphore are set */
     _Atomic int32_t reserved;     /* sum of the reserves' live sizes */
+    /* mode = shadow: permits the common pool holds past the limit, which
+     * only connects enforce would refuse or make wait take (pools.c);
+     * 0: enforce. */
+    _Atomic int32_t headroom;
     char name[BH_NAME_MAX];       /* written once under the registration lock */
     _Atomic uint64_t rejected;    /* refused at once */
     _Atomic uint64_t timed_out;   /* waited wait_ms, then refused */
@@ -133,9 +137,11 @@ struct bh_shared_compartment {
     struct bh_fleet_shared fleet;
     _Atomic uint64_t per_process_refused; /* refused: the process was at per_process */
     _Atomic uint64_t bypassed;            /* connects let through by bypass */
+    _Atomic uint64_t shadow_refused;      /* let through that enforce would refuse */
+    _Atomic uint64_t shadow_waited;       /* ... that enforce would make wait */
     struct bh_reserve_shared reserves[BH_MAX_RESERVES];
 };
-_Static_assert(offsetof(struct bh_shared_compartment, reserved) + sizeof(int32_t) <= 64,
+_Static_assert(offsetof(struct bh_shared_compartment, headroom) + sizeof(int32_t) <= 64,
                "what a take touches fits one cache line");
 
 /* What one process holds of one compartment: lets `stat` name holders and

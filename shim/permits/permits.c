@@ -407,8 +407,10 @@ static int add_compartment(struct bh_namespace *ns, const struct bh_compartment 
      * compartment_count names it. It is idempotent, so a registrant killed
      * half way leaves nothing the next one cannot redo. */
     int reserved = add_reserves(ns, shared, rules, limit);
+    int headroom = rules->mode == BH_MODE_SHADOW ? bh_shadow_headroom(limit) : 0;
+    atomic_store(&shared->headroom, headroom);
     if (reserved < 0 ||
-        semctl(ns->semid, BH_SEM_FREE(index), SETVAL, limit - reserved) < 0 ||
+        semctl(ns->semid, BH_SEM_FREE(index), SETVAL, limit - reserved + headroom) < 0 ||
         semctl(ns->semid, BH_SEM_DEBT(index), SETVAL, 0) < 0)
         return -1;
     atomic_store(&shared->registered, 1);
@@ -501,6 +503,11 @@ int bh_compartment_limit(const struct bh_namespace *ns, int index)
     return atomic_load(&ns->state->compartments[index].limit);
 }
 
+int bh_compartment_shadow(const struct bh_namespace *ns, int index)
+{
+    return atomic_load(&ns->state->compartments[index].headroom) > 0;
+}
+
 uint64_t bh_compartment_full_count(const struct bh_namespace *ns, int index)
 {
     const struct bh_shared_compartment *shared = &ns->state->compartments[index];
@@ -577,7 +584,9 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     if (in_use < 0 || waiting < 0 || bh_common_read(ns, index, &common_free, &common_owes) < 0)
         return -1;
     memset(view, 0, sizeof *view);
-    view->common_free = common_free;
+    int headroom = atomic_load(&shared->headroom);
+    view->common_free = common_free > headroom ? common_free - headroom : 0;
+    view->shadow = headroom > 0;
     view->common_owes = common_owes;
     snprintf(view->name, BH_NAME_MAX, "%s", shared->name);
     view->limit = atomic_load(&shared->limit);
@@ -587,6 +596,8 @@ int bh_compartment_read(struct bh_namespace *ns, int index,
     view->waiting = waiting;
     view->per_process_refused = atomic_load(&shared->per_process_refused);
     view->bypassed = atomic_load(&shared->bypassed);
+    view->shadow_refused = atomic_load(&shared->shadow_refused);
+    view->shadow_waited = atomic_load(&shared->shadow_waited);
     view->shared = bh_socket_count(ns, index, &view->shared_permits);
     view->peak = atomic_load(&shared->peak_in_use);
     view->acquired = atomic_load(&shared->acquired);
@@ -620,6 +631,8 @@ void bh_compartment_reset_counters(struct bh_namespace *ns, int index, int in_us
     atomic_store(&shared->io_timeouts, 0);
     atomic_store(&shared->per_process_refused, 0);
     atomic_store(&shared->bypassed, 0);
+    atomic_store(&shared->shadow_refused, 0);
+    atomic_store(&shared->shadow_waited, 0);
     memset((void *)&shared->connect_time, 0, sizeof shared->connect_time);
     memset((void *)&shared->hold_time, 0, sizeof shared->hold_time);
     memset((void *)&shared->wait_time, 0, sizeof shared->wait_time);

@@ -25,7 +25,7 @@
 #include "permits/window.h"
 
 enum {
-    BH_LAYOUT_VERSION = 12,     /* of layout.h: part of the key */
+    BH_LAYOUT_VERSION = 13,     /* of layout.h: part of the key */
     BH_MAX_HOLDER_PAGES = 1024,
 };
 
@@ -95,10 +95,13 @@ struct bh_compartment_view {
     int64_t wait_ns_max;  /* the longest wait, granted or not */
     uint64_t connect_failures, connect_timeouts, io_timeouts;
     uint64_t per_process_refused, bypassed;
+    int shadow;      /* 1: mode = shadow, live */
+    uint64_t shadow_refused, shadow_waited;  /* let through; enforce would not */
     int reserve_count;
     int reserved;    /* the reserves' sizes together; the common pool is
                         limit - reserved */
-    int common_free; /* the common pool's semaphore: permits free now */
+    int common_free; /* the common pool's permits free now (a shadow
+                        compartment's headroom left out) */
     int common_owes; /* permits the common pool owes (DEBT and every ROWED) */
     int shared;      /* connections whose socket record holds their permits
                         (their fds are in more than one process) */
@@ -230,6 +233,11 @@ struct bh_take_outcome {
     struct bh_probe_taken breaker;  /* the probe slot was taken over
                                        (replaced_pid > 0), whatever came next */
     int most;                /* NEVER_ENOUGH: the most it may ever take */
+    /* Granted in shadow mode where enforce would not have granted at once:
+     * what enforce would have said (tell is nonzero), else BH_TAKE_GRANTED;
+     * would_wait: enforce would have waited (its wait_ms callback said so). */
+    enum bh_take_result shadowed;
+    int would_wait;
 };
 
 /* Takes ask.weight permits for an admission of the calling process's
@@ -306,6 +314,9 @@ void bh_permit_count_rejected(struct bh_namespace *ns, int index);
 void bh_permit_count_per_process(struct bh_namespace *ns, int index);
 /* A connect let through by bypass. */
 void bh_permit_count_bypassed(struct bh_namespace *ns, int index);
+/* A connect let through in shadow mode that enforce would have refused
+ * (waited 0) or made wait (waited 1). */
+void bh_permit_count_shadow(struct bh_namespace *ns, int index, int waited);
 /* Gives `weight` permits of compartment `index` back, to the pools this
  * process took them from (its counts know, common pool first); unclaims
  * them too: the mirror of bh_permit_take. Async-signal-safe: atomics and
@@ -416,6 +427,13 @@ int bh_compartment_set_limit(struct bh_namespace *ns, int index, int limit);
  * the namespace lock): -1 with errno EAGAIN when another writer moved it. */
 int bh_compartment_set_limit_if(struct bh_namespace *ns, int index, int expected,
                                 int limit);
+/* mode = shadow (1) or enforce (0), live, for every process at once:
+ * shadow gives the common pool BH_SHADOW_HEADROOM permits past the limit
+ * (fewer when the limit is near 32767), enforce retires them, free ones
+ * now and held ones as they are given back (pools.c). Idempotent. */
+enum { BH_SHADOW_HEADROOM = 8192 };
+int bh_compartment_set_shadow(struct bh_namespace *ns, int index, int shadow);
+int bh_compartment_shadow(const struct bh_namespace *ns, int index);  /* live */
 /* Changes a reserve's live size, moving permits between it and the common
  * pool: free ones at once, the rest as they are given back; no connection
  * is cut and the limit holds throughout. ERANGE: the reserves would add up

@@ -17,6 +17,13 @@
 
 enum { BH_SEM_VALUE_MAX = 32767 };
 
+/* A shadow compartment's headroom at `limit`: the pool stays a semaphore. */
+static inline int bh_shadow_headroom(int limit)
+{
+    return limit + BH_SHADOW_HEADROOM > BH_SEM_VALUE_MAX ? BH_SEM_VALUE_MAX - limit
+                                                         : BH_SHADOW_HEADROOM;
+}
+
 int bh_sem_op(int semid, unsigned short num, short delta, short flags);
 static inline int64_t bh_ms_to_ns(int ms) { return (int64_t)ms * 1000000; }
 

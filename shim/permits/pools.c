@@ -106,35 +106,43 @@ static int owed_checks(struct bh_shared_compartment *shared, int index,
 }
 
 /* `common` from the common pool and `reserved` from reserve r's, in one
- * semop; timeout NULL: IPC_NOWAIT. */
+ * semop; timeout NULL: IPC_NOWAIT. `keep`: only if the common pool holds
+ * `keep` more besides (a shadow compartment's headroom: the take enforce
+ * would make), taken and put back in the same semop. */
 static int take_ops(struct bh_namespace *ns, int index, int reserve, int common,
-                    int reserved, const struct timespec *timeout)
+                    int reserved, int keep, const struct timespec *timeout)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     short flags = timeout ? 0 : IPC_NOWAIT;
-    struct sembuf ops[2 + 1 + BH_MAX_RESERVES];
+    struct sembuf ops[3 + 1 + BH_MAX_RESERVES];
     int n = 0;
     if (reserved)
         ops[n++] = (struct sembuf){ BH_SEM_RFREE(slot_of(shared, reserve)),
                                     (short)-reserved, (short)(SEM_UNDO | flags) };
     if (common) {
-        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-common,
+        ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)-(common + keep),
                                     (short)(SEM_UNDO | flags) };
+        if (keep)
+            ops[n++] = (struct sembuf){ BH_SEM_FREE(index), (short)keep,
+                                        (short)(SEM_UNDO | flags) };
         n += owed_checks(shared, index, ops + n, flags);
     }
     return timeout ? semtimedop(ns->semid, ops, n, timeout) : semop(ns->semid, ops, n);
 }
 
 /* Without waiting: a member's reserve, then its reserve and the common
- * pool together, then the common pool. 0, or -1 (EAGAIN: full). Here
- * and below, `cold` keeps the rare paths out of the common one's way. */
+ * pool together, then the common pool. 0, or -1 (EAGAIN: full, as
+ * enforce sees it: a shadow compartment's headroom is not taken here).
+ * Here and below, `cold` keeps the rare paths out of the common one's
+ * way. */
 static __attribute__((noinline, cold)) int
 take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask, struct bh_taken *got)
 {
     int reserve = ask->reserve, weight = ask->weight;
+    int keep = atomic_load(&shared_of(ns, ask->index)->headroom);
     *got = (struct bh_taken){ .common = (uint32_t)weight, .reserve = reserve };
     if (reserve >= 0) {
-        if (take_ops(ns, ask->index, reserve, 0, weight, NULL) == 0) {
+        if (take_ops(ns, ask->index, reserve, 0, weight, 0, NULL) == 0) {
             *got = (struct bh_taken){ 0, (uint32_t)weight, reserve };
             return 0;
         }
@@ -142,13 +150,13 @@ take_now(struct bh_namespace *ns, const struct bh_permit_ask *ask, struct bh_tak
             ? semctl(ns->semid, BH_SEM_RFREE(slot_of(shared_of(ns, ask->index), reserve)),
                      GETVAL) : 0;
         if (free_now > 0 && free_now < weight &&
-            take_ops(ns, ask->index, reserve, weight - free_now, free_now, NULL) == 0) {
+            take_ops(ns, ask->index, reserve, weight - free_now, free_now, keep, NULL) == 0) {
             *got = (struct bh_taken){ (uint32_t)(weight - free_now), (uint32_t)free_now,
                                       reserve };
             return 0;
         }
     }
-    return take_ops(ns, ask->index, -1, weight, 0, NULL);
+    return take_ops(ns, ask->index, -1, weight, 0, keep, NULL);
 }
 
 /* Free reserved permits while the reserve owes the common pool (lent ones
@@ -196,16 +204,20 @@ static int reserve_values(struct bh_namespace *ns, int slot, int *free_now, int 
     return *free_now < 0 || *debt < 0 || *owed < 0 ? -1 : 0;
 }
 
-/* limit + DEBT - every free permit (see the count at the top). */
+/* limit + headroom + DEBT - every free permit (see the count at the
+ * top). The headroom is read first: a switch to shadow raises the pool
+ * before it, one to enforce lowers it after, so a read that races a
+ * switch says less than is in use, never more (the peak never jumps). */
 int bh_in_use_now(struct bh_namespace *ns, int index)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
+    int headroom = atomic_load(&shared->headroom);
     int free_now = semctl(ns->semid, BH_SEM_FREE(index), GETVAL);
     int debt = atomic_load(&shared->debt_hint)
                    ? semctl(ns->semid, BH_SEM_DEBT(index), GETVAL) : 0;
     if (free_now < 0 || debt < 0)
         return -1;
-    int in_use = atomic_load(&shared->limit) + debt - free_now;
+    int in_use = atomic_load(&shared->limit) + headroom + debt - free_now;
     for (int r = 0; r < atomic_load(&shared->reserve_count); r++) {
         int reserve_free = semctl(ns->semid, BH_SEM_RFREE(slot_of(shared, r)), GETVAL);
         if (reserve_free < 0)
@@ -267,6 +279,13 @@ void bh_permit_count_per_process(struct bh_namespace *ns, int index)
 void bh_permit_count_bypassed(struct bh_namespace *ns, int index)
 {
     atomic_fetch_add_explicit(&shared_of(ns, index)->bypassed, 1, memory_order_relaxed);
+}
+
+void bh_permit_count_shadow(struct bh_namespace *ns, int index, int waited)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    atomic_fetch_add_explicit(waited ? &shared->shadow_waited : &shared->shadow_refused, 1,
+                              memory_order_relaxed);
 }
 
 /* Free common permits that appeared while the common pool owes (a holder
@@ -332,6 +351,21 @@ enum bh_acquire_result bh_pools_try_full(struct bh_namespace *ns,
     return finish_try(ns, ask, grant, -1, saved_errno);
 }
 
+enum bh_acquire_result bh_pools_take_past(struct bh_namespace *ns,
+                                          const struct bh_permit_ask *ask,
+                                          struct bh_grant *grant)
+{
+    int saved_errno = errno;
+    grant->taken = (struct bh_taken){ (uint32_t)ask->weight, 0, -1 };
+    grant->hint_stale = 0;
+    if (!atomic_load(&shared_of(ns, ask->index)->headroom)) {
+        errno = EAGAIN;  /* switched to enforce meanwhile */
+        return finish_try(ns, ask, grant, -1, saved_errno);
+    }
+    return finish_try(ns, ask, grant, take_ops(ns, ask->index, -1, ask->weight, 0, 0, NULL),
+                      saved_errno);
+}
+
 enum bh_acquire_result bh_pools_try_slowly(struct bh_namespace *ns,
                                            const struct bh_permit_ask *ask,
                                            struct bh_grant *grant, int saved_errno)
@@ -371,7 +405,7 @@ static int take_common_within(struct bh_namespace *ns, int index, int weight,
                 left = DEBT_SLICE_NS;
         }
         struct timespec wait = until(left);
-        if (take_ops(ns, index, -1, weight, 0, &wait) == 0)
+        if (take_ops(ns, index, -1, weight, 0, 0, &wait) == 0)
             return 0;
         if (errno != EAGAIN || !owes)
             return -1;
@@ -393,7 +427,7 @@ static int take_reserved_within(struct bh_namespace *ns, const struct bh_permit_
         if (left <= 0)
             break;
         struct timespec wait = until(left);
-        rc = take_ops(ns, ask->index, reserve, 0, ask->weight, &wait);
+        rc = take_ops(ns, ask->index, reserve, 0, ask->weight, 0, &wait);
         if (rc == 0)
             *got = (struct bh_taken){ 0, (uint32_t)ask->weight, reserve };
     }
@@ -605,7 +639,7 @@ static int owe_for_copy(struct bh_namespace *ns, int index, int weight)
 int bh_permit_take_for_copy(struct bh_namespace *ns, int index, int weight)
 {
     int saved_errno = errno;
-    int taken = take_ops(ns, index, -1, weight, 0, NULL) == 0 ||
+    int taken = take_ops(ns, index, -1, weight, 0, 0, NULL) == 0 ||
                 owe_for_copy(ns, index, weight) == 0;
     if (taken)
         atomic_fetch_add_explicit(&shared_of(ns, index)->holders_hint, weight,
@@ -714,7 +748,8 @@ static int set_limit(struct bh_namespace *ns, int index, int expected, int limit
     if (expected >= 0 && old_limit != expected) {
         errno = EAGAIN;
         rc = -1;
-    } else if (limit < atomic_load(&shared->reserved)) {
+    } else if (limit < atomic_load(&shared->reserved) ||
+               limit + atomic_load(&shared->headroom) > BH_SEM_VALUE_MAX) {
         errno = ERANGE;
         rc = -1;
     } else if (limit < old_limit) {
@@ -730,6 +765,35 @@ static int set_limit(struct bh_namespace *ns, int index, int expected, int limit
     int in_use = rc == 0 && limit > old_limit ? bh_in_use_now(ns, index) : -1;
     if (in_use > 0)
         raise_to(&shared->peak_in_use, in_use);
+    int saved = errno;
+    bh_unlock_namespace(ns);
+    errno = saved;
+    return rc;
+}
+
+/* Shadow: the headroom's permits join the common pool, then the field
+ * says so; enforce: the field first, then they are retired as a lowered
+ * limit's are (free ones now, held ones as they come back, which keeps
+ * new connects out until fewer than the limit are in use). In that order
+ * a take that races the switch may be let past the limit once (counted
+ * in use, and retired when given back), and bh_in_use_now never says
+ * more than is in use. */
+int bh_compartment_set_shadow(struct bh_namespace *ns, int index, int shadow)
+{
+    struct bh_shared_compartment *shared = shared_of(ns, index);
+    if (bh_lock_namespace(ns) < 0)
+        return -1;
+    int headroom = atomic_load(&shared->headroom);
+    int rc = 0;
+    if (shadow && !headroom) {
+        headroom = bh_shadow_headroom(atomic_load(&shared->limit));
+        rc = raise_limit(ns, index, headroom);
+        if (rc == 0)
+            atomic_store(&shared->headroom, headroom);
+    } else if (!shadow && headroom) {
+        atomic_store(&shared->headroom, 0);
+        rc = lower_limit(ns, index, headroom);
+    }
     int saved = errno;
     bh_unlock_namespace(ns);
     errno = saved;

@@ -32,6 +32,13 @@ enum bh_acquire_result bh_pools_try_slowly(struct bh_namespace *ns,
 enum bh_acquire_result bh_pools_try_full(struct bh_namespace *ns,
                                          const struct bh_permit_ask *ask,
                                          struct bh_grant *grant, int saved_errno);
+/* Shadow mode, after the take enforce would make found the pool full:
+ * ask->weight permits of the headroom, from the common pool (SEM_UNDO),
+ * counted in use as any grant; BH_REJECTED once the headroom is used up,
+ * or gone (switched to enforce). */
+enum bh_acquire_result bh_pools_take_past(struct bh_namespace *ns,
+                                          const struct bh_permit_ask *ask,
+                                          struct bh_grant *grant);
 void bh_pools_raise_peak(struct bh_namespace *ns, int index, int64_t hint,
                          struct bh_grant *grant);
 void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
@@ -58,12 +65,13 @@ static inline void bh_pools_count_granted(struct bh_namespace *ns, int index,
 }
 
 /* Takes ask->weight permits if they are free now (SEM_UNDO). BH_REJECTED
- * means only "full". errno is kept, but for BH_FAILED. Without debts
- * (hints are raised before anything is owed) and without a reserve, the
- * semaphores need no zero-checks: one simple semop. */
-static inline enum bh_acquire_result bh_pools_try(struct bh_namespace *ns,
-                                                  const struct bh_permit_ask *ask,
-                                                  struct bh_grant *grant)
+ * means only "full" (in shadow mode: full as enforce sees it). errno is
+ * kept, but for BH_FAILED. Without debts (hints are raised before
+ * anything is owed), without a reserve and in enforce mode, the
+ * semaphores need no zero-checks: one simple semop. Always inline: a
+ * call would cost the matched path some 20 instructions. */
+static inline __attribute__((always_inline)) enum bh_acquire_result
+bh_pools_try(struct bh_namespace *ns, const struct bh_permit_ask *ask, struct bh_grant *grant)
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[ask->index];
     int saved_errno = errno;
@@ -71,7 +79,8 @@ static inline enum bh_acquire_result bh_pools_try(struct bh_namespace *ns,
     grant->hint_stale = 0;
     if (__builtin_expect(ask->reserve >= 0 ||
                          atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
-                         atomic_load_explicit(&shared->owed_hint, memory_order_relaxed), 0))
+                         atomic_load_explicit(&shared->owed_hint, memory_order_relaxed) ||
+                         atomic_load_explicit(&shared->headroom, memory_order_relaxed), 0))
         return bh_pools_try_slowly(ns, ask, grant, saved_errno);
     struct sembuf common = { (unsigned short)BH_SEM_FREE(ask->index), (short)-ask->weight,
                              SEM_UNDO | IPC_NOWAIT };

@@ -205,10 +205,31 @@ static enum bh_take_result take_result(enum bh_acquire_result result)
     return BH_TAKE_FAILED;
 }
 
+/* Shadow mode, where enforce would not grant at once (`would`: its
+ * refusal; would_wait: it would have waited instead): the connect takes
+ * permits of the headroom, held and given back as any others, so they
+ * are counted in use and come back exactly once on every path. The first
+ * reason is the one counted. Past the headroom, refused as enforce does. */
+static enum bh_take_result let_past(struct bh_namespace *ns, const struct bh_permit_ask *own,
+                                    struct bh_grant *grant, struct bh_take_outcome *outcome,
+                                    enum bh_take_result would, int would_wait)
+{
+    enum bh_acquire_result got = bh_pools_take_past(ns, own, grant);
+    if (got == BH_REJECTED)
+        bh_permit_count_rejected(ns, own->index);
+    if (got != BH_ACQUIRED)
+        return got == BH_REJECTED ? would : take_result(got);
+    if (outcome->shadowed == BH_TAKE_GRANTED) {
+        outcome->shadowed = would;
+        outcome->would_wait = would_wait;
+    }
+    return BH_TAKE_GRANTED;
+}
+
 /* Full at once: permits of sockets whose holders are gone come back
  * first (a shared socket every holder of which died holds its permits
  * until someone asks the kernel: socket_records.c), then the caller says
- * how long it may wait. */
+ * how long it may wait; in shadow mode nobody waits (let_past). */
 static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_take *take,
                                      const struct bh_permit_ask *own, struct bh_grant *grant,
                                      struct bh_take_outcome *outcome)
@@ -223,6 +244,9 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
     int never = never_enough(ns, take, &outcome->most);
     int (*restart)(void *ctx) = NULL;
     int wait_ms = never || !take->wait_ms ? 0 : take->wait_ms(take->ctx, &take->ask, &restart);
+    if (bh_compartment_shadow(ns, index))
+        return let_past(ns, own, grant, outcome, never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL,
+                        !never && wait_ms != 0);
     if (wait_ms == BH_WAIT_ELSEWHERE)
         return BH_TAKE_ELSEWHERE;  /* counted by the take that waits */
     if (wait_ms == 0) {
@@ -252,6 +276,15 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
     struct bh_permit_ask own = pools_asked(take);
     enum bh_take_result result = take_result(tried);
     outcome->tell = outcome->lapsed || outcome->breaker.replaced_pid;
+    if ((breaker == BH_BREAKER_REFUSE_OPEN || breaker == BH_BREAKER_REFUSE_PROBING) &&
+        bh_compartment_shadow(ns, ask->index)) {
+        if (outcome->shadowed == BH_TAKE_GRANTED)
+            outcome->shadowed = breaker == BH_BREAKER_REFUSE_OPEN ? BH_TAKE_BREAKER_OPEN
+                                                                  : BH_TAKE_BREAKER_PROBING;
+        breaker = BH_BREAKER_PASS;
+        tried = bh_pools_try(ns, &own, grant);
+        result = take_result(tried);
+    }
     if (breaker == BH_BREAKER_REFUSE_OPEN)
         result = BH_TAKE_BREAKER_OPEN;
     else if (breaker == BH_BREAKER_REFUSE_PROBING)
@@ -262,6 +295,10 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
         keep(ns, ask->index, grant, take->claimed != NULL);
         outcome->from_reserve = grant->taken.reserved;
         outcome->probe = probe;
+        if (outcome->shadowed != BH_TAKE_GRANTED) {
+            bh_permit_count_shadow(ns, ask->index, outcome->would_wait);
+            outcome->tell = 1;
+        }
         return result;
     }
     unclaim(take);
@@ -279,15 +316,19 @@ refuse_per_process(struct bh_namespace *ns, const struct bh_take *take,
     return BH_TAKE_PER_PROCESS;
 }
 
+static enum bh_take_result past_cap(struct bh_namespace *ns, const struct bh_take *take,
+                                    struct bh_take_outcome *outcome, int for_another);
+
 /* One take, for this process or (for_another, a constant in each caller
- * below) for another: each a straight path of its own. */
+ * below) for another: each a straight path of its own. over_cap, a
+ * constant too: claimed past per_process in shadow mode (past_cap). */
 static inline __attribute__((always_inline)) enum bh_take_result
 take_for(struct bh_namespace *ns, const struct bh_take *take,
-         struct bh_take_outcome *outcome, int for_another)
+         struct bh_take_outcome *outcome, int for_another, int over_cap)
 {
     const struct bh_permit_ask *ask = &take->ask;
-    if (claim(take, for_another) < 0)
-        return refuse_per_process(ns, take, outcome);
+    if (!over_cap && claim(take, for_another) < 0)
+        return past_cap(ns, take, outcome, for_another);
     int lapsed = take->compartment->fleet_limit > 0 &&
                  bh_fleet_lapse_if_over(ns, ask->index);
     enum bh_breaker_admission breaker = BH_BREAKER_PASS;
@@ -306,10 +347,13 @@ take_for(struct bh_namespace *ns, const struct bh_take *take,
             tried = bh_pools_try(ns, &own, &grant);
         }
     }
-    if (__builtin_expect(tried != BH_ACQUIRED || breaker != BH_BREAKER_PASS || lapsed, 0)) {
+    if (__builtin_expect(tried != BH_ACQUIRED || breaker != BH_BREAKER_PASS || lapsed ||
+                         over_cap, 0)) {
         if (breaker == BH_BREAKER_PASS)
             *outcome = (struct bh_take_outcome){ .tell = 0 };
         outcome->lapsed = lapsed;
+        if (over_cap)
+            outcome->shadowed = BH_TAKE_PER_PROCESS;
         return take_slowly(ns, take, outcome, breaker, tried, &grant);
     }
     keep(ns, ask->index, &grant, for_another);
@@ -319,15 +363,31 @@ take_for(struct bh_namespace *ns, const struct bh_take *take,
     return BH_TAKE_GRANTED;
 }
 
+/* Past per_process: refused, or in shadow mode claimed all the same (the
+ * give-back unclaims it) and taken on, counted as enforce's refusal. */
+static __attribute__((noinline, cold)) enum bh_take_result
+past_cap(struct bh_namespace *ns, const struct bh_take *take,
+         struct bh_take_outcome *outcome, int for_another)
+{
+    if (!bh_compartment_shadow(ns, take->ask.index))
+        return refuse_per_process(ns, take, outcome);
+    if (for_another) {
+        atomic_fetch_add(&take->claimed[take->ask.index], (uint32_t)take->ask.weight);
+        return take_for(ns, take, outcome, 1, 1);
+    }
+    bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, 0);
+    return take_for(ns, take, outcome, 0, 1);
+}
+
 enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
                                    struct bh_take_outcome *outcome)
 {
-    return take_for(ns, take, outcome, 0);
+    return take_for(ns, take, outcome, 0, 0);
 }
 
 enum bh_take_result bh_permit_take_for_another(struct bh_namespace *ns,
                                                const struct bh_take *take,
                                                struct bh_take_outcome *outcome)
 {
-    return take_for(ns, take, outcome, 1);
+    return take_for(ns, take, outcome, 1, 0);
 }
