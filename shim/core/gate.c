@@ -241,12 +241,22 @@ static __attribute__((noinline)) void leave_otherwise(int fd, int entered, int c
     errno = saved_errno;
 }
 
-void bh_gate_leave(int fd, int entered, int call_failed)
+/* observe = yes: as below, and the record told how the call went. */
+static __attribute__((noinline)) void leave_observed(int fd, int entered, int call_failed)
 {
-    if (__builtin_expect(entered >= 0 && !call_failed, 1))
-        bh_outcome_connected(fd);  /* keeps errno */
+    if (entered >= 0 && !call_failed)
+        bh_outcome_connected(fd);
     else if (entered != BH_GATE_OBSERVED)
         leave_otherwise(fd, entered, call_failed);
+    bh_observe_left(fd, call_failed);  /* keeps errno */
+}
+
+void bh_gate_leave(int fd, int entered, int call_failed)
+{
     if (__builtin_expect(bh_observing, 0))
-        bh_observe_left(fd, call_failed);  /* keeps errno */
+        leave_observed(fd, entered, call_failed);
+    else if (__builtin_expect(entered >= 0 && !call_failed, 1))
+        bh_outcome_connected(fd);  /* keeps errno */
+    else
+        leave_otherwise(fd, entered, call_failed);
 }
