@@ -76,6 +76,8 @@ $CC $CFLAGS_BENCH -o "$OUT/bench_client" bench/bench_client.c -lpthread
 # The same client with no dynamic loader: what the seccomp supervisor traps.
 $CC $CFLAGS_BENCH -static -o "$OUT/bench_client_static" bench/bench_client.c -lpthread
 $CC $CFLAGS_BENCH -o "$OUT/bench_server" bench/bench_server.c -lpthread
+# The seccomp section's floor: a supervisor that answers CONTINUE at once.
+$CC $CFLAGS_BENCH -o "$OUT/notif_floor" bench/notif_floor.c -lpthread
 # The readiness layer linked in, to count it with fds waiting (its own
 # comment says why).
 $CC $CFLAGS_BENCH -Ishim -o "$OUT/readiness_cost" bench/readiness_cost.c \

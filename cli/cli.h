@@ -128,6 +128,10 @@ int cli_locate_rules(const char *given, char *path);
  * "bulkhead: file:line: ...". Returns the error count, or -1 when no file
  * was found (reported too). Free the config whatever it returns. */
 int cli_load_rules(const char *given, struct bh_config *config);
+/* The rules file that names the target's namespace, loaded without a word:
+ * 0, or -1 when -n named it or it does not load (cli_target_namespace then
+ * says why). Free the config when it returns 0. */
+int cli_target_rules(const struct cli_target *target, struct bh_config *config);
 /* The namespace the target names, into name; 0, or -1 once reported. */
 int cli_target_namespace(const struct cli_target *target,
                          char name[BH_NAME_MAX]);

@@ -154,8 +154,6 @@ static void print_compartment(const struct bh_config *config, int index)
     if (compartment->mode == BH_MODE_SHADOW)
         printf("  mode         shadow (decides as enforce would, lets every connect "
                "through and counts what it would have refused or made wait)\n");
-    else
-        printf("  mode         enforce\n");
     printf("  wait_ms      %d%s\n", compartment->wait_ms,
            compartment->wait_ms == 0 ? " (fail fast)" : "");
     if (compartment->wait_ms > 0)
@@ -190,6 +188,26 @@ static void print_compartment(const struct bh_config *config, int index)
     }
 }
 
+/* Name rules match otherwise under bulkhead run's supervisor, which sees
+ * no lookup of a Go or static program (supervisor/names.c): said here,
+ * where the rules are read, not found out when a host is refused. */
+static void print_name_rules(const struct bh_config *config)
+{
+    int hostnames = 0, suffixes = 0;
+    for (int i = 0; i < config->rule_count; i++) {
+        hostnames += config->rules[i].kind == BH_RULE_HOSTNAME;
+        suffixes += config->rules[i].kind == BH_RULE_HOST_SUFFIX;
+    }
+    if (hostnames)
+        printf("names      a hostname rule matches the addresses a program's own "
+               "lookup of the name gave; under bulkhead run's supervisor (a Go or "
+               "static program), every address the name resolves to, whatever "
+               "name the program used\n");
+    if (suffixes)
+        printf("%s suffix rules match no Go or static program under bulkhead "
+               "run's supervisor\n", hostnames ? "          " : "names     ");
+}
+
 static void print_config(const struct bh_config *config)
 {
     printf("%s: valid\n", config->path);
@@ -207,6 +225,7 @@ static void print_config(const struct bh_config *config)
            "wins\n", config->compartment_count,
            config->compartment_count == 1 ? "" : "s", config->rule_count,
            config->rule_count == 1 ? "" : "s");
+    print_name_rules(config);
     if (config->fleet_url) {
         /* The URL holds no password (the parser refuses one); the file's
          * name is shown, never what is in it. */
@@ -304,9 +323,10 @@ const struct cli_command cli_check_command = {
     .help =
         "Validates a rules file (default: the one the shim would load) and\n"
         "prints the settings in effect: the namespace, the log level, and for\n"
-        "each compartment its limit, mode, wait_ms, hold_wait_ms, max_waiters,\n"
-        "errno, deadlines and breaker (connect_timeout_ms, io_timeout_ms,\n"
-        "breaker_failures and its periods, when set), fleet_limit, and match\n"
+        "each compartment its limit, mode (when shadow), wait_ms,\n"
+        "hold_wait_ms, max_waiters, errno, deadlines and breaker\n"
+        "(connect_timeout_ms, io_timeout_ms, breaker_failures and its periods,\n"
+        "when set), fleet_limit, and match\n"
         "rules with their line numbers. With fleet = in [global], it prints the\n"
         "fleet settings (the URL, never a password), checks that\n"
         "fleet_password_file and fleet_sentinel_password_file exist and that\n"
@@ -495,12 +515,9 @@ static void explain_waits(const struct bh_compartment *c)
                "%d ms for more (hold_wait_ms)\n", c->hold_wait_ms);
 }
 
-static void print_verdict(const struct bh_config *config,
-                          const struct bh_rule_index *index,
-                          const struct bh_identity *identity,
-                          const struct addrinfo *address)
+static void print_verdict(const struct bh_config *config, int rule,
+                          const struct bh_identity *identity)
 {
-    int rule = bh_rule_index_match(index, address->ai_addr, address->ai_addrlen);
     if (rule < 0) {
         printf("not limited\n");
         return;
@@ -527,8 +544,49 @@ static void print_verdict(const struct bh_config *config,
         explain_waits(compartment);
 }
 
+/* The index bulkhead run's supervisor matches a Go or static program's
+ * connects by: every hostname rule's name resolved here (supervisor/names.c
+ * does the same), not what the program looked up. NULL when out of memory. */
+static struct bh_rule_index *supervisor_index(const struct bh_config *config,
+                                              char *const *overrides)
+{
+    struct bh_rule_index *index = bh_rule_index_build(config);
+    for (int i = 0; index && i < config->rule_count; i++) {
+        const char *name = config->rules[i].hostname;
+        if (config->rules[i].kind != BH_RULE_HOSTNAME)
+            continue;
+        const char *given = resolved_as(overrides, name);
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                  .ai_flags = given ? AI_NUMERICHOST : 0 };
+        struct addrinfo *found;
+        if (getaddrinfo(given ? given : name, NULL, &hints, &found) != 0)
+            continue;  /* the supervisor skips it too */
+        for (const struct addrinfo *a = found; a; a = a->ai_next)
+            bh_rule_index_note_name(index, name, a->ai_family, address_bytes(a));
+        freeaddrinfo(found);
+    }
+    return index;
+}
+
+/* Where the supervisor's answer differs from the shim's: a name sharing an
+ * address with a hostname rule's name, a literal address, a suffix rule. */
+static void print_supervised_verdict(const struct bh_config *config, int rule)
+{
+    printf("  under bulkhead run's supervisor (a Go or static program): ");
+    if (rule < 0) {
+        printf("not limited (suffix rules match nothing there)\n");
+        return;
+    }
+    const struct bh_rule *matched = &config->rules[rule];
+    printf("compartment %s (line %d: match = %s): hostname rules match by "
+           "address there, whatever name the program looked up\n",
+           config->compartments[matched->compartment].name, matched->line,
+           matched->text);
+}
+
 static void print_verdicts(const struct bh_config *config,
                            const struct bh_rule_index *index,
+                           const struct bh_rule_index *supervised,
                            const struct bh_identity *identity,
                            const char *destination, int resolved,
                            const struct addrinfo *addresses)
@@ -540,7 +598,11 @@ static void print_verdicts(const struct bh_config *config,
             printf("%s = %s -> ", destination, shown);
         else
             printf("%s -> ", destination);
-        print_verdict(config, index, identity, a);
+        int rule = bh_rule_index_match(index, a->ai_addr, a->ai_addrlen);
+        int supervised_rule = bh_rule_index_match(supervised, a->ai_addr, a->ai_addrlen);
+        print_verdict(config, rule, identity);
+        if (supervised_rule != rule)
+            print_supervised_verdict(config, supervised_rule);
     }
 }
 
@@ -560,18 +622,22 @@ static int explain_one(const struct bh_config *config,
         return CLI_USAGE;
     }
     struct bh_rule_index *index = bh_rule_index_build(config);
-    if (!index) {
+    struct bh_rule_index *supervised = supervisor_index(config, overrides);
+    if (!index || !supervised) {
         cli_error("explain: out of memory");
+        bh_rule_index_free(index);
+        bh_rule_index_free(supervised);
         return CLI_FAILED;
     }
     struct addrinfo *addresses;
     int resolved = resolve(index, host, port, overrides, &addresses);
     if (resolved >= 0) {
-        print_verdicts(config, index, identity, destination, resolved,
+        print_verdicts(config, index, supervised, identity, destination, resolved,
                        addresses);
         freeaddrinfo(addresses);
     }
     bh_rule_index_free(index);
+    bh_rule_index_free(supervised);
     return resolved < 0 ? CLI_FAILED : CLI_OK;
 }
 
@@ -760,7 +826,10 @@ const struct cli_command cli_explain_command = {
         "limited; when that compartment is fleet-wide (fleet_limit), or has\n"
         "deadlines or a breaker, the next lines say so. A name is resolved with getaddrinfo as a program\n"
         "would, and every address it gives is explained: hostname rules match\n"
-        "the addresses the name resolved to, as in the shim.\n"
+        "the addresses the name resolved to, as in the shim. Where bulkhead\n"
+        "run's supervisor (a Go or static program) answers otherwise, a line\n"
+        "says so: it matches a hostname rule by every address its name\n"
+        "resolves to, whatever name the program used, and no suffix rule.\n"
         "\n"
         "The next lines also give the rule's weight (when not 1), the\n"
         "compartment's per_process, and whether each of its reserves and\n"

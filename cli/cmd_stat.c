@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "admission/admission.h"
 #include "cli.h"
 #include "stat_render.h"
 
@@ -143,9 +144,39 @@ static double wait_max_ms(const struct bh_compartment_view *view)
     return (double)view->wait_ns_max / 1e6;
 }
 
+static int is_registered(const struct snapshot *snapshot, const char *name)
+{
+    for (int i = 0; i < snapshot->count; i++)
+        if (strcmp(snapshot->rows[i].stat.view.name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The compartments of the rules file that no process registered yet, at
+ * the limit they will start at and nothing in use, so that a fresh host
+ * already has every series to alert on. Only read: stat registers
+ * nothing (a namespace is made by what connects through it). */
+static void add_configured(const struct bh_config *config, struct snapshot *snapshot)
+{
+    for (int i = 0; config && i < config->compartment_count; i++) {
+        const struct bh_compartment *rules = &config->compartments[i];
+        if (is_registered(snapshot, rules->name) || snapshot->count == BH_MAX_COMPARTMENTS)
+            continue;
+        struct compartment_row *row = &snapshot->rows[snapshot->count++];
+        *row = (struct compartment_row){ .holders = NULL };
+        snprintf(row->stat.view.name, sizeof row->stat.view.name, "%s", rules->name);
+        row->stat.view.limit = bh_starting_limit(rules);
+        row->stat.view.shadow = rules->mode == BH_MODE_SHADOW;
+        for (int r = 0; r < rules->reserve_count; r++)
+            row->stat.view.reserved += rules->reserves[r].permits;
+        int common = row->stat.view.limit - row->stat.view.reserved;
+        row->stat.view.common_free = common > 0 ? common : 0;
+    }
+}
+
 /* Reads every registered compartment. A namespace removed while we read
  * it counts as absent. Returns 0, or -1 once reported. */
-static int take_snapshot(const struct cli_target *target, struct snapshot *snapshot)
+static int read_registered(const struct cli_target *target, struct snapshot *snapshot)
 {
     struct bh_namespace ns;
     cli_holders_free(&snapshot->holders);  /* the last round's (--watch) */
@@ -177,6 +208,16 @@ static int take_snapshot(const struct cli_target *target, struct snapshot *snaps
                                                    &snapshot->rows[i].holder_count);
     snapshot->present = 1;
     bh_namespace_close(&ns);
+    return 0;
+}
+
+/* config: the rules file the namespace was named by, or NULL (-n). */
+static int take_snapshot(const struct cli_target *target, const struct bh_config *config,
+                         struct snapshot *snapshot)
+{
+    if (read_registered(target, snapshot) < 0)
+        return -1;
+    add_configured(config, snapshot);
     return 0;
 }
 
@@ -790,10 +831,10 @@ static void print_prometheus(const struct snapshot *snapshot)
                        snapshot->present ? &snapshot->records : NULL);
 }
 
-static int show_once(const struct cli_target *target, enum output_format format,
-                     struct snapshot *snapshot)
+static int show_once(const struct cli_target *target, const struct bh_config *config,
+                     enum output_format format, struct snapshot *snapshot)
 {
-    if (take_snapshot(target, snapshot) < 0)
+    if (take_snapshot(target, config, snapshot) < 0)
         return CLI_FAILED;
     if (!snapshot->present && format != FORMAT_TABLE)
         cli_error("stat: namespace \"%s\" has no shared state yet (nothing has "
@@ -809,8 +850,8 @@ static int show_once(const struct cli_target *target, enum output_format format,
 
 /* Redraws the table every interval until SIGINT or SIGTERM, which are
  * waited for instead of sleeping, so none is missed. */
-static int watch_table(const struct cli_target *target, double seconds,
-                       struct snapshot *snapshot)
+static int watch_table(const struct cli_target *target, const struct bh_config *config,
+                       double seconds, struct snapshot *snapshot)
 {
     struct timespec interval = { (time_t)seconds,
                                  (long)((seconds - (double)(time_t)seconds) * 1e9) };
@@ -820,7 +861,7 @@ static int watch_table(const struct cli_target *target, double seconds,
     sigaddset(&stop, SIGTERM);
     sigprocmask(SIG_BLOCK, &stop, NULL);
     for (;;) {
-        if (take_snapshot(target, snapshot) < 0)
+        if (take_snapshot(target, config, snapshot) < 0)
             return CLI_FAILED;
         time_t now = time(NULL);
         char stamp[32];
@@ -886,8 +927,13 @@ static int stat_command(int argc, char **argv)
         cli_error("stat: out of memory");
         return CLI_FAILED;
     }
-    int status = watch_seconds > 0 ? watch_table(&target, watch_seconds, snapshot)
-                                   : show_once(&target, format, snapshot);
+    struct bh_config config;
+    int configured = cli_target_rules(&target, &config) == 0;
+    const struct bh_config *rules = configured ? &config : NULL;
+    int status = watch_seconds > 0 ? watch_table(&target, rules, watch_seconds, snapshot)
+                                   : show_once(&target, rules, format, snapshot);
+    if (configured)
+        bh_config_free(&config);
     cli_holders_free(&snapshot->holders);
     free(snapshot);
     return status;
@@ -931,8 +977,12 @@ const struct cli_command cli_stat_command = {
         "let through that enforce would have refused, or made wait.\n"
         "Fleet compartments get the fleet limit, this\n"
         "host's grant, the fleet's use, its live hosts and the lease's state.\n"
-        "A namespace where nothing has run yet has no state: stat says so and\n"
-        "exits 0.\n"
+        "Compartments of the rules file (-c, or the one run would use) that no\n"
+        "process registered yet are listed too, in every format, at the limit\n"
+        "they start at (a fleet one: 0 until the agent's first grant) with\n"
+        "nothing in use: a fresh host already has every series. -n shows only\n"
+        "what is registered. A namespace where nothing has run yet has no\n"
+        "state: stat says so and exits 0.\n"
         "\n"
         CLI_TARGET_HELP
         "      --json            one JSON object: {\"namespace\", \"compartments\":\n"

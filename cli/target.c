@@ -103,6 +103,28 @@ int cli_load_rules(const char *given, struct bh_config *config)
     return count;
 }
 
+static void ignore_config_error(void *ctx, const char *message)
+{
+    (void)ctx;
+    (void)message;  /* cli_target_namespace loads the file again and says them */
+}
+
+int cli_target_rules(const struct cli_target *target, struct bh_config *config)
+{
+    char path[PATH_MAX];
+    memset(config, 0, sizeof *config);
+    if (target->namespace_name)
+        return -1;
+    if (target->config_path)
+        snprintf(path, sizeof path, "%s", target->config_path);
+    else if (bh_config_locate(path, sizeof path) < 0)
+        return -1;
+    if (bh_config_load(path, config, ignore_config_error, NULL) == 0)
+        return 0;
+    bh_config_free(config);
+    return -1;
+}
+
 int cli_target_namespace(const struct cli_target *target,
                          char name[BH_NAME_MAX])
 {

@@ -110,27 +110,62 @@ EOF
     done
 }
 
-@test "stat of a namespace where nothing ran: says so, empty, exit 0" {
-    SERVER_PORT=1
-    c_rules "$RULES" 1
+@test "stat of a namespace where nothing ran: says so, and lists the rules' compartments at the limit they start at, 0 in use, in the table, JSON and Prometheus; -n lists none" {
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+fleet = redis://127.0.0.1:1
+[c]
+limit = 3
+match = 127.0.0.1:1
+[fleetwide]
+limit = 5
+fleet_limit = 20
+match = 127.0.0.1:2
+EOF
     run "$BULKHEAD" stat -c "$RULES"
     assert_success
     assert_line --index 0 "namespace $NS: no shared state yet (nothing has run in it)"
-    assert_equal "${#lines[@]}" 2
-    run "$BULKHEAD" stat -c "$RULES" --json
-    assert_success
-    assert_line --index 0 --partial "has no shared state yet"
+    # a fleet compartment has no permits here until the agent's first grant
+    assert_equal "$(awk 'NR > 2 { print $1, $2, $3, $4 }' <<<"$output")" "c 3 0 0
+fleetwide 0 0 0"
     "$BULKHEAD" stat -c "$RULES" --json 2>/dev/null >"$T/json"
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d=={"namespace":sys.argv[2],"compartments":[]}, d' \
-        "$T/json" "$NS"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [(c["name"], c["limit"], c["in_use"], c["holders"]) for c in d["compartments"]]==[("c",3,0,[]),("fleetwide",0,0,[])], d' \
+        "$T/json"
     "$BULKHEAD" stat -c "$RULES" --prometheus 2>/dev/null >"$T/metrics"
     run check_prometheus "$T/metrics"
     assert_success
-    run grep -vc '^# ' "$T/metrics"
-    assert_output 0
-    # every family but the fleet's (none here) is declared all the same
+    grep -qx "bulkhead_permits_limit{namespace=\"$NS\",compartment=\"c\"} 3" "$T/metrics"
+    grep -qx "bulkhead_permits_in_use{namespace=\"$NS\",compartment=\"c\"} 0" "$T/metrics"
+    grep -qx "bulkhead_permits_in_use{namespace=\"$NS\",compartment=\"fleetwide\"} 0" "$T/metrics"
+    # every family but the fleet's (none registered) is declared
     run grep -c '^# TYPE ' "$T/metrics"
     assert_output 31
+    "$BULKHEAD" stat -n "$NS" --json 2>/dev/null >"$T/json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d=={"namespace":sys.argv[2],"compartments":[]}, d' \
+        "$T/json" "$NS"
+    ! namespace_exists "$NS" || fail "stat made the namespace"
+}
+
+@test "stat -c: a compartment added to the rules after its programs started is listed at its limit, 0 in use, beside one that holds" {
+    start_server srv -1
+    write_rules "$RULES" <<EOF
+[global]
+namespace = $NS
+[used]
+limit = 4
+match = 127.0.0.1:$SERVER_PORT
+EOF
+    start_client a hold 1
+    assert_equal "$(client_report a)" "ok=1 refused=0 "
+    printf '[idle]\nlimit = 2\nmatch = 127.0.0.1:1\n' >>"$RULES"
+    run "$BULKHEAD" stat -c "$RULES"
+    assert_success
+    assert_equal "$(awk 'NR > 2 && !NF { exit } NR > 2 { print $1, $2, $3 }' <<<"$output")" "used 4 1
+idle 2 0"
+    run "$BULKHEAD" stat -n "$NS"
+    assert_success
+    assert_equal "$(awk 'NR > 2 && !NF { exit } NR > 2 { print $1, $2, $3 }' <<<"$output")" "used 4 1"
 }
 
 @test "stat counts waits and time-outs from the shared state" {

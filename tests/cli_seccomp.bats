@@ -62,12 +62,6 @@ bg_tree() {
     echo "$BG_PID" >>"$T/trees"
 }
 
-go_build() {
-    command -v go >/dev/null || fail "no Go toolchain (make deps installs golang-go)"
-    (cd "$(dirname "$1")" && HOME="$T" GOCACHE="$BH_ROOT/build/go-cache" \
-        GOFLAGS=-mod=mod go build -o "$2" "$(basename "$1")")
-}
-
 # count WORD FILE: lines of FILE that are exactly WORD.
 count() {
     grep -cx -- "$1" "$2" || true

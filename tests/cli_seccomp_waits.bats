@@ -29,12 +29,6 @@ teardown() {
     bh_teardown
 }
 
-go_build() {
-    command -v go >/dev/null || fail "no Go toolchain (make deps installs golang-go)"
-    (cd "$(dirname "$1")" && HOME="$T" GOCACHE="$BH_ROOT/build/go-cache" \
-        GOFLAGS=-mod=mod go build -o "$2" "$(basename "$1")")
-}
-
 # bg_tree OUT RUN_ARGS...: bulkhead run in the background, in a session of
 # its own, so that teardown ends the whole tree (kill_trees). Without fd 8:
 # the test alone holds the write end of hold_one's fifo.

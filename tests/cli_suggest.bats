@@ -139,22 +139,22 @@ EOF
     assert_success
 }
 
-@test "stat: utilization in the table, JSON and Prometheus; above 80% flagged" {
+@test "stat: utilization in the table, JSON and Prometheus; above 80% flagged, never above 100%" {
     start_server srv 200
     c_rules "$RULES" 2
     paced_traffic 40 3
     run "$BULKHEAD" stat -c "$RULES"
     assert_success
     assert_line --index 1 --regexp ' UTIL +HOLDERS$'
-    assert_line --index 2 --regexp '^c +2 .* (8[1-9]|9[0-9]|1[0-9][0-9])%! +'
+    assert_line --index 2 --regexp '^c +2 .* (8[1-9]|9[0-9]|100)%! +'
     assert_line --partial "! above 80% of the limit in use over the last minute"
     "$BULKHEAD" stat -c "$RULES" --json >"$T/stat.json"
-    run python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compartments"][0]; assert c["utilization"] > 0.8 and c["window"]["in_use_mean"] > 1.6, c; print("ok")' "$T/stat.json"
+    run python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compartments"][0]; assert 0.8 < c["utilization"] <= 1 and 1.6 < c["window"]["in_use_mean"] <= 2, c; print("ok")' "$T/stat.json"
     assert_output ok
     "$BULKHEAD" stat -c "$RULES" --prometheus >"$T/metrics"
     run check_prometheus "$T/metrics"
     assert_success
-    run awk '/^bulkhead_utilization\{/ { print ($2 > 0.8) }' "$T/metrics"
+    run awk '/^bulkhead_utilization\{/ { print ($2 > 0.8 && $2 <= 1) }' "$T/metrics"
     assert_output 1
     run awk '/^bulkhead_permit_seconds_total\{/ { print ($2 > 1) }' "$T/metrics"
     assert_output 1

@@ -186,7 +186,7 @@ EOF2
         "bulkhead: $RULES loaded: namespace \"$NS\", 1 compartment, 1 rule"
 }
 
-@test "a tree whose rules.ini disagrees with the live limit says once, at warn, which it uses and why" {
+@test "a tree whose rules.ini disagrees with the live limit says once, at warn, which it uses and who set it" {
     start_server web -1
     payments_rules 0 "log = info"
     run_shim /bin/true 2>/dev/null
@@ -194,9 +194,14 @@ EOF2
     run --separate-stderr run_shim sh -c '/bin/true; sh -c /bin/true; /bin/true'
     assert_success
     assert_equal "$stderr" \
-        "bulkhead: using the namespace's live limits, [payments] 0 (file: 5), not $RULES's: set by bulkhead set or apply, or by the rules of a program that started earlier; bulkhead apply $RULES takes the file's"
+        "bulkhead: using the namespace's live limits, [payments] 0 (file: 5; registered by the rules of a program that started earlier), not $RULES's; bulkhead apply $RULES takes the file's"
     # ...and it does use it: a connection is refused.
     run --separate-stderr run_shim "$CLIENTS/connect_hold" 127.0.0.1 "$SERVER_PORT" 0
     assert_failure
     assert_line ECONNREFUSED
+    "$BULKHEAD" set -n "$NS" payments limit=1 >/dev/null
+    run --separate-stderr run_shim sh -c '/bin/true; sh -c /bin/true'
+    assert_success
+    assert_equal "$stderr" \
+        "bulkhead: using the namespace's live limits, [payments] 1 (file: 5; set by bulkhead set or apply), not $RULES's; bulkhead apply $RULES takes the file's"
 }

@@ -164,12 +164,15 @@ while not os.path.exists(go):
     release last
 }
 
-@test "check shows the mode, [global]'s for compartments that give none; a bad one is one error naming its line" {
+@test "check shows a compartment in shadow, [global]'s mode for compartments that give none; a bad one is one error naming its line" {
     printf '[global]\nnamespace = %s\nmode = shadow\n[a]\nlimit = 1\nmatch = 127.0.0.1:9\n[b]\nlimit = 1\nmode = enforce\nmatch = 127.0.0.1:10\n' "$NS" >"$RULES"
     run "$BULKHEAD" check -c "$RULES"
     assert_success
-    assert_line --regexp '^  mode +shadow \('
-    assert_line --regexp '^  mode +enforce$'
+    run sed -n '/^\[a\]/,/^$/p' <<<"$output"
+    assert_line --regexp '^  mode +shadow \(decides as enforce would'
+    run "$BULKHEAD" check -c "$RULES"
+    run sed -n '/^\[b\]/,/^$/p' <<<"$output"
+    refute_line --regexp '^  mode '
     printf '[a]\nlimit = 1\nmode = dry-run\nmatch = 127.0.0.1:9\n' >"$RULES"
     run "$BULKHEAD" check -c "$RULES"
     assert_failure
@@ -213,4 +216,13 @@ supervised_end() {
     wait_for server_open_is srv 2
     supervised_end
     assert_equal "$(server_stat srv total)" 7
+}
+
+@test "stat -c before anything ran: a compartment the rules put in shadow is listed in shadow, bulkhead_shadow 1" {
+    printf '[global]\nnamespace = %s\n[a]\nlimit = 3\nmode = shadow\nmatch = 127.0.0.1:9\n[b]\nlimit = 3\nmatch = 127.0.0.1:10\n' "$NS" >"$RULES"
+    run "$BULKHEAD" stat -c "$RULES" --prometheus
+    assert_success
+    assert_line "bulkhead_shadow{namespace=\"$NS\",compartment=\"a\"} 1"
+    assert_line "bulkhead_shadow{namespace=\"$NS\",compartment=\"b\"} 0"
+    ! namespace_exists "$NS" || fail "stat made the namespace"
 }

@@ -504,6 +504,14 @@ struct answer {
     int forsaken;
 };
 
+/* The program's short name, for a refusal line. */
+static void name_of(pid_t pid, char *name, size_t size)
+{
+    name[0] = '\0';
+    if (sv_read_proc(pid, "comm", name, size) > 0)
+        name[strcspn(name, "\n")] = '\0';
+}
+
 /* How a non-blocking connect of process pid waits for a permit. We
  * cannot keep its socket out of the program's poll or epoll while it
  * waits (the shim can, in its own process), so an answer of EINPROGRESS
@@ -526,10 +534,7 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
         return (struct answer) { 1, 0, 0, 0 };  /* out of memory: uncounted */
     static _Thread_local struct bh_membership membership[BH_MAX_COMPARTMENTS];
     membership_for(state, pid, rule->compartment, membership);
-    char name[64] = "";
-    if (sv_read_proc(pid, "comm", name, sizeof name) > 0)
-        name[strcspn(name, "\n")] = '\0';
-    struct bh_applicant applicant = { pid, name, membership, process->claimed,
+    struct bh_applicant applicant = { pid, name_of, membership, process->claimed,
                                       sv_sockets_reap, state, NULL, NULL, NULL, NULL,
                                       nonblocking_wait_of(pid) };
     struct bh_admitted admitted;
@@ -643,8 +648,10 @@ static void dispatch(struct job *job)
         queue_head = job;
     queue_tail = job;
     int more = ++queued > idle;
-    pthread_cond_signal(&queue_ready);
     pthread_mutex_unlock(&queue_lock);
+    /* after the unlock: a worker woken on this CPU would else run only
+     * to wait for the lock we hold */
+    pthread_cond_signal(&queue_ready);
     if (!more)
         return;
     pthread_attr_t attributes;
@@ -699,11 +706,12 @@ static int disconnect_counted(struct sv_state *state, const struct seccomp_notif
     return counted;
 }
 
-/* The connect's fd and destination, read while its notification is valid;
- * -1 with errno: unreadable (EPERM: the kernel will not let us, unreadable.c
- * answers; otherwise answered CONTINUE: the kernel says what is wrong). */
-static int read_call(struct sv_state *state, const struct seccomp_notif *notif,
-                     struct call *call)
+/* The connect's fd and destination as read from the program's memory,
+ * not yet known to be its call's (sv_connect_trapped checks before it
+ * acts on a match); -1 with errno: unreadable (EPERM: the kernel will not
+ * let us, unreadable.c answers; otherwise answered CONTINUE: the kernel
+ * says what is wrong). */
+static int read_call(const struct seccomp_notif *notif, struct call *call)
 {
     uint64_t args[6];
     if (sv_call_args(notif, args) < 0)
@@ -713,15 +721,14 @@ static int read_call(struct sv_state *state, const struct seccomp_notif *notif,
         errno = EINVAL;
         return -1;
     }
-    return sv_read_memory(call->tid, args[1], &call->to, call->length) == 0 &&
-           sv_still_valid(state->listener, notif->id) ? 0 : -1;
+    return sv_read_memory(call->tid, args[1], &call->to, call->length);
 }
 
 int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif)
 {
     static pthread_once_t started = PTHREAD_ONCE_INIT;
     struct call call;
-    int readable = read_call(state, notif, &call) == 0;
+    int readable = read_call(notif, &call) == 0;
     if (!readable && errno == EPERM) {
         sv_answer_unreadable(state, notif);
         return 0;
@@ -732,6 +739,11 @@ int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif
     int rule = -1;
     if (readable && (call.to.ss_family == AF_INET || call.to.ss_family == AF_INET6))
         rule = bh_rule_index_match(state->rules, (struct sockaddr *)&call.to, call.length);
+    /* What was read is that call's only if it still waits. An unmatched
+     * one is not asked: CONTINUE to a call that is gone changes nothing,
+     * and saves every unmatched connect an ioctl. */
+    if (rule >= 0 && !sv_still_valid(state->listener, notif->id))
+        rule = -1;
     struct job *job = rule >= 0 ? calloc(1, sizeof *job) : NULL;
     if (!job) {
         if (readable && rule < 0 && (call.to.ss_family == AF_INET ||

@@ -86,10 +86,17 @@ pid_t sv_process_of(pid_t tid)
     return (pid_t)sv_status_field(tid, "Tgid:", 0);
 }
 
+/* A thread that leads its process (every single-threaded program's) is
+ * its process: pidfd_open takes it at once, and refuses any other thread
+ * (EINVAL, or ENOENT on newer kernels), whose process /proc names. */
 int sv_copy_fd(pid_t tid, int fd, pid_t *pid)
 {
-    *pid = sv_process_of(tid);
-    int pidfd = *pid > 0 ? (int)syscall(SYS_pidfd_open, *pid, 0) : -1;
+    *pid = tid;
+    int pidfd = (int)syscall(SYS_pidfd_open, tid, 0);
+    if (pidfd < 0) {
+        *pid = sv_process_of(tid);
+        pidfd = *pid > 0 ? (int)syscall(SYS_pidfd_open, *pid, 0) : -1;
+    }
     int copy = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0) : -1;
     int saved_errno = errno;  /* EPERM: the program may not be read */
     if (pidfd >= 0)

@@ -278,11 +278,15 @@ int sv_sockets_scan(struct sv_state *state, int *released)
 {
     struct looked *list;
     int count = copy_out(&list), asked = 1;
+    int diag = count ? bh_sock_diag_socket() : -1;
     for (int i = 0; i < count; i++) {
-        int open = bh_sock_diag_open(&list[i].id, list[i].inode);
+        int open = diag >= 0 ? bh_sock_diag_open_on(diag, &list[i].id, list[i].inode,
+                                                    (uint32_t)i + 1) : -1;
         list[i].gone = open == 0;
         asked &= open >= 0;
     }
+    if (diag >= 0)
+        close(diag);
     pthread_mutex_lock(&lock);
     int gone = 0;
     for (int i = 0; i < count; i++)

@@ -367,8 +367,10 @@ int sv_run(const char *rules, char **argv, const char *why)
                   strerror(refused), why, refused == EBUSY && getenv(BH_SUPERVISED_VARIABLE)
                       ? "an outer bulkhead run's supervisor caps it, by its rules"
                       : "its connections will not be limited");
-    else if (state.listener >= 0 && why[0])
+    else if (state.listener >= 0 && why[0]) {
         cli_error("run: %s: capped through seccomp", why);
+        sv_names_say(&state, argv[0]);
+    }
     if (state.listener >= 0)
         ioctl(state.listener, SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
     close(channel[0]);

@@ -264,6 +264,11 @@ enum { SV_NAMES_EVERY_MS = 30000 };  /* hostname rules resolved again */
  * the last time; how many ms until the next. */
 int sv_names_refresh(struct sv_state *state, int every_ms);
 
+/* For a program the supervisor caps: one line on stderr for its hostname
+ * rules (they catch every name on their addresses) and one for its suffix
+ * rules (they match nothing), when it has any. */
+void sv_names_say(const struct sv_state *state, const char *program);
+
 /* ---- supervise.c ---- */
 
 /* Runs argv supervised and returns its exit status; -1 when supervision

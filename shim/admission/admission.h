@@ -86,7 +86,10 @@ enum bh_nonblocking_wait {
 /* On whose behalf. */
 struct bh_applicant {
     pid_t pid;          /* 0: the calling process itself */
-    const char *name;   /* for refusal lines: the program's short name */
+    /* For refusal lines: writes the program's short name into `name`
+     * (asked only when a line is made: for another process, a read of
+     * /proc). NULL: the calling process's own. */
+    void (*name)(pid_t pid, char *name, size_t size);
     const struct bh_membership *membership;  /* [config compartment] */
     /* [namespace index]: the applicant's per_process count, kept by the
      * caller (taken here, given back by the caller's release); NULL: the

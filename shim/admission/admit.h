@@ -104,10 +104,12 @@ static int refuse(const struct asking *asking, int local, int shared, const char
 {
     const struct bh_compartment *compartment = &asking->admitter->config->compartments[local];
     const struct bh_applicant *applicant = asking->applicant;
-    char destination[INET6_ADDRSTRLEN + 16];
+    char destination[INET6_ADDRSTRLEN + 16], name[64];
     describe(asking->to, destination, sizeof destination);
+    if (applicant->name)
+        applicant->name(applicant->pid, name, sizeof name);
     bh_log_refusal(shared, compartment->name, destination, why,
-                   applicant->name ? applicant->name : program_invocation_short_name,
+                   applicant->name ? name : program_invocation_short_name,
                    applicant->pid ? (int)applicant->pid : (int)getpid());
     errno = compartment->refusal_errno;
     return BH_GATE_REFUSED;
@@ -324,9 +326,11 @@ static void note_shadowed(struct asking *asking, const struct bh_take *take,
     if (!bh_log_enabled(BH_LOG_INFO))
         return;
     const struct bh_applicant *applicant = asking->applicant;
-    char destination[INET6_ADDRSTRLEN + 16];
+    char destination[INET6_ADDRSTRLEN + 16], name[64];
     describe(asking->to, destination, sizeof destination);
-    const char *program = applicant->name ? applicant->name : program_invocation_short_name;
+    if (applicant->name)
+        applicant->name(applicant->pid, name, sizeof name);
+    const char *program = applicant->name ? name : program_invocation_short_name;
     int pid = applicant->pid ? (int)applicant->pid : (int)getpid();
     if (outcome->would_wait)
         bh_log(BH_LOG_INFO, "would wait: %s to [%s] is full, for %s[%d]; let through "

@@ -90,9 +90,12 @@ struct bh_compartment {
     int max_limit;         /* default 4 x limit, at most 32767 */
     int adaptive_latency_ms; /* aimd: a window's mean latency over it backs
                                 off; 0 (default): drops only */
-    int turnaround;        /* 1: measure send-to-answer time on its
-                              connections (sampled; costs each send and receive) */
-    int mode;              /* enum bh_mode: where the namespace starts it */
+    /* Two bytes, so that a compartment stays 1,024 bytes: the matched
+     * path indexes the table, and a power of two is a shift. */
+    unsigned char turnaround; /* 1: measure send-to-answer time on its
+                                 connections (sampled; costs each send and
+                                 receive) */
+    signed char mode;      /* enum bh_mode: where the namespace starts it */
     int line;              /* line of the [section] header */
 };
 
@@ -132,7 +135,7 @@ struct bh_config {
     struct bh_rule *rules; /* in file order: the first match wins */
     int rule_count;
     int hold_wait_ms;      /* [global]: for compartments that give none */
-    int mode;              /* [global]: enum bh_mode, for compartments that give none */
+    signed char mode;      /* [global]: enum bh_mode, for compartments that give none */
     /* The fleet: read by `bulkhead agent`; the shim only uses
      * fleet_limit's compartments' starting limit. */
     char *fleet_url;            /* redis:// or redis-sentinel://; NULL: no fleet */

@@ -23,7 +23,11 @@ static int set_wait_ms(struct parser *p, const char *key, const char *value)
 
 static int set_turnaround(struct parser *p, const char *key, const char *value)
 {
-    return set_yes_no(p, key, value, &p->section.compartment->turnaround);
+    int yes;
+    if (set_yes_no(p, key, value, &yes) < 0)
+        return -1;
+    p->section.compartment->turnaround = (unsigned char)yes;
+    return 0;
 }
 
 /* wait_nonblocking and nonblocking_wait_ms once let a non-blocking
@@ -161,11 +165,12 @@ static int set_adaptive_latency_ms(struct parser *p, const char *key, const char
                       &p->section.compartment->adaptive_latency_ms);
 }
 
-static int parse_mode(struct parser *p, const char *key, const char *value, int *out)
+static int parse_mode(struct parser *p, const char *key, const char *value,
+                      signed char *out)
 {
     enum bh_mode mode;
     if (bh_mode_parse(value, &mode) == 0) {
-        *out = (int)mode;
+        *out = (signed char)mode;
         return 0;
     }
     report(p, p->line, "%s: \"%s\" is not one of enforce, shadow", key, value);

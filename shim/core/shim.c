@@ -142,6 +142,20 @@ static void append_entry(char *list, size_t size, const char *format, ...)
     va_end(args);
 }
 
+/* Who left the live limit where it is: set and apply record their change
+ * as the controller's last (bh_adaptive_moved); a limit nobody changed is
+ * the one the first program's rules registered. */
+static const char *live_limit_origin(int shared)
+{
+    struct bh_adaptive_view adaptive;
+    bh_adaptive_read(&bh_shim.ns, shared, &adaptive);
+    if (adaptive.last_reason == BH_ADAPTIVE_SET)
+        return "set by bulkhead set or apply";
+    if (adaptive.last_reason != BH_ADAPTIVE_NONE)
+        return "left there by its adaptive controller";
+    return "registered by the rules of a program that started earlier";
+}
+
 /* The live limit and controller win over the rules: a limit set by
  * bulkhead set or apply, or by the rules of a program started earlier in
  * the namespace, stays until the namespace is reset. */
@@ -152,8 +166,9 @@ static void note_live(const struct bh_compartment *compartment, int shared,
         &bh_adaptive_fields(&bh_shim.ns, shared)->mode);
     if (live_limit != bh_starting_limit(compartment) && compartment->fleet_limit == 0 &&
         !bh_adaptive_on(&bh_shim.ns, shared))
-        append_entry(differ->limits, sizeof differ->limits, "[%s] %d (file: %d)",
-                     compartment->name, live_limit, compartment->limit);
+        append_entry(differ->limits, sizeof differ->limits, "[%s] %d (file: %d; %s)",
+                     compartment->name, live_limit, compartment->limit,
+                     live_limit_origin(shared));
     if (live != compartment->adaptive)
         append_entry(differ->modes, sizeof differ->modes, "[%s] %s (file: %s)",
                      compartment->name, bh_adaptive_mode_name(live),
@@ -166,9 +181,9 @@ static void say_live_differences(const struct live_differences *differ)
                               "a program that started earlier";
     if (differ->limits[0])
         bh_log_once_per_tree("BULKHEAD_LIVE_SAID", BH_LOG_WARN, "using the namespace's "
-                             "live limits, %s, not %s's: %s; bulkhead apply %s "
+                             "live limits, %s, not %s's; bulkhead apply %s "
                              "takes the file's", differ->limits, bh_shim.config.path,
-                             why, bh_shim.config.path);
+                             bh_shim.config.path);
     if (differ->modes[0])
         bh_log_once_per_tree("BULKHEAD_LIVE_ADAPTIVE_SAID", BH_LOG_WARN, "using the "
                              "namespace's live adaptive modes, %s, not %s's: %s; "

@@ -57,6 +57,22 @@
  *     reserve, owed, until the next taker that finds the common pool
  *     empty (or the next member to stop waiting) pays it back.
  *
+ * A shadow compartment's headroom (bh_shared_compartment.headroom, the
+ * mode's one word): permits of the common pool past the limit, which a
+ * take reaches only once enforce's own take, with the headroom kept out
+ * of reach in the same semop, found the pool full. Written under the
+ * namespace lock only: at registration (before the compartment is
+ * named, like its SETVAL) and by bh_compartment_set_shadow; read by
+ * takes (a relaxed load beside the debt hints) and by bh_in_use_now;
+ * give-backs never read it: a headroom permit goes back as any other.
+ * A switch is two steps, the semop and the word (to shadow: the semop
+ * first; to enforce: the word first), so a reader racing it errs low.
+ * A `set` killed between the two (SIGKILL in those few instructions)
+ * leaves the pool and the word apart: killed going to shadow, the pool
+ * keeps up to 8,192 permits past the limit in enforce mode until
+ * `bulkhead reset`; going to enforce, the same. Nothing but the
+ * command's own death does it, and no connect path writes the word.
+ *
  * Releasing is async-signal-safe: atomics and semops, no lock. */
 #include "permits/permits_internal.h"
 #include "libc/clock.h"

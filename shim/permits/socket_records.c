@@ -446,27 +446,44 @@ void bh_sock_diag_ask(struct bh_sock_diag_ask *ask, const struct bh_sock_id *id,
     memcpy(ask->request.id.idiag_dst, id->remote, sizeof id->remote);
 }
 
-int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode)
+int bh_sock_diag_socket(void)
+{
+    return libc_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+}
+
+/* The kernel answers a single socket's request within the sendto: the
+ * answer is queued once it returns. One left over from an earlier ask
+ * whose recv failed carries another sequence number, and is skipped. */
+int bh_sock_diag_open_on(int fd, const struct bh_sock_id *id, uint64_t inode,
+                         uint32_t sequence)
 {
     struct bh_sock_diag_ask ask;
-    bh_sock_diag_ask(&ask, id, 0);
-    int fd = libc_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (fd < 0)
-        return -1;
+    bh_sock_diag_ask(&ask, id, sequence);
     struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
     long answer[512];
-    int open = -1;
+    struct nlmsghdr *header = (struct nlmsghdr *)answer;
     ssize_t length = -1;
     if (libc_sendto(fd, &ask, sizeof ask, 0, (struct sockaddr *)&kernel,
                     sizeof kernel) == (ssize_t)sizeof ask)
-        length = libc_recv(fd, answer, sizeof answer, 0);
-    struct nlmsghdr *header = (struct nlmsghdr *)answer;
-    if (length > 0 && NLMSG_OK(header, (size_t)length)) {
-        if (header->nlmsg_type == NLMSG_ERROR)
-            open = ((struct nlmsgerr *)NLMSG_DATA(header))->error == -ENOENT ? 0 : -1;
-        else if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY)
-            open = ((struct inet_diag_msg *)NLMSG_DATA(header))->idiag_inode == inode;
-    }
+        do
+            length = libc_recv(fd, answer, sizeof answer, MSG_DONTWAIT);
+        while (length > 0 && NLMSG_OK(header, (size_t)length) &&
+               header->nlmsg_seq != sequence);
+    if (length <= 0 || !NLMSG_OK(header, (size_t)length))
+        return -1;
+    if (header->nlmsg_type == NLMSG_ERROR)
+        return ((struct nlmsgerr *)NLMSG_DATA(header))->error == -ENOENT ? 0 : -1;
+    if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY)
+        return ((struct inet_diag_msg *)NLMSG_DATA(header))->idiag_inode == inode;
+    return -1;
+}
+
+int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode)
+{
+    int fd = bh_sock_diag_socket();
+    if (fd < 0)
+        return -1;
+    int open = bh_sock_diag_open_on(fd, id, inode, 0);
     libc_close(fd);
     return open;
 }

@@ -68,6 +68,12 @@ void bh_sock_diag_ask(struct bh_sock_diag_ask *ask, const struct bh_sock_id *id,
  * its close: inode 0), -1 unknown. Unprivileged, as `ss` is; one netlink
  * socket, one request, one answer. */
 int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode);
+/* The same on a netlink socket the caller keeps for a series of asks
+ * (bh_sock_diag_socket: -1 when none), each with its own sequence
+ * number: a socket and a close fewer per ask. */
+int bh_sock_diag_socket(void);
+int bh_sock_diag_open_on(int fd, const struct bh_sock_id *id, uint64_t inode,
+                         uint32_t sequence);
 
 /* Live records of compartment `index` and the permits they hold. */
 int bh_socket_count(struct bh_namespace *ns, int index, int *permits);

@@ -269,6 +269,14 @@ static_build() {
     gcc -static -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$2" "$1" -lpthread
 }
 
+# go_build SRC BIN: a Go client (tests/clients/go/), its build cached in
+# build/go-cache.
+go_build() {
+    command -v go >/dev/null || fail "no Go toolchain (make deps installs golang-go)"
+    (cd "$(dirname "$1")" && HOME="$T" GOCACHE="$BH_ROOT/build/go-cache" \
+        GOFLAGS=-mod=mod go build -o "$2" "$(basename "$1")")
+}
+
 # ------------------------------------------------------------- servers ----
 
 # start_server NAME HOLD_MS [HOST [OPTION...]]: a holdserver in the
