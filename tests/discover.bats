@@ -81,7 +81,7 @@ destination() {
     assert_line --index 3 --regexp "^127\.0\.0\.1:$PORT_api +localhost +2 "
 }
 
-@test "discover --rules drafts one compartment per downstream, named from its host name, that check accepts" {
+@test "discover --rules drafts one compartment per downstream, named from its host name, that check accepts; under it the same clients are counted in shadow" {
     start_server web 0 127.0.0.1 --hold-until "$T/go"
     start_server api 0
     observe_rules
@@ -99,6 +99,18 @@ destination() {
 
     run grep -c '^\[' "$T/draft.ini"
     assert_output 4
+
+    # The same clients under the draft: nothing refused, and the three
+    # curls held at once counted in shadow past the web compartment's limit.
+    local limit
+    limit=$(grep -A1 '^\[127\.0\.0\.1\]$' "$T/draft.ini" | sed -n 's/^limit = //p')
+    cp "$T/draft.ini" "$RULES"
+    clients
+    [[ "$(server_stat web total)" == 6 && "$(server_stat web max)" == 3 ]]
+    [[ "$(server_stat api total)" == 4 ]]
+    run bash -c "'$BULKHEAD' stat -n '$NS' --json |
+        jq '.compartments[] | select(.name == \"127.0.0.1\") | .shadow_refused'"
+    assert_output "$((limit < 3 ? 3 - limit : 0))"
 }
 
 @test "under bulkhead run's seccomp supervisor, a static program's connects are observed too" {
