@@ -188,7 +188,7 @@ def line_costs(path, file_suffix, first, last):
 # ---------------------------------------------------------------------------
 # deterministic cost of connect+close and of the I/O calls
 
-def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt, cfg_wide):
+def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt, cfg_wide, cfg_uo):
     """(tag, mode, port, cfg, extra) for callgrind and strace: connect+close
     and every I/O call, bare, unmatched and matched; tags end in the variant,
     and PREFIX_bare is each one's baseline."""
@@ -196,6 +196,7 @@ def io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt, cfg_wide):
         ("cc_bare", "connect_close", sink, None, ()),
         ("cc_unmatched", "connect_close", sink, cfg_u, ()),
         ("cc_unmatchedwide", "connect_close", sink, cfg_wide, ()),
+        ("cc_unmatchedobserve", "connect_close", sink, cfg_uo, ()),
         ("cc_matched", "connect_close", sink, cfg_m, ()),
         ("ccport_unmatched", "connect_close", sink, cfg_up, ()),
         ("cc_deadlines", "connect_close", sink, cfg_md, ()),
@@ -403,6 +404,11 @@ def cost_lines(ir_op, sc_op, sc_detail):
     lines.append(f"{'connect+close instr, unmatched':<34} {'':>10} {w:>8.1f} "
                  f"({w - ir_op['cc_bare']:+6.1f})   {WIDE_COMPARTMENTS:,} compartments, "
                  f"{WIDE_RULES:,} rules")
+    x, y = ir_op["cc_unmatchedobserve"], sc_op["cc_unmatchedobserve"]
+    lines.append(f"{'connect+close, unmatched, observe':<34} {'':>10} {x:>8.1f} "
+                 f"({x - ir_op['cc_bare']:+6.1f}) instr, {y:.2f} "
+                 f"({y - sc_op['cc_bare']:+.2f}) syscalls: observe = yes records it "
+                 f"({x - ir_op['cc_unmatched']:+.1f} over unmatched)")
     if "cc_member" in ir_op:
         x, y = ir_op["cc_member"], sc_op["cc_member"]
         lines.append(f"{'connect+close, member past reserve':<34} {'':>10} {'':>16} "

@@ -72,8 +72,16 @@ def prepare(tmp, base, out_dir, quick, cfgp):
     cfg_wide = os.path.join(tmp, "wide.ini")
     write_wide_rules(cfg_wide, ns_wide, cost.WIDE_RULES, cost.WIDE_COMPARTMENTS, sink, ours)
     check_rules(cfg_wide)
+    # Unmatched, the same rules with observe = yes: what recording adds.
+    ns_uo = new_namespace(base, "uo")
+    cfg_uo = os.path.join(tmp, "unmatched_observe.ini")
+    with open(cfg_u) as f:
+        text = f.read().replace(f"namespace = {ns_u}", f"namespace = {ns_uo}\nobserve = yes")
+    with open(cfg_uo, "w") as f:
+        f.write(text)
+    check_rules(cfg_uo)
     cost_cases = cost.io_cost_cases(sink, echo, cfg_m, cfg_u, cfg_up, cfg_md, cfg_mt,
-                                    cfg_wide)
+                                    cfg_wide, cfg_uo)
     return types.SimpleNamespace(
         tmp=tmp, base=base, quick=quick, cfgp=cfgp,
         sink=sink, echo=echo, hold=hold, ctl=ctl, watch=watch,

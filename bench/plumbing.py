@@ -202,6 +202,9 @@ def cleanup():
     leftovers = []
     for name in NAMESPACES:
         key = KEYS[name]
+        # the command first: it also removes what observe = yes recorded
+        subprocess.run([os.path.join(BUILD, "bulkhead"), "reset", "--force", "-n", name],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=BASE_ENV)
         subprocess.run(["ipcrm", "-S", key], stderr=subprocess.DEVNULL)
         subprocess.run(["ipcrm", "-M", key], stderr=subprocess.DEVNULL)
         ipcs = subprocess.run(["ipcs", "-s", "-m"], capture_output=True, text=True).stdout

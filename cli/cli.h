@@ -39,6 +39,13 @@ extern const struct cli_command cli_reset_command;
 extern const struct cli_command cli_key_command;
 extern const struct cli_command cli_agent_command;
 extern const struct cli_command cli_suggest_command;
+extern const struct cli_command cli_discover_command;
+
+/* The limit a traffic needs (cmd_suggest.c): Little's law, ceil(rate per
+ * second x p99 hold x safety), from 1 to BH_LIMIT_MAX; suggest's default
+ * safety factor. */
+int cli_sized_limit(double rate, double p99_ms, double safety);
+#define CLI_SAFETY 1.5
 
 /* bulkhead set NAME limit=N (cmd_control.c): what changed, said on out;
  * errors reported. CLI_OK or CLI_FAILED. */

@@ -15,6 +15,7 @@
 #include "adaptive/adaptive.h"
 #include "breaker/breaker.h"
 #include "cli.h"
+#include "permits/destinations.h"
 
 /* Parses the options of set, apply and reset (-c, -n, -u, --force for
  * reset, --fleet for set, --help). `flag` is where --force or --fleet goes
@@ -699,6 +700,13 @@ static int remove_unusable(const struct cli_target *target, const char *name,
     return CLI_OK;
 }
 
+/* The destinations observe recorded (permits/destinations.h) go with
+ * the namespace's state. */
+static void remove_destinations(const struct cli_target *target, const char *name)
+{
+    bh_destinations_remove(target->user ? target->uid : geteuid(), name);
+}
+
 static int remove_namespace(const struct cli_target *target, int force)
 {
     struct bh_namespace ns;
@@ -722,6 +730,7 @@ static int remove_namespace(const struct cli_target *target, int force)
         /* Removed only when unused, with no window for a new holder. */
         int unused = bh_namespace_remove_unused(&ns);
         if (unused == 0) {
+            remove_destinations(target, name);
             printf("namespace %s%s: shared state removed\n", name,
                    cli_target_owner(target));
             return CLI_OK;
@@ -746,6 +755,7 @@ static int remove_namespace(const struct cli_target *target, int force)
         cli_error("reset: namespace \"%s\": %s", name, strerror(errno));
         return CLI_FAILED;
     }
+    remove_destinations(target, name);
     printf("namespace %s%s: shared state removed%s%s%s\n", name,
            cli_target_owner(target), users[0] ? " while in use (" : "", users,
            users[0] ? "); its running processes are no longer limited" : "");

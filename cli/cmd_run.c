@@ -100,9 +100,9 @@ static char *preload_with_shim(const char *shim, const char *existing)
     return preload;
 }
 
-/* The rules file as an absolute path, once it proved valid; how many
- * compartments it has in *compartments. */
-static int valid_rules(const char *given, char absolute[PATH_MAX], int *compartments)
+/* The rules file as an absolute path, once it proved valid; in *watched,
+ * whether they count or observe anything (compartments, observe = yes). */
+static int valid_rules(const char *given, char absolute[PATH_MAX], int *watched)
 {
     char path[PATH_MAX];
     if (cli_locate_rules(given, path) < 0)
@@ -113,7 +113,7 @@ static int valid_rules(const char *given, char absolute[PATH_MAX], int *compartm
     }
     struct bh_config config;
     int errors = cli_load_rules(absolute, &config);
-    *compartments = config.compartment_count;
+    *watched = config.compartment_count > 0 || config.observe;
     bh_config_free(&config);
     if (errors != 0)
         cli_error("run: %s is not valid; nothing was started", absolute);
@@ -143,15 +143,15 @@ enum supervision { NEVER, BY_DEFAULT, ALWAYS };
  * program of the tree however deep (the shim marks its own calls, which
  * the filter lets through); CMD's exit status, or -1 to exec it without
  * (*said: its line said already). Not when the operator said
- * --no-seccomp or the rules cap nothing; not by default when CMD is set-ID
+ * --no-seccomp or the rules cap and observe nothing; not by default when CMD is set-ID
  * and the filter would cost it its privilege (no_new_privs, which only
  * CAP_SYS_ADMIN spares); not where the kernel has no user notification. */
-static int supervised(enum supervision supervise, int compartments, const char *rules,
+static int supervised(enum supervision supervise, int watched, const char *rules,
                       char **command, enum cli_reach reach, const char *warning,
                       int *said)
 {
     *said = 0;
-    if (supervise == NEVER || compartments == 0 ||
+    if (supervise == NEVER || !watched ||
         (supervise == BY_DEFAULT && reach == CLI_SET_ID &&
          !sv_filter_keeps_privileges()))
         return -1;
@@ -197,15 +197,15 @@ static int run(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error(&cli_run_command, "no command to run");
     char rules[PATH_MAX];
-    int compartments;
-    if (valid_rules(given_rules, rules, &compartments) < 0)
+    int watched;
+    if (valid_rules(given_rules, rules, &watched) < 0)
         return CLI_USAGE;
     if (prepare_environment(rules, strict) < 0)
         return CLI_FAILED;
     char warning[3 * PATH_MAX];
     enum cli_reach reach = cli_interpose_warning(argv[optind], warning, sizeof warning);
     int said;
-    int status = supervised(supervise, compartments, rules, argv + optind, reach,
+    int status = supervised(supervise, watched, rules, argv + optind, reach,
                             warning, &said);
     if (status >= 0)
         return status;

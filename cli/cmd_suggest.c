@@ -129,6 +129,12 @@ static void judge(struct suggestion *s, int needs)
                  limit, what, needs, s->suggested);
 }
 
+int cli_sized_limit(double rate, double p99_ms, double safety)
+{
+    double limit = ceil(rate * p99_ms / 1000 * safety);
+    return limit < 1 ? 1 : limit > BH_LIMIT_MAX ? BH_LIMIT_MAX : (int)limit;
+}
+
 static void suggest_one(struct bh_namespace *ns, int index, const struct suggest_options *o,
                         struct suggestion *s)
 {
@@ -138,8 +144,7 @@ static void suggest_one(struct bh_namespace *ns, int index, const struct suggest
     if (cannot_say(s))
         return;
     double needed = s->rate * s->p99_ms / 1000;
-    s->suggested = (int)ceil(needed * o->safety);
-    s->suggested = s->suggested < 1 ? 1 : s->suggested;
+    s->suggested = cli_sized_limit(s->rate, s->p99_ms, o->safety);
     int needs = (int)lround(needed);
     judge(s, needs < 1 ? 1 : needs);
 }
@@ -282,7 +287,7 @@ static int parse_options(int argc, char **argv, struct suggest_options *o)
 
 static int suggest_command(int argc, char **argv)
 {
-    struct suggest_options o = { .window_s = BH_WINDOW_SECONDS, .safety = 1.5 };
+    struct suggest_options o = { .window_s = BH_WINDOW_SECONDS, .safety = CLI_SAFETY };
     int parsed = parse_options(argc, argv, &o);
     if (parsed >= 0)
         return parsed;

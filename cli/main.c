@@ -8,7 +8,7 @@
 
 static const struct cli_command *const commands[] = {
     &cli_run_command, &cli_check_command, &cli_explain_command,
-    &cli_stat_command, &cli_suggest_command, &cli_set_command, &cli_apply_command,
+    &cli_stat_command, &cli_suggest_command, &cli_discover_command, &cli_set_command, &cli_apply_command,
     &cli_reset_command, &cli_key_command, &cli_agent_command,
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };
@@ -20,8 +20,9 @@ static const char overview[] =
 
 static const char trailer[] =
     "\n"
-    "Options of stat, set, apply, reset and key: -c FILE takes the namespace\n"
-    "from FILE's [global] namespace; -n/--namespace NAME names it directly.\n"
+    "Options of stat, suggest, discover, set, apply, reset and key: -c FILE\n"
+    "takes the namespace from FILE's [global] namespace; -n/--namespace NAME\n"
+    "names it directly.\n"
     "Without either, the rules file is $BULKHEAD_CONFIG, else\n"
     "$XDG_CONFIG_HOME/bulkhead/rules.ini, else /etc/bulkhead/rules.ini.\n"
     "-u/--user USER works on USER's namespace instead of your own (root only,\n"

@@ -10,7 +10,7 @@ load helpers/common
 
 BULKHEAD="${BULKHEAD_TEST_CLI:-$BH_ROOT/build/bulkhead}"
 MANPAGE="${BULKHEAD_TEST_MAN:-$BH_ROOT/man/bulkhead.1}"
-COMMANDS=(run check explain stat suggest set apply reset key agent)
+COMMANDS=(run check explain stat suggest discover set apply reset key agent)
 
 setup() {
     [[ -x "$BULKHEAD" ]] || fail "missing $BULKHEAD: run make"

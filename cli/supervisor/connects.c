@@ -410,6 +410,39 @@ static void give_back(struct sv_state *state, struct sv_process *process, int sh
         bh_breaker_abandon(bh_breaker_fields(&state->ns, shared), admitted->probe);
 }
 
+/* observe = yes: the destination of a TCP connect the tree made, and how
+ * it went, in the namespace's destinations table (no names: the program
+ * resolved them itself, nor holds: see docs/seccomp.md). */
+static int observed_slot(struct sv_state *state, const struct sockaddr *to)
+{
+    if (!state->destinations)
+        return -1;
+    int slot = bh_destination_slot(state->destinations, to);
+    if (slot >= 0)
+        bh_destination_connect(state->destinations, slot, NULL);
+    return slot;
+}
+
+static void observed_result(struct sv_state *state, int slot, int refused, int failed)
+{
+    if (slot >= 0 && refused)
+        bh_destination_refused(state->destinations, slot);
+    else if (slot >= 0 && failed)
+        bh_destination_failed(state->destinations, slot);
+}
+
+/* An unmatched connect, answered CONTINUE: recorded if its socket is TCP. */
+static void observe_unmatched(struct sv_state *state, const struct call *call)
+{
+    pid_t pid;
+    int sock = state->destinations ? sv_copy_fd(call->tid, call->fd, &pid) : -1;
+    if (sock < 0)
+        return;
+    if (sv_is_stream(sock))
+        observed_slot(state, (const struct sockaddr *)&call->to);
+    close(sock);
+}
+
 /* The supervisor's own connects go straight to the kernel: a bulkhead run
  * that has the shim preloaded (run inside another run's tree, or
  * /etc/ld.so.preload) would otherwise count each of them a second time. */
@@ -506,6 +539,7 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
                                       nonblocking_wait_of(pid) };
     struct bh_admitted admitted;
     int shared, wanted = 1;
+    int slot = observed_slot(state, (const struct sockaddr *)&job->call.to);
     do  /* interrupted: its notification died, or seemed to */
         shared = admit_interruptibly(job, &applicant, sock, &admitted);
     while (shared == BH_GATE_REFUSED && errno == EINTR && (wanted = still_wanted(job)));
@@ -517,6 +551,9 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
         answer.rc = connect_counted(job, sock, inode, shared, &admitted, process,
                                     &answer.err);
     }
+    observed_result(state, slot, shared == BH_GATE_REFUSED && wanted,
+                    answer.rc < 0 && answer.err != EINPROGRESS && answer.err != EINTR &&
+                    answer.err != EALREADY && shared >= 0);
     sv_process_put(process);
     return answer;
 }
@@ -709,6 +746,9 @@ int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif
         rule = -1;
     struct job *job = rule >= 0 ? calloc(1, sizeof *job) : NULL;
     if (!job) {
+        if (readable && rule < 0 && (call.to.ss_family == AF_INET ||
+                                     call.to.ss_family == AF_INET6))
+            observe_unmatched(state, &call);
         sv_continue(state->listener, notif->id);
         return 0;
     }

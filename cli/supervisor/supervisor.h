@@ -36,6 +36,7 @@
 
 #include "admission/admission.h"
 #include "config/config.h"
+#include "permits/destinations.h"
 #include "permits/permits.h"
 #include "rules/rule_index.h"
 
@@ -77,6 +78,7 @@ struct sv_state {
     _Atomic int rescan;   /* a counted socket may be gone: scan soon */
     int wake;             /* eventfd: a worker tells the main thread that
                              what it polls for has changed */
+    struct bh_destinations *destinations;  /* observe = yes; NULL: off */
 };
 
 

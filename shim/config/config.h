@@ -129,6 +129,7 @@ struct bh_config {
      * is out of reach; 0 (closed, the default): refuse what the rules
      * match until it is reachable */
     int on_failure_open;
+    int observe;           /* 1: record every outbound destination (discover) */
     struct bh_compartment *compartments; /* compartment_count of them */
     int compartment_count;
     struct bh_rule *rules; /* in file order: the first match wins */

@@ -21,16 +21,6 @@ static int set_wait_ms(struct parser *p, const char *key, const char *value)
                       &p->section.compartment->wait_ms);
 }
 
-static int set_yes_no(struct parser *p, const char *key, const char *value, int *out)
-{
-    if (strcmp(value, "yes") == 0 || strcmp(value, "no") == 0) {
-        *out = strcmp(value, "yes") == 0;
-        return 0;
-    }
-    report(p, p->line, "%s: \"%s\" is not one of yes, no", key, value);
-    return -1;
-}
-
 static int set_turnaround(struct parser *p, const char *key, const char *value)
 {
     int yes;

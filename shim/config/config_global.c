@@ -94,6 +94,13 @@ static int set_on_failure(struct parser *p, const char *key, const char *value)
     return -1;
 }
 
+/* observe = yes: every outbound TCP destination is recorded for
+ * `bulkhead discover` (permits/destinations.h). */
+static int set_observe(struct parser *p, const char *key, const char *value)
+{
+    return set_yes_no(p, key, value, &p->config->observe);
+}
+
 /* ---- the fleet ---- */
 
 static int set_string(struct parser *p, const char *value, char **field)
@@ -292,6 +299,7 @@ const struct key_spec bh_global_keys[] = {
     { "syslog_socket", KEY_SYSLOG_SOCKET, SECTION_GLOBAL, set_syslog_socket },
     { "namespace", KEY_NAMESPACE, SECTION_GLOBAL, set_namespace },
     { "on_failure", KEY_ON_FAILURE, SECTION_GLOBAL, set_on_failure },
+    { "observe", KEY_OBSERVE, SECTION_GLOBAL, set_observe },
     { "fleet", KEY_FLEET, SECTION_GLOBAL, set_fleet },
     { "fleet_password_file", KEY_FLEET_PASSWORD_FILE, SECTION_GLOBAL,
       set_fleet_password_file },

@@ -124,3 +124,13 @@ int set_number(struct parser *p, const char *key, const char *value,
                min, max);
     return -1;
 }
+
+int set_yes_no(struct parser *p, const char *key, const char *value, int *out)
+{
+    if (strcmp(value, "yes") == 0 || strcmp(value, "no") == 0) {
+        *out = strcmp(value, "yes") == 0;
+        return 0;
+    }
+    report(p, p->line, "%s: \"%s\" is not one of yes, no", key, value);
+    return -1;
+}

@@ -54,7 +54,7 @@ enum key_id {
     KEY_PER_PROCESS, KEY_RESERVE, KEY_BYPASS,
     KEY_NONBLOCKING_WAIT_MS, KEY_HOLD_WAIT_MS,
     KEY_ADAPTIVE, KEY_MIN_LIMIT, KEY_MAX_LIMIT, KEY_ADAPTIVE_LATENCY_MS,
-    KEY_TURNAROUND, KEY_MODE,
+    KEY_TURNAROUND, KEY_MODE, KEY_OBSERVE,
     KEY_COUNT
 };
 
@@ -126,6 +126,7 @@ enum number_status { NUMBER_OK, NUMBER_NOT_WHOLE, NUMBER_TOO_BIG };
 enum number_status parse_whole(const char *text, long max, long *number);
 int set_number(struct parser *p, const char *key, const char *value,
                int min, int max, int *field);
+int set_yes_no(struct parser *p, const char *key, const char *value, int *out);
 
 /* Each key file's keys. */
 extern const struct key_spec bh_global_keys[], bh_compartment_keys[],

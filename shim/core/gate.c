@@ -7,7 +7,8 @@
  * A matched connect on a socket made through our socket() hook costs what
  * admission/admit.h says, a clock read for the connection's start and, with
  * connect_timeout_ms, one setsockopt (core/deadline.c). A socket of
- * unknown kind costs a getsockopt. */
+ * unknown kind costs a getsockopt. Under observe = yes, every TCP connect
+ * is recorded too (core/observe.h). */
 #include "core/gate.h"
 
 #include "admission/admit.h"  /* the decision, inlined here */
@@ -18,6 +19,7 @@
 #include "breaker/breaker.h"
 #include "core/async_connect.h"
 #include "core/deadline.h"
+#include "core/observe.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "core/stall.h"
@@ -161,6 +163,26 @@ static __attribute__((noinline)) int enter_matched(int fd, const struct sockaddr
     return admit(fd, &bh_shim.config.rules[rule], to);
 }
 
+/* observe = yes: every TCP connect is recorded, matched or not, before
+ * the matched ones are admitted (core/observe.h). Not inlined: a process
+ * without observe pays a load and a branch. A matched connect that waits
+ * in the background counts as under way. */
+static __attribute__((noinline)) int observed(int fd, const struct sockaddr *to, int rule)
+{
+    uint32_t entry = bh_fd_entry(fd);
+    if (bh_fd_entry_connected(entry) || !is_inet_stream(fd, bh_fd_entry_kind(entry)))
+        return rule < 0 ? BH_GATE_PASS : enter_matched(fd, to, rule);
+    bh_observe_connect(fd, to);
+    if (rule < 0)
+        return BH_GATE_OBSERVED;
+    int entered = enter_matched(fd, to, rule);
+    if (entered == BH_GATE_REFUSED && errno == EINPROGRESS)
+        bh_observe_left(fd, 1);
+    else if (entered == BH_GATE_REFUSED)
+        bh_observe_refused(fd);
+    return entered;
+}
+
 int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
 {
     if (!to || length < sizeof(sa_family_t) ||
@@ -170,6 +192,8 @@ int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
     if (!bh_shim_active())
         return BH_GATE_PASS;
     int rule = bh_rule_index_match(bh_shim.rules, to, length);
+    if (__builtin_expect(bh_observing, 0))
+        return observed(fd, to, rule);
     if (rule < 0)
         return BH_GATE_PASS;
     return enter_matched(fd, to, rule);
@@ -214,9 +238,21 @@ static __attribute__((noinline)) void leave_otherwise(int fd, int entered, int c
     errno = saved_errno;
 }
 
+/* observe = yes: as below, and the record told how the call went. */
+static __attribute__((noinline)) void leave_observed(int fd, int entered, int call_failed)
+{
+    if (entered >= 0 && !call_failed)
+        bh_outcome_connected(fd);
+    else if (entered != BH_GATE_OBSERVED)
+        leave_otherwise(fd, entered, call_failed);
+    bh_observe_left(fd, call_failed);  /* keeps errno */
+}
+
 void bh_gate_leave(int fd, int entered, int call_failed)
 {
-    if (__builtin_expect(entered >= 0 && !call_failed, 1))
+    if (__builtin_expect(bh_observing, 0))
+        leave_observed(fd, entered, call_failed);
+    else if (__builtin_expect(entered >= 0 && !call_failed, 1))
         bh_outcome_connected(fd);  /* keeps errno */
     else
         leave_otherwise(fd, entered, call_failed);

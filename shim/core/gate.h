@@ -6,6 +6,10 @@
 
 #include "admission/admission.h"  /* BH_GATE_PASS and the others */
 
+/* A connect no rule matches, recorded under observe = yes: bh_gate_leave
+ * tells the record how it went (core/observe.h). */
+enum { BH_GATE_OBSERVED = -16 };
+
 /* Before connect(), or sendto/sendmsg with MSG_FASTOPEN: returns the
  * compartment whose permit the fd now holds, or one of the values above. */
 int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length);

@@ -26,6 +26,7 @@
 #include "core/copies.h"
 #include "core/handoff.h"
 #include "core/left_namespaces.h"
+#include "core/observe.h"
 #include "core/outcome.h"
 #include "core/stall.h"
 #include "fdtable/fd_table.h"
@@ -350,6 +351,7 @@ void bh_shim_after_uid_change(int rc)
 static void forget_after_fork(void)
 {
     bh_copies_after_fork_child();
+    bh_observe_after_fork_child();
     bh_log_forget_after_fork();
     bh_permits_forget_after_fork();
     bh_rule_index_after_fork(bh_shim.rules);
@@ -380,10 +382,14 @@ static void start_once_per_image(void)
     starting_here = 1;
     bh_log_remember_stderr();
     /* Rules with no compartment (the packaged /etc/bulkhead/rules.ini is
-     * [global] alone) count nothing: no namespace is made for them. */
-    int active = load_rules() == 0 && bh_shim.config.compartment_count > 0;
+     * [global] alone) count nothing: no namespace is made for them, unless
+     * they observe. */
+    int active = load_rules() == 0 &&
+                 (bh_shim.config.compartment_count > 0 || bh_shim.config.observe);
     if (active) {
         join_namespace(0);
+        if (bh_shim.config.observe)
+            bh_observe_start(bh_shim.ns.uid, bh_shim.config.namespace_name);
         bh_fd_table_reset();
         bh_handoff_adopt();
         pthread_atfork(bh_copies_before_fork, NULL, forget_after_fork);

@@ -17,6 +17,7 @@
 
 #include "core/async_connect.h"
 #include "core/left_namespaces.h"
+#include "core/observe.h"
 #include "core/outcome.h"
 #include "core/shim.h"
 #include "fdtable/fd_table.h"
@@ -37,9 +38,18 @@ static __attribute__((noinline)) int close_connection(int fd)
     return rc;
 }
 
+/* observe = yes: the hold ends, then the close as ever. */
+static __attribute__((noinline)) int close_observed(int fd)
+{
+    bh_observe_ended(fd);
+    return bh_fd_has_connection(fd) ? close_connection(fd) : libc_close(fd);
+}
+
 /* Most closes end no counted connection: an inline look and a jump. */
 static int bh_close(int fd)
 {
+    if (__builtin_expect(bh_observing, 0))
+        return close_observed(fd);
     if (__builtin_expect(!bh_fd_has_connection(fd), 1))
         return libc_close(fd);
     return close_connection(fd);

@@ -1,10 +1,13 @@
 /* Resolver hooks: remember which addresses a wanted name gave, so hostname
  * rules can match the connect() that follows. Names no rule could match
- * are not remembered. Results, errno and h_errno pass through untouched. */
+ * are not remembered, but under observe = yes, whose records name each
+ * destination (core/observe.h). Results, errno and h_errno pass through
+ * untouched. */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include "core/observe.h"
 #include "core/shim.h"
 #include "hooks/export.h"
 #include "libc/libc.h"
@@ -14,30 +17,40 @@ static int wanted(const char *name)
     return name && bh_shim_active() && bh_rule_index_wants_name(bh_shim.rules, name);
 }
 
+/* One address the name gave: for the rules that want the name, and for
+ * observe's records (nothing when it is off). */
+static void note(const char *name, int rules_want, int family, const void *address)
+{
+    if (rules_want)
+        bh_rule_index_note_name(bh_shim.rules, name, family, address);
+    bh_observe_resolved(name, family, address);
+}
+
 static void note_addrinfo(const char *node, int rc, const struct addrinfo *result)
 {
-    if (rc != 0 || !wanted(node))
+    int rules_want = rc == 0 && wanted(node);
+    if (rc != 0 || !node || (!rules_want && !bh_observing))
         return;
     int saved_errno = errno;
     for (const struct addrinfo *ai = result; ai; ai = ai->ai_next) {
         if (ai->ai_family == AF_INET)
-            bh_rule_index_note_name(bh_shim.rules, node, AF_INET,
-                                    &((struct sockaddr_in *)ai->ai_addr)->sin_addr);
+            note(node, rules_want, AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr);
         else if (ai->ai_family == AF_INET6)
-            bh_rule_index_note_name(bh_shim.rules, node, AF_INET6,
-                                    &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+            note(node, rules_want, AF_INET6,
+                 &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
     }
     errno = saved_errno;
 }
 
 static struct hostent *note_hostent(const char *name, struct hostent *host)
 {
-    if (!host || !wanted(name) ||
+    int rules_want = host && wanted(name);
+    if (!host || !name || (!rules_want && !bh_observing) ||
         (host->h_addrtype != AF_INET && host->h_addrtype != AF_INET6))
         return host;
     int saved_errno = errno;
     for (char **address = host->h_addr_list; *address; address++)
-        bh_rule_index_note_name(bh_shim.rules, name, host->h_addrtype, *address);
+        note(name, rules_want, host->h_addrtype, *address);
     errno = saved_errno;
     return host;
 }

@@ -1,11 +1,12 @@
 /* Socket option hooks: getsockopt(SO_ERROR) is where a non-blocking
  * connect's outcome reaches the program, so it reaches outcome.c there
- * too; setsockopt(SO_RCVTIMEO) on a connection with io_timeout_ms keeps
+ * too (and observe's records); setsockopt(SO_RCVTIMEO) on a connection with io_timeout_ms keeps
  * the shorter of the program's timeout and ours (deadline.c). */
 #include <sys/socket.h>
 
 #include "core/async_connect.h"
 #include "core/deadline.h"
+#include "core/observe.h"
 #include "core/outcome.h"
 #include "core/state.h"
 #include "hooks/export.h"
@@ -16,9 +17,12 @@ static int bh_getsockopt(int fd, int level, int name, void *value, socklen_t *le
     if (level == SOL_SOCKET && name == SO_ERROR && (bh_fd_watched(fd) & BH_WATCH_WAITING))
         return bh_async_so_error(fd, level, name, value, len);
     int rc = libc_getsockopt(fd, level, name, value, len);
-    if (level == SOL_SOCKET && name == SO_ERROR && rc == 0 && value &&
-        len && *len >= sizeof(int) && (bh_fd_watched(fd) & BH_WATCH_CONNECTING))
+    if (level != SOL_SOCKET || name != SO_ERROR || rc != 0 || !value || !len ||
+        *len < sizeof(int))
+        return rc;
+    if (bh_fd_watched(fd) & BH_WATCH_CONNECTING)
         bh_outcome_so_error(fd, *(int *)value);
+    bh_observe_so_error(fd, *(int *)value);
     return rc;
 }
 
