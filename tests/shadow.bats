@@ -99,6 +99,19 @@ while not os.path.exists(go):
     release next
 }
 
+@test "limit 1 with wait_ms in shadow: three clients at once reach the server without waiting, two counted as would-wait, none as would-refuse" {
+    start_server srv -1
+    compartment_rules 1 'wait_ms=60000' 'mode=shadow'
+    # An enforce wait would last until a holder lets go, which none does
+    # before all three are open at the server.
+    holders 3 waiting
+    assert_equal "$(outcomes waiting)" "ok=3 refused=0"
+    assert_equal "$(server_stat srv open)" 3
+    [[ "$(shadow_count shadow_waited)" -ge 2 ]]
+    assert_equal "$(shadow_count shadow_refused)" 0
+    release waiting
+}
+
 @test "per_process in shadow: one process gets all six connections past per_process = 2, four counted; in enforce it gets 2" {
     start_server srv -1
     compartment_rules 10 'per_process=2' 'mode=shadow'
