@@ -6,11 +6,15 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* "ECONNREFUSED" for what the kernel said; the tests compare names. */
 static inline const char *errno_text(int err)
@@ -53,6 +57,26 @@ static inline int parse_address(const char *host, int port,
         return 0;
     }
     return -1;
+}
+
+/* The "open=K" of holdserver.py's stats file (--stats): how many
+ * connections the server has open. -1 while the file is not there yet;
+ * INT_MAX if this process may not read it (a test that changed its uid),
+ * so that a wait for the server ends at once. */
+static inline int server_open(const char *stats)
+{
+    char line[128];
+    int fd = open(stats, O_RDONLY);
+    if (fd < 0 && errno == EACCES)
+        return INT_MAX;
+    ssize_t got = fd < 0 ? -1 : read(fd, line, sizeof line - 1);
+    if (fd >= 0)
+        close(fd);
+    if (got <= 0)
+        return -1;
+    line[got] = '\0';
+    const char *open_at = strstr(line, "open=");
+    return open_at ? atoi(open_at + 5) : -1;
 }
 
 #endif

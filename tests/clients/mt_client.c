@@ -16,7 +16,6 @@
  * Exit: 0 when every thread ran, 2 on usage or setup error. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,27 +37,12 @@ static pthread_barrier_t g_barrier, g_tried, g_released;
 static int g_connected;
 static int g_result[MAX_THREADS]; /* 0 = connected, else errno */
 
-/* The "open=K" of holdserver's stats line; -1 if not there yet. */
-static int server_open(void)
-{
-    char line[128];
-    int fd = open(g_stats, O_RDONLY);
-    ssize_t got = fd < 0 ? -1 : read(fd, line, sizeof line - 1);
-    if (fd >= 0)
-        close(fd);
-    if (got <= 0)
-        return -1;
-    line[got] = '\0';
-    const char *open_at = strstr(line, "open=");
-    return open_at ? atoi(open_at + 5) : -1;
-}
-
 /* all=STATS: every thread tried, and the server has the connected open. */
 static void hold_with_siblings(void)
 {
     if (pthread_barrier_wait(&g_tried) == PTHREAD_BARRIER_SERIAL_THREAD) {
         int connected = __atomic_load_n(&g_connected, __ATOMIC_SEQ_CST);
-        for (long waited = 0; waited < 30000 && server_open() < connected; waited += 5)
+        for (long waited = 0; waited < 30000 && server_open(g_stats) < connected; waited += 5)
             sleep_ms(5);
     }
     pthread_barrier_wait(&g_released);

@@ -21,8 +21,6 @@
  * received was closed). Exit: 0, or 2 for a usage or setup error. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void sleep_ms(int ms)
-{
-    struct timespec pause = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&pause, &pause) < 0 && errno == EINTR)
-        ;
-}
+#include "../client_util.h"
 
 static void pass(int channel, int fd)
 {
@@ -88,25 +81,6 @@ static void wait_for_siblings(struct barrier *barrier, int connected)
         perror("write");
     while (read(barrier->release[0], &byte, 1) < 0 && errno == EINTR)
         ;
-}
-
-/* The "open=K" of holdserver's stats line; -1 if not there yet, INT_MAX
- * if this process may not read it (a test that changed its uid): then it
- * cannot wait for the server. */
-static int server_open(const char *stats)
-{
-    char line[128];
-    int fd = open(stats, O_RDONLY);
-    if (fd < 0 && errno == EACCES)
-        return INT_MAX;
-    ssize_t got = fd < 0 ? -1 : read(fd, line, sizeof line - 1);
-    if (fd >= 0)
-        close(fd);
-    if (got <= 0)
-        return -1;
-    line[got] = '\0';
-    const char *open_at = strstr(line, "open=");
-    return open_at ? atoi(open_at + 5) : -1;
 }
 
 static void wait_for_server(const char *stats, int connected)
