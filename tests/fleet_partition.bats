@@ -23,6 +23,12 @@ lease_calls() {
 
 lease_calls_past() { (($(lease_calls) >= $1)); }
 
+# last_limit_is HOST N: HOST's agent last set the limit to N (its -v
+# lines "[db]: limit A -> B").
+last_limit_is() {
+    [[ "$(grep -o 'limit [0-9]* -> [0-9]*$' "$T/agent.$1.err" | tail -n 1)" == *" -> $2" ]]
+}
+
 max_within() {
     local max
     max=$(server_stat srv max)
@@ -68,6 +74,11 @@ connected() {
     holders a 6 600000
     wait_for -t 30 open_is srv 6
     max_within 6
+    # Settled: while b's clients were connecting, a may have been granted
+    # a fourth for a refresh or two, and b one less until a gave it back;
+    # a cut then would leave b on that smaller grant.
+    wait_for -t 30 last_limit_is a 3
+    wait_for -t 30 last_limit_is b 3
     # During: b loses Redis; a keeps it, with 3 connections waiting.
     cut_proxy
     wait_for -t 15 file_has "$T/agent.b.err" 'lease ended without Redis: limit 3'
