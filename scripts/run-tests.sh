@@ -2,7 +2,9 @@
 # Runs the bats suite (tests/*.bats).
 #
 #   scripts/run-tests.sh                 every file: two lanes, then the
-#                                        timing-bound files alone
+#                                        timing-bound files two at a time,
+#                                        then those that load the machine
+#                                        alone
 #   scripts/run-tests.sh tests/caps.bats one file, or several in turn
 #                                        (extra args go to bats)
 #
@@ -11,11 +13,13 @@
 # each lane takes the next file from one queue, longest first as the last
 # full run timed them. Files in the lanes share nothing global: each test
 # has its own namespace, ports, servers and temporary directory, and
-# tcpdump filters on its server's port. The files in SERIAL then run one
-# at a time with nothing beside them: they assert on time windows, rates
-# or counts that another lane's load would skew (and nonblocking.bats
-# turns client Fast Open on for the machine, which cli_seccomp.bats reads:
-# it runs after the lanes).
+# tcpdump filters on its server's port. The files in PAIRED then run two
+# at a time, with nothing else beside them: they assert on time windows,
+# rates or counts that the lanes' load (floods, hundreds of processes)
+# would skew, and spend their time waiting on timers and agents, not on
+# the CPU (nonblocking.bats turns client Fast Open on for the machine,
+# which cli_seccomp.bats reads: it runs after the lanes). The files in
+# ALONE, which load the machine themselves, run last, one at a time.
 # build/test-output.tap is the one TAP stream of every file, in file
 # order; build/test-durations keeps each file's seconds for the next run's
 # queue.
@@ -29,8 +33,9 @@ export BATS_LIB_PATH=${BATS_LIB_PATH:-/usr/lib/bats}
 # A hung test fails on its own instead of eating CI's time.
 export BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-120}
 
-SERIAL=(adaptive_capacity cli_adaptive cli_suggest deadline_paths event_loops exit_order
-        fleet fleet_agent fleet_partition fleet_scale nonblocking)
+PAIRED=(cli_adaptive cli_suggest deadline_paths event_loops exit_order fleet fleet_partition
+        fleet_scale nonblocking)
+ALONE=(adaptive_capacity fleet_agent)
 
 missing=0
 for f in build/libbulkhead.so build/tests/connect_hold build/tests/mt_client \
@@ -70,20 +75,33 @@ OUT=build/test-files
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-is_serial() {
-    local name
-    for name in "${SERIAL[@]}"; do [[ "$1" == "$name" ]] && return 0; done
+is_in() {
+    local name=$1
+    shift
+    for item; do [[ "$item" == "$name" ]] && return 0; done
     return 1
 }
 
-# The lanes' queue, longest first: the last run's seconds, else the size of
-# the file (a first run).
+# queue FILE...: the files, longest first: the last run's seconds, else
+# the size of the file (a first run).
+queue() {
+    local f name seconds
+    for f; do
+        name=$(basename "$f" .bats)
+        seconds=$(awk -v n="$name" '$1 == n { print $2 }' build/test-durations 2>/dev/null || true)
+        echo "${seconds:-$(($(wc -c <"$f") / 1000))} $f"
+    done | sort -rn | awk '{ print $2 }'
+}
+
+lane_files=() paired_files=()
 for f in tests/*.bats; do
     name=$(basename "$f" .bats)
-    is_serial "$name" && continue
-    seconds=$(awk -v n="$name" '$1 == n { print $2 }' build/test-durations 2>/dev/null || true)
-    echo "${seconds:-$(($(wc -c <"$f") / 1000))} $f"
-done | sort -rn | awk '{ print $2 }' >"$OUT/queue"
+    if is_in "$name" "${PAIRED[@]}"; then
+        paired_files+=("$f")
+    elif ! is_in "$name" "${ALONE[@]}"; then
+        lane_files+=("$f")
+    fi
+done
 
 # run_file FILE: one file's TAP into $OUT/NAME.tap, its lines echoed as
 # they come (prefixed by its name) and its seconds into $OUT/NAME.seconds.
@@ -100,25 +118,34 @@ run_file() {
     return "$status"
 }
 
-# lane: runs files from the queue until it is empty.
+# lane QUEUE: runs files from QUEUE until it is empty.
 lane() {
     local file status=0
     while :; do
         # shellcheck disable=SC2016  # the inner shell expands $0
-        file=$(flock "$OUT/queue.lock" sh -c 'head -n 1 "$0"; sed -i 1d "$0"' "$OUT/queue")
+        file=$(flock "$1.lock" sh -c 'head -n 1 "$0"; sed -i 1d "$0"' "$1")
         [[ -n "$file" ]] || return "$status"
         run_file "$file" || status=1
     done
 }
 
+# two_lanes FILE...: the files, two at a time, longest first.
+two_lanes() {
+    local status=0 first second
+    queue "$@" >"$OUT/queue"
+    lane "$OUT/queue" &
+    first=$!
+    lane "$OUT/queue" &
+    second=$!
+    wait "$first" || status=1
+    wait "$second" || status=1
+    return "$status"
+}
+
 status=0
-lane &
-first=$!
-lane &
-second=$!
-wait "$first" || status=1
-wait "$second" || status=1
-for name in "${SERIAL[@]}"; do
+two_lanes "${lane_files[@]}" || status=1
+two_lanes "${paired_files[@]}" || status=1
+for name in "${ALONE[@]}"; do
     [[ -f "tests/$name.bats" ]] || continue
     run_file "tests/$name.bats" || status=1
 done
