@@ -179,8 +179,8 @@ unit: deps
 #     export list is not the product's).
 #   asan: those, less caps, clients, exit_order, deadlines, deadline_paths,
 #     breaker, breaker_outcomes, fleet, fleet_agent, policy_curl,
-#     relative_config and event_loop_waits: with the ASan runtime preloaded,
-#     curl and wget hang in setlocale before main, shim or none.
+#     relative_config, event_loop_waits and discover: with the ASan runtime
+#     preloaded, curl and wget hang in setlocale before main, shim or none.
 #   tsan: the unit programs only (the rule index's name notes race its
 #     matches there). Preloaded, the TSan runtime crashes python3 and sh at
 #     start and hangs curl, so no bats file can run under it.
@@ -193,8 +193,8 @@ SAN_FILES_asan  = $(filter-out tests/caps.bats tests/clients.bats tests/exit_ord
                                tests/deadlines.bats tests/deadline_paths.bats \
                                tests/breaker.bats tests/breaker_outcomes.bats tests/fleet.bats \
                                tests/fleet_agent.bats tests/policy_curl.bats \
-                               tests/relative_config.bats tests/event_loop_waits.bats,\
-                               $(SAN_FILES_ubsan))
+                               tests/relative_config.bats tests/event_loop_waits.bats \
+                               tests/discover.bats,$(SAN_FILES_ubsan))
 SAN_FILES_tsan  =
 SAN_SHIM_asan   = $(BUILD)/asan/libbulkhead.so
 SAN_SHIM_ubsan  = $(BUILD)/ubsan/libbulkhead.so
