@@ -117,7 +117,8 @@ static int prepare(struct sv_state *state, const char *rules)
         return -1;
     if (state->config.observe)
         state->destinations = bh_destinations_open(geteuid(), state->config.namespace_name, 1);
-    state->admitter = (struct bh_admitter) { &state->config, &state->ns, state->shared_index };
+    state->admitter = (struct bh_admitter) { &state->config, &state->ns, state->shared_index,
+                                             NULL };
     for (int i = 0; i < state->config.rule_count; i++)
         state->names += state->config.rules[i].kind == BH_RULE_HOSTNAME;
     return 0;

@@ -60,6 +60,10 @@ struct bh_admitter {
     /* config compartment i -> its index in the namespace, -1 when
      * unregistered, BH_SHARED_UNREACHABLE (on_failure = closed) */
     const int *shared_index;
+    /* [config compartment]: what the applicant is in each there, when the
+     * admitter knows it (the shim: per namespace it joined, for its own
+     * process); NULL: the applicant's own (its membership, below). */
+    const struct bh_membership *membership;
 };
 
 /* How a non-blocking connect of an applicant waits for a permit when the
@@ -90,7 +94,8 @@ struct bh_applicant {
      * (asked only when a line is made: for another process, a read of
      * /proc). NULL: the calling process's own. */
     void (*name)(pid_t pid, char *name, size_t size);
-    const struct bh_membership *membership;  /* [config compartment] */
+    /* [config compartment]; NULL: the admitter's */
+    const struct bh_membership *membership;
     /* [namespace index]: the applicant's per_process count, kept by the
      * caller (taken here, given back by the caller's release); NULL: the
      * calling process's own (bh_permit_claim) */

@@ -121,7 +121,7 @@ static int held_by_applicant(const struct asking *asking, const struct bh_permit
 {
     _Atomic uint32_t *claimed = asking->applicant->claimed;
     if (!claimed)
-        return bh_permit_held(ask->index);
+        return bh_permit_held(ns_of(asking), ask->index);
     return (int)atomic_load(&claimed[ask->index]) - ask->weight;
 }
 
@@ -414,7 +414,9 @@ bh_admit_here(const struct bh_admitter *admitter, const struct bh_applicant *app
         return refused_early(admitter, applicant, fd, to, local);
     if (shared < 0)
         return BH_GATE_PASS;
-    if (applicant->membership[local].bypass) {
+    const struct bh_membership *membership =
+        applicant->membership ? applicant->membership : admitter->membership;
+    if (membership[local].bypass) {
         bh_permit_count_bypassed(admitter->ns, shared);
         return BH_GATE_PASS;
     }
@@ -425,7 +427,7 @@ bh_admit_here(const struct bh_admitter *admitter, const struct bh_applicant *app
     asking.to = to;
     asking.local = local;
     const struct bh_take take = {
-        { shared, applicant->membership[local].reserve, rule->weight },
+        { shared, membership[local].reserve, rule->weight },
         &admitter->config->compartments[local], applicant->claimed,
         applicant->reap ? reap_own : NULL, wait_for, &asking,
     };

@@ -110,6 +110,7 @@ struct waiter {
     int64_t ticket;
     int fd;
     uint32_t connection, generation;
+    struct bh_joined *joined;    /* where it waits: the connect's namespace */
     struct bh_rule rule;
     struct sockaddr_storage to;
     socklen_t length;
@@ -170,13 +171,10 @@ static int still_wanted(void)
     return w && atomic_load(&w->phase) == phase_of(w, WAITING);
 }
 
-static const struct bh_admitter waiter_admitter = {
-    &bh_shim.config, &bh_shim.ns, bh_shim.shared_index,
-};
 /* fd -1: the wait is a non-blocking socket's (no SO_SNDTIMEO), read from
- * no fd, and waited here, in place. */
+ * no fd, and waited here, in place, in the namespace of the connect. */
 static const struct bh_applicant waiter_applicant = {
-    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_async_own_threads, still_wanted,
+    0, NULL, NULL, NULL, NULL, NULL, bh_async_own_threads, still_wanted,
     NULL, NULL, BH_NONBLOCKING_PARKED,
 };
 
@@ -299,12 +297,12 @@ static void show_each(const struct waiter *w, int error)
     bh_fd_for_each(show_one, &showing);
 }
 
-static void give_back(const struct bh_admitted *admitted)
+static void give_back(const struct waiter *w, const struct bh_admitted *admitted)
 {
+    struct bh_namespace *ns = &w->joined->ns;
     if (admitted->probe)
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, admitted->ask.index),
-                           admitted->probe);
-    bh_permit_release(&bh_shim.ns, admitted->ask.index, admitted->ask.weight);
+        bh_breaker_abandon(bh_breaker_fields(ns, admitted->ask.index), admitted->probe);
+    bh_permit_release(ns, admitted->ask.index, admitted->ask.weight);
 }
 
 static int decided(struct waiter *w)
@@ -320,23 +318,16 @@ static void granted(struct waiter *w, const struct bh_admitted *admitted)
 {
     int fd = decided(w) ? guard_some_fd(w) : -1;
     if (fd < 0) {  /* every fd of it closed meanwhile */
-        give_back(admitted);
+        give_back(w, admitted);
         return;
     }
-    const struct bh_compartment *compartment = bh_rules_of(admitted->ask.index);
-    if (!(atomic_load(bh_fd_connection_watch(w->connection)) & BH_WATCH_WAITING)) {
-        /* a uid change moved it out of the namespace: refused */
-        give_back(admitted);
-        bh_fd_unguard(w->connection);
-        show_each(w, compartment->refusal_errno);
-        return;
-    }
+    const struct bh_compartment *compartment = &bh_shim.config.compartments[w->rule.compartment];
     bh_deadline_before_connect(fd, compartment);
     int rc = libc_connect(fd, (const struct sockaddr *)&w->to, w->length);
     int error = rc < 0 && errno != EINPROGRESS ? errno : 0;
     if (error) {
-        give_back(admitted);
-        bh_count_connect_failure(&bh_shim.ns, admitted->ask.index, error == ETIMEDOUT);
+        give_back(w, admitted);
+        bh_count_connect_failure(&w->joined->ns, admitted->ask.index, error == ETIMEDOUT);
         atomic_store(bh_fd_connection_watch(w->connection), BH_WATCH_WAITING);
     } else if (admitted->probe) {
         bh_fd_connection_start(w->connection, bh_outcome_watch(compartment, 1),
@@ -386,7 +377,7 @@ static void *wait_for_permits(void *arg)
     struct bh_admitted admitted;
     int shared = BH_GATE_REFUSED, error = EINTR;
     if (still_wanted()) {
-        shared = bh_admit(&waiter_admitter, &waiter_applicant, -1, &w->rule,
+        shared = bh_admit(&w->joined->admitter, &waiter_applicant, -1, &w->rule,
                           (const struct sockaddr *)&w->to, &admitted);
         error = errno;
     }
@@ -431,8 +422,8 @@ static void not_started(struct waiter *w, int fd, int hidden)
     free_record(w);
 }
 
-int bh_async_connect(int fd, const struct bh_rule *rule, const struct sockaddr *to,
-                     socklen_t length, char *why, size_t whylen)
+int bh_async_connect(struct bh_joined *joined, int fd, const struct bh_rule *rule,
+                     const struct sockaddr *to, socklen_t length, char *why, size_t whylen)
 {
     int saved_errno = errno;
     int expected = 0;
@@ -445,9 +436,9 @@ int bh_async_connect(int fd, const struct bh_rule *rule, const struct sockaddr *
                  "wait", MAX_WAITERS);
         return -1;
     }
-    int shared = bh_shim.shared_index[rule->compartment];
+    int shared = joined->shared_index[rule->compartment];
     uint32_t watch = bh_shim.watch[rule->compartment] | BH_WATCH_WAITING;
-    if (bh_fd_attach(fd, shared, rule->weight, watch, w->ticket) < 0) {
+    if (bh_fd_attach(fd, bh_place(joined, shared), rule->weight, watch, w->ticket) < 0) {
         free_record(w);
         snprintf(why, whylen, "at once: full; another thread connects this socket");
         return -1;
@@ -455,6 +446,7 @@ int bh_async_connect(int fd, const struct bh_rule *rule, const struct sockaddr *
     w->fd = fd;
     w->connection = (bh_fd_entry(fd) >> BH_FD_KIND_BITS) - 1;
     w->generation = bh_fd_generation(w->connection);
+    w->joined = joined;
     w->rule = *rule;
     w->length = length < sizeof w->to ? length : sizeof w->to;
     memcpy(&w->to, to, w->length);

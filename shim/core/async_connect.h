@@ -9,16 +9,18 @@
 #include <sys/types.h>
 
 #include "config/config.h"
+#include "core/joined.h"
 #include "core/outcome.h"
 #include "fdtable/fd_table.h"
 #include "readiness/waiting.h"
 
 /* The gate found the compartment full for fd, a non-blocking socket that
- * may wait: the wait starts (fd hidden from the program's readiness,
- * tracked as waiting, a waiter thread queued for its permits). 0, or -1
- * when it cannot start, with why in words for the refusal line. */
-int bh_async_connect(int fd, const struct bh_rule *rule, const struct sockaddr *to,
-                     socklen_t length, char *why, size_t whylen);
+ * may wait, in the namespace `joined`: the wait starts there (fd hidden
+ * from the program's readiness, tracked as waiting, a waiter thread
+ * queued for its permits). 0, or -1 when it cannot start, with why in
+ * words for the refusal line. */
+int bh_async_connect(struct bh_joined *joined, int fd, const struct bh_rule *rule,
+                     const struct sockaddr *to, socklen_t length, char *why, size_t whylen);
 
 /* The applicant's wait_elsewhere (admission.h): nonzero in the process
  * that owns the fd table, 0 in a vfork child. */

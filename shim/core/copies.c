@@ -59,27 +59,38 @@
 #include "fdtable/fd_table.h"
 #include "libc/libc.h"
 
-/* fd's connection's record, made now if it has none; 0 when the fd
- * carries no counted connection or no record could be made. */
-static bh_share shared(int fd)
+/* A record's name, in the namespace that keeps it: the one its
+ * connection's place names (joined.h). */
+struct copy {
+    bh_share share;
+    struct bh_namespace *ns;
+};
+
+/* fd's connection's record, made now if it has none, with a reference
+ * for a copy; share 0 when the fd carries no counted connection or no
+ * record could be made. */
+static struct copy shared(int fd)
 {
+    struct copy copy = { 0, NULL };
     uint32_t pinned = bh_fd_pin(fd);
     if (!pinned)
-        return 0;
+        return copy;
     struct bh_fd_state state = bh_fd_lookup(fd);
-    bh_share share = state.share;
+    copy.share = state.share;
+    copy.ns = state.compartment >= 0 ? bh_ns_of(state.compartment) : NULL;
     /* a waiting connection holds no permits to put in a record */
-    if (!share && state.compartment >= 0 && !(state.watch & BH_WATCH_WAITING)) {
-        share = bh_socket_share(&bh_shim.ns, fd, state.compartment, state.weight);
-        if (share)
-            bh_fd_set_share(pinned, share);
+    if (!copy.share && copy.ns && !(state.watch & BH_WATCH_WAITING)) {
+        copy.share = bh_socket_share(copy.ns, fd, bh_index_of(state.compartment),
+                                     state.weight);
+        if (copy.share)
+            bh_fd_set_share(pinned, copy.share);
     }
     /* A reference for the copy before the pin goes: the pin may be the
      * connection's last fd now. */
-    if (share && bh_socket_ref(&bh_shim.ns, share) < 0)
-        share = 0;
+    if (copy.share && bh_socket_ref(copy.ns, copy.share) < 0)
+        copy.share = 0;
     bh_give_back(bh_fd_unpin(pinned));
-    return share;
+    return copy;
 }
 
 static void share_with_child(int fd, void *ctx)
@@ -111,16 +122,15 @@ enum { MAX_SPAWNED = 256 };
 struct spawned {
     pid_t parent;   /* the process that listed them; 0: none */
     int count;
-    bh_share shares[MAX_SPAWNED];
+    struct copy copies[MAX_SPAWNED];
 };
 static __thread struct spawned spawned;
 
 /* The child's own permits for its copy of a connection with no record
  * (the table was full): counted twice rather than not at all. */
-static int own_copy(int compartment, int weight)
+static int own_copy(int place, int weight)
 {
-    return compartment >= 0 && weight > 0
-        ? bh_permit_take_for_copy(&bh_shim.ns, compartment, weight) : -1;
+    return place >= 0 && weight > 0 ? bh_permit_take_for_copy(BH_AT(place), weight) : -1;
 }
 
 void bh_copies_after_fork_child(void)
@@ -133,9 +143,9 @@ void bh_copies_after_fork_child(void)
 static void share_with_spawned(int fd, void *ctx)
 {
     (void)ctx;
-    bh_share share = spawned.count < MAX_SPAWNED ? shared(fd) : 0;
-    if (share)
-        spawned.shares[spawned.count++] = share;
+    struct copy copy = spawned.count < MAX_SPAWNED ? shared(fd) : (struct copy){ 0, NULL };
+    if (copy.share)
+        spawned.copies[spawned.count++] = copy;
 }
 
 static void before_spawn(void)
@@ -155,30 +165,30 @@ void *bh_copies_before_vfork(void)
 }
 
 struct survivor {
-    bh_share share;
+    struct copy copy;
     int found;
 };
 
-/* An fd of the share's connection open here without close-on-exec, whose
+/* An fd of the copy's connection open here without close-on-exec, whose
  * socket is still the record's. */
-static void find_survivor(int fd, uint32_t connection, int compartment, void *ctx)
+static void find_survivor(int fd, uint32_t connection, int place, void *ctx)
 {
     struct survivor *survivor = ctx;
     struct stat socket_stat;
     int flags, index, weight;
     (void)connection;
-    (void)compartment;
-    if (survivor->found || bh_fd_lookup(fd).share != survivor->share)
+    if (survivor->found || place < 0 || bh_ns_of(place) != survivor->copy.ns ||
+        bh_fd_lookup(fd).share != survivor->copy.share)
         return;
     flags = libc_fcntl(fd, F_GETFD, NULL);
     survivor->found = flags >= 0 && !(flags & FD_CLOEXEC) && fstat(fd, &socket_stat) == 0 &&
-                      bh_socket_find(&bh_shim.ns, socket_stat.st_ino, &index, &weight) ==
-                          survivor->share;
+                      bh_socket_find(survivor->copy.ns, socket_stat.st_ino, &index, &weight) ==
+                          survivor->copy.share;
 }
 
-static int survives_exec(bh_share share)
+static int survives_exec(struct copy copy)
 {
-    struct survivor survivor = { share, 0 };
+    struct survivor survivor = { copy, 0 };
     bh_fd_for_each_inherited(find_survivor, &survivor);
     return survivor.found;
 }
@@ -187,9 +197,10 @@ static int survives_exec(bh_share share)
 static void drop_spawned(int all)
 {
     for (int i = 0; i < spawned.count; i++) {
-        if (spawned.shares[i] && (all || !survives_exec(spawned.shares[i]))) {
-            bh_socket_unref(&bh_shim.ns, spawned.shares[i]);
-            spawned.shares[i] = 0;
+        struct copy *copy = &spawned.copies[i];
+        if (copy->share && (all || !survives_exec(*copy))) {
+            bh_socket_unref(copy->ns, copy->share);
+            copy->share = 0;
         }
     }
 }
@@ -248,7 +259,7 @@ static void each_passed(const struct msghdr *msg, void (*each)(int fd, void *ctx
 }
 
 struct in_flight {
-    bh_share shares[MAX_PASSED];
+    struct copy copies[MAX_PASSED];
     int count;
     int unrecorded;     /* counted fds that got no record */
 };
@@ -258,9 +269,9 @@ static void send_copy(int fd, void *ctx)
     struct in_flight *flight = ctx;
     if (!bh_fd_has_connection(fd))
         return;
-    bh_share share = flight->count < MAX_PASSED ? shared(fd) : 0;
-    if (share)
-        flight->shares[flight->count++] = share;
+    struct copy copy = flight->count < MAX_PASSED ? shared(fd) : (struct copy){ 0, NULL };
+    if (copy.share)
+        flight->copies[flight->count++] = copy;
     else
         flight->unrecorded++;
 }
@@ -276,7 +287,7 @@ ssize_t bh_copies_sendmsg(int fd, const struct msghdr *msg, int flags,
     ssize_t sent = flight.unrecorded ? (errno = ETOOMANYREFS, -1) : send(fd, msg, flags);
     int saved_errno = errno;
     for (int i = 0; sent < 0 && i < flight.count; i++)
-        bh_socket_unref(&bh_shim.ns, flight.shares[i]);  /* nothing left */
+        bh_socket_unref(flight.copies[i].ns, flight.copies[i].share);  /* nothing left */
     errno = saved_errno;
     return sent;
 }
@@ -288,9 +299,11 @@ void bh_copies_received(int fd, int peeked)
     if (atomic_load(&bh_shim.status) != BH_SHIM_ACTIVE || fstat(fd, &received) < 0 ||
         !S_ISSOCK(received.st_mode))
         return;
-    bh_share share = bh_socket_find(&bh_shim.ns, received.st_ino, &index, &weight);
-    if (share && peeked && bh_socket_ref(&bh_shim.ns, share) < 0)
+    /* looked for in the namespace connects count in now */
+    struct bh_joined *joined = bh_joined_now();
+    bh_share share = bh_socket_find(&joined->ns, received.st_ino, &index, &weight);
+    if (share && peeked && bh_socket_ref(&joined->ns, share) < 0)
         return;  /* given back meanwhile: the kernel had it closed everywhere */
-    if (share && bh_fd_attach_shared(fd, index, weight, share) < 0)
-        bh_socket_unref(&bh_shim.ns, share);  /* untracked here: not held */
+    if (share && bh_fd_attach_shared(fd, bh_place(joined, index), weight, share) < 0)
+        bh_socket_unref(&joined->ns, share);  /* untracked here: not held */
 }

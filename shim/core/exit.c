@@ -78,7 +78,7 @@ void bh_exit_close_connections(int flush_streams)
     if (atomic_load(&bh_shim.status) != BH_SHIM_ACTIVE || !bh_fd_table_owned_here())
         return;  /* off, or a vfork child: nothing here is ours */
     bh_fd_for_each(close_first, &flush_streams);
-    bh_permits_leave(&bh_shim.ns);
+    bh_joined_each(bh_permits_leave);
     bh_log_refusals_left_out();
 }
 

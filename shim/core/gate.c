@@ -45,9 +45,11 @@ static int is_inet_stream(int fd, enum bh_fd_kind kind)
     return is_inet_stream_socket(fd);
 }
 
-/* Admitted: the fd holds the permits from now, watched as outcome.c says.
- * The probe's since_ns is its holding of the slot (breaker.h). */
-static int attach(int fd, int local, const struct bh_permit_ask *ask, int64_t probe)
+/* Admitted: the fd holds the permits from now, at their place in the
+ * namespace they were taken from, watched as outcome.c says. The probe's
+ * since_ns is its holding of the slot (breaker.h). */
+static int attach(struct bh_joined *joined, int fd, int local,
+                  const struct bh_permit_ask *ask, int64_t probe)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     int64_t since_ns = probe;
@@ -59,30 +61,29 @@ static int attach(int fd, int local, const struct bh_permit_ask *ask, int64_t pr
     } else {
         watch = bh_outcome_watch(compartment, 1);
     }
-    if (bh_fd_attach(fd, ask->index, ask->weight, watch, since_ns) < 0) {
+    int place = bh_place(joined, ask->index);
+    if (bh_fd_attach(fd, place, ask->weight, watch, since_ns) < 0) {
         if (probe)
-            bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ask->index), probe);
+            bh_breaker_abandon(bh_breaker_fields(&joined->ns, ask->index), probe);
         /* another thread counted it */
-        bh_permit_release(&bh_shim.ns, ask->index, ask->weight);
+        bh_permit_release(&joined->ns, ask->index, ask->weight);
         return BH_GATE_PASS;
     }
     bh_deadline_before_connect(fd, compartment);
-    return ask->index;
+    return place;
 }
 
-/* The shim decides for its own process: what it is in each compartment
- * was worked out at start-up (shim.c). */
-static const struct bh_admitter shim_admitter = {
-    &bh_shim.config, &bh_shim.ns, bh_shim.shared_index,
-};
+/* The shim decides for its own process, in the namespace it counts in
+ * now (its admitter, joined.h): what it is in each compartment there was
+ * worked out when it joined (shim.c). */
 static const struct bh_applicant shim_applicant = {
-    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_async_own_threads,
+    0, NULL, NULL, NULL, NULL, NULL, bh_async_own_threads,
     bh_signals_all_restart, bh_shim_uid_settled, bh_async_can_wait, BH_NONBLOCKING_OWN,
 };
 
 /* The last try: a refusal is said and on_failure decides. */
 static const struct bh_applicant shim_applicant_last_try = {
-    0, NULL, bh_shim.membership, NULL, NULL, NULL, bh_async_own_threads,
+    0, NULL, NULL, NULL, NULL, NULL, bh_async_own_threads,
     bh_signals_all_restart, NULL, bh_async_can_wait, BH_NONBLOCKING_OWN,
 };
 
@@ -92,14 +93,19 @@ enum { UID_MOVED_TRIES = 16 };
  * before the namespace follows): asked again, in the namespace the change
  * led to, while changes the shim saw keep refusing it, a few times. */
 static __attribute__((noinline, cold)) int
-admit_again(int fd, const struct bh_rule *rule, const struct sockaddr *to,
-            struct bh_admitted *admitted)
+admit_again(struct bh_joined **joined, int fd, const struct bh_rule *rule,
+            const struct sockaddr *to, struct bh_admitted *admitted)
 {
     int shared = BH_GATE_UID_MOVED;
-    for (int i = 0; i < UID_MOVED_TRIES && shared == BH_GATE_UID_MOVED; i++)
-        shared = bh_admit(&shim_admitter, &shim_applicant, fd, rule, to, admitted);
-    if (shared == BH_GATE_UID_MOVED)
-        shared = bh_admit(&shim_admitter, &shim_applicant_last_try, fd, rule, to, admitted);
+    for (int i = 0; i < UID_MOVED_TRIES && shared == BH_GATE_UID_MOVED; i++) {
+        *joined = bh_joined_now();
+        shared = bh_admit(&(*joined)->admitter, &shim_applicant, fd, rule, to, admitted);
+    }
+    if (shared == BH_GATE_UID_MOVED) {
+        *joined = bh_joined_now();
+        shared = bh_admit(&(*joined)->admitter, &shim_applicant_last_try, fd, rule, to,
+                          admitted);
+    }
     return shared;
 }
 
@@ -108,33 +114,36 @@ admit_again(int fd, const struct bh_rule *rule, const struct sockaddr *to,
  * no wait can start, refused at once as a fail-fast compartment is. The
  * address's length is its family's (the matched path keeps no other). */
 static __attribute__((noinline, cold)) int
-wait_elsewhere(int fd, const struct bh_rule *rule, const struct sockaddr *to)
+wait_elsewhere(struct bh_joined *joined, int fd, const struct bh_rule *rule,
+               const struct sockaddr *to)
 {
-    struct asking asking = { &shim_admitter, &shim_applicant, fd, to, rule->compartment, "" };
+    struct asking asking = { &joined->admitter, &shim_applicant, fd, to, rule->compartment,
+                             "" };
     socklen_t length = to->sa_family == AF_INET ? sizeof(struct sockaddr_in)
                                                 : sizeof(struct sockaddr_in6);
-    if (bh_async_connect(fd, rule, to, length, asking.why, sizeof asking.why) == 0) {
+    if (bh_async_connect(joined, fd, rule, to, length, asking.why, sizeof asking.why) == 0) {
         errno = EINPROGRESS;
         return BH_GATE_REFUSED;
     }
-    int shared = bh_shim.shared_index[rule->compartment];
-    bh_permit_count_rejected(&bh_shim.ns, shared);
+    int shared = joined->shared_index[rule->compartment];
+    bh_permit_count_rejected(&joined->ns, shared);
     return refuse(&asking, rule->compartment, shared, asking.why);
 }
 
 static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 {
     struct bh_admitted admitted;
-    int shared = bh_admit_here(&shim_admitter, &shim_applicant, fd, rule, to, &admitted);
+    struct bh_joined *joined = bh_joined_now();
+    int shared = bh_admit_here(&joined->admitter, &shim_applicant, fd, rule, to, &admitted);
     if (shared < 0) {
         if (shared == BH_GATE_UID_MOVED)
-            shared = admit_again(fd, rule, to, &admitted);
+            shared = admit_again(&joined, fd, rule, to, &admitted);
         if (shared == BH_GATE_WAIT)
-            return wait_elsewhere(fd, rule, to);
+            return wait_elsewhere(joined, fd, rule, to);
         if (shared < 0)
             return shared;
     }
-    return attach(fd, rule->compartment, &admitted.ask, admitted.probe);
+    return attach(joined, fd, rule->compartment, &admitted.ask, admitted.probe);
 }
 
 /* connect(AF_UNSPEC) dissolves a connection: if it was counted, its

@@ -12,6 +12,9 @@
  *     ("<fd>:<connection>:<compartment>:<weight>:<share>", share 0: none):
  *     the new image tracks it again, fds of one connection sharing one
  *     count, and a shared one names its record again.
+ * Only connections counted in the namespace the process counts in now are
+ * named, by their index there: those of namespaces it left at a uid change
+ * (core/joined.c) are held until the process exits.
  * Nothing is released before exec: if exec fails, nothing has changed.
  * If the new image does not load the shim, the permits go back when the
  * process exits (SEM_UNDO) - late, but never lost and never twice.
@@ -75,7 +78,7 @@ static void count_tracked(int fd, uint32_t connection, int compartment, void *ct
         collection->max_connection = connection;
 }
 
-static void collect(int fd, uint32_t connection, int compartment, void *ctx)
+static void collect(int fd, uint32_t connection, int place, void *ctx)
 {
     struct collection *collection = ctx;
     if (collection->count == collection->capacity)
@@ -86,8 +89,10 @@ static void collect(int fd, uint32_t connection, int compartment, void *ctx)
     struct bh_fd_state state = bh_fd_lookup(fd);
     if (state.watch & BH_WATCH_WAITING)
         return;  /* holds nothing; its waiter dies with the image */
+    if (bh_joined_of(place) != bh_joined_now())
+        return;  /* a namespace left at a uid change: held until exit */
     collection->items[collection->count++] = (struct tracked_fd){
-        fd, connection, compartment, state.weight, state.share, !(flags & FD_CLOEXEC) };
+        fd, connection, bh_index_of(place), state.weight, state.share, !(flags & FD_CLOEXEC) };
 }
 
 static int test_and_set(unsigned char *bits, uint32_t n)
@@ -162,7 +167,7 @@ int bh_handoff_encode(struct bh_handoff *handoff, char *const envp[])
     unsigned char *marked = (unsigned char *)base + items_size;
     char *text = base + items_size + bitmap_size;
     char *end = text + sprintf(text, "%s=%d/%d/", BH_HANDOFF_VARIABLE,
-                               (int)getpid(), bh_shim.ns.semid);
+                               (int)getpid(), bh_joined_now()->ns.semid);
     if (encode_items(end, &collection, marked) == end) {
         bh_handoff_release(handoff);
         return 0;
@@ -192,14 +197,15 @@ struct adoption {
 };
 
 /* A shared fd is tracked again only if its record names its socket. */
-static int attach_shared(int fd, int compartment, int weight, uint32_t share)
+static int attach_shared(struct bh_joined *joined, int fd, int compartment, int weight,
+                         uint32_t share)
 {
     struct stat socket_stat;
     int index, record_weight;
     return fstat(fd, &socket_stat) == 0 &&
-           bh_socket_find(&bh_shim.ns, socket_stat.st_ino, &index, &record_weight) == share &&
+           bh_socket_find(&joined->ns, socket_stat.st_ino, &index, &record_weight) == share &&
            index == compartment && record_weight == weight &&
-           bh_fd_attach_shared(fd, compartment, weight, share) == 0;
+           bh_fd_attach_shared(fd, bh_place(joined, compartment), weight, share) == 0;
 }
 
 static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
@@ -215,9 +221,10 @@ static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
     }
     if (adoption->count == adoption->capacity)
         return;
-    if (share ? attach_shared(fd, compartment, weight, share)
+    struct bh_joined *joined = bh_joined_now();
+    if (share ? attach_shared(joined, fd, compartment, weight, share)
               : adoption->budget[compartment] >= (uint32_t)weight &&
-                bh_fd_attach(fd, compartment, weight, 0, 0) == 0) {
+                bh_fd_attach(fd, bh_place(joined, compartment), weight, 0, 0) == 0) {
         if (!share)
             adoption->budget[compartment] -= (uint32_t)weight;
         adoption->adopted[adoption->count++] = (struct adopted){ old_connection, fd };
@@ -227,7 +234,7 @@ static void adopt_fd(struct adoption *adoption, int fd, uint32_t old_connection,
 static int valid_compartment(int compartment)
 {
     return compartment >= 0 &&
-           compartment < (int)bh_compartment_count(&bh_shim.ns);
+           compartment < (int)bh_compartment_count(&bh_joined_now()->ns);
 }
 
 static void adopt_items(char *items, struct adoption *adoption)
@@ -238,12 +245,12 @@ static void adopt_items(char *items, struct adoption *adoption)
         int fd, compartment, weight;
         unsigned connection, share;
         if (sscanf(item, "s%u", &share) == 1) {
-            bh_socket_unref(&bh_shim.ns, share);
+            bh_socket_unref(&bh_joined_now()->ns, share);
         } else if (sscanf(item, "r%d:%d", &compartment, &weight) == 2 &&
             valid_compartment(compartment) && weight > 0) {
             if (adoption->budget[compartment] >= (uint32_t)weight) {
                 adoption->budget[compartment] -= (uint32_t)weight;
-                bh_permit_release(&bh_shim.ns, compartment, weight);
+                bh_permit_release(&bh_joined_now()->ns, compartment, weight);
             }
         } else if (sscanf(item, "%d:%u:%d:%d:%u", &fd, &connection, &compartment,
                           &weight, &share) == 5 &&
@@ -256,12 +263,13 @@ static void adopt_items(char *items, struct adoption *adoption)
 void bh_handoff_adopt(void)
 {
     const char *value = getenv(BH_HANDOFF_VARIABLE);
+    struct bh_namespace *ns = &bh_joined_now()->ns;
     int pid, semid, offset = 0;
-    if (!value || !bh_shim.ns.state || getauxval(AT_SECURE))
+    if (!value || !ns->state || getauxval(AT_SECURE))
         return;  /* none, no namespace of ours, or a caller we must not trust */
     if (sscanf(value, "%d/%d/%n", &pid, &semid, &offset) != 2 || !offset)
         return;
-    if (pid != getpid() || semid != bh_shim.ns.semid) {
+    if (pid != getpid() || semid != ns->semid) {
         bh_log(BH_LOG_DEBUG, "ignoring a hand-off for another process or "
                "namespace; its permits go back when that process exits");
         return;
@@ -269,7 +277,7 @@ void bh_handoff_adopt(void)
     struct adoption adoption = { .count = 0 };
     /* No holder record: nothing of ours to give back or adopt (budget 0),
      * but shared connections are their records' (a forked child's). */
-    bh_permits_rejoin_after_exec(&bh_shim.ns, adoption.budget);
+    bh_permits_rejoin_after_exec(ns, adoption.budget);
     char *items = strdup(value + offset);
     adoption.capacity = items ? (int)strlen(items) / 4 + 1 : 0;
     adoption.adopted = items ? calloc(adoption.capacity, sizeof *adoption.adopted) : NULL;

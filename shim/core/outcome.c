@@ -73,7 +73,6 @@
 #include "breaker/breaker.h"
 #include "core/async_connect.h"
 #include "core/deadline.h"
-#include "core/left_namespaces.h"
 #include "core/stall.h"
 #include "core/state.h"
 #include "log/log.h"
@@ -89,11 +88,11 @@ static int64_t take_probe(int fd)
     return 0;
 }
 
-static void log_change(int shared, enum bh_breaker_change change, int err)
+static void log_change(int place, enum bh_breaker_change change, int err)
 {
-    const struct bh_compartment *compartment = bh_rules_of(shared);
+    const struct bh_compartment *compartment = bh_rules_of(place);
     struct bh_breaker_view breaker;
-    bh_breaker_read(bh_breaker_fields(&bh_shim.ns, shared), &breaker);
+    bh_breaker_read(bh_breaker_fields(BH_AT(place)), &breaker);
     int open_ms = breaker.open_ms;
     if (change == BH_BREAKER_OPENED)
         bh_log(BH_LOG_WARN, "[%s]: breaker open for %d ms after %d failed "
@@ -107,52 +106,52 @@ static void log_change(int shared, enum bh_breaker_change change, int err)
                compartment->name);
 }
 
-static void log_limit_change(int shared, const struct bh_adaptive_change *change)
+static void log_limit_change(int place, const struct bh_adaptive_change *change)
 {
     char more[64] = "";
     if (change->left_out)
         snprintf(more, sizeof more, " (%u more changes since the last line)",
                  change->left_out);
     bh_log(BH_LOG_INFO, "[%s]: adaptive limit %d -> %d (%s; latency %.1f ms, "
-           "baseline %.1f ms)%s", bh_compartment_name(&bh_shim.ns, shared), change->from, change->to,
+           "baseline %.1f ms)%s", bh_compartment_name(BH_AT(place)), change->from,
+           change->to,
            bh_adaptive_reason_name(change->reason), (double)change->recent_ns / 1e6,
            (double)change->baseline_ns / 1e6, more);
 }
 
 /* A downstream failure on fd's connection: one drop per connection, and
  * its hold is no latency sample. */
-static void adaptive_drop(int fd, int shared)
+static void adaptive_drop(int fd, int place)
 {
     struct bh_adaptive_change change;
-    if (!bh_adaptive_on(&bh_shim.ns, shared) || (bh_fd_watched(fd) & BH_WATCH_DROPPED))
+    if (!bh_adaptive_on(BH_AT(place)) || (bh_fd_watched(fd) & BH_WATCH_DROPPED))
         return;
     bh_fd_rewatch(fd, BH_WATCH_DROPPED);
-    if (bh_adaptive_drop(&bh_shim.ns, shared, bh_clock_ns(CLOCK_MONOTONIC), &change))
-        log_limit_change(shared, &change);
+    if (bh_adaptive_drop(BH_AT(place), bh_clock_ns(CLOCK_MONOTONIC), &change))
+        log_limit_change(place, &change);
 }
 
-static void tell_failure(int fd, int shared, int err, int io)
+static void tell_failure(int fd, int place, int err, int io)
 {
     uint32_t bits = bh_fd_unwatch(fd, BH_WATCH_MAY_FAIL | BH_WATCH_FIRST_BYTE);
     int64_t probe = take_probe(fd);
     if (!(bits & BH_WATCH_MAY_FAIL) && !probe)
         return;
-    const struct bh_compartment *compartment = bh_rules_of(shared);
+    const struct bh_compartment *compartment = bh_rules_of(place);
     struct bh_breaker_config config = {
         compartment->breaker_failures, compartment->breaker_open_ms,
         compartment->breaker_open_max_ms,
     };
-    log_change(shared, bh_breaker_failure(bh_breaker_fields(&bh_shim.ns, shared), &config,
-                                          probe, io),
+    log_change(place, bh_breaker_failure(bh_breaker_fields(BH_AT(place)), &config, probe, io),
                err);
 }
 
-static void tell_success(int fd, int shared, int bytes)
+static void tell_success(int fd, int place, int bytes)
 {
-    if (!bh_breaker_wants(bh_breaker_fields(&bh_shim.ns, shared), bytes))
+    if (!bh_breaker_wants(bh_breaker_fields(BH_AT(place)), bytes))
         return;
     int64_t probe = take_probe(fd);
-    log_change(shared, bh_breaker_success(bh_breaker_fields(&bh_shim.ns, shared), probe), 0);
+    log_change(place, bh_breaker_success(bh_breaker_fields(BH_AT(place)), probe), 0);
 }
 
 void bh_outcome_connected(int fd)
@@ -160,8 +159,10 @@ void bh_outcome_connected(int fd)
     struct bh_fd_state state;
     if (!bh_fd_unwatch_lookup(fd, BH_WATCH_CONNECTING, &state) || state.compartment < 0)
         return;
-    bh_count_connect_time(&bh_shim.ns, state.compartment, bh_clock_ns(CLOCK_MONOTONIC) - state.since_ns);
-    bh_deadline_established(fd, bh_rules_of(state.compartment));
+    struct bh_joined *joined = bh_joined_of(state.compartment);
+    int index = bh_index_of(state.compartment);
+    bh_count_connect_time(&joined->ns, index, bh_clock_ns(CLOCK_MONOTONIC) - state.since_ns);
+    bh_deadline_established(fd, &bh_shim.config.compartments[joined->local_index[index]]);
     if (state.watch & BH_WATCH_MAY_FAIL) {
         int saved_errno = errno;  /* the breaker may log */
         tell_success(fd, state.compartment, 0);
@@ -173,22 +174,22 @@ void bh_outcome_connect_failed(int fd, int err)
 {
     if (!bh_fd_unwatch(fd, BH_WATCH_CONNECTING))
         return;
-    int shared = bh_fd_lookup(fd).compartment;
-    if (shared < 0 || !bh_downstream_failure(err))
+    int place = bh_fd_lookup(fd).compartment;
+    if (place < 0 || !bh_downstream_failure(err))
         return;
-    bh_count_connect_failure(&bh_shim.ns, shared, err == ETIMEDOUT);
-    adaptive_drop(fd, shared);
-    tell_failure(fd, shared, err, 0);
+    bh_count_connect_failure(BH_AT(place), err == ETIMEDOUT);
+    adaptive_drop(fd, place);
+    tell_failure(fd, place, err, 0);
 }
 
 static void io_timed_out(int fd)
 {
-    int shared = bh_fd_lookup(fd).compartment;
-    if (shared < 0)
+    int place = bh_fd_lookup(fd).compartment;
+    if (place < 0)
         return;
-    bh_count_io_timeout(&bh_shim.ns, shared);
-    adaptive_drop(fd, shared);
-    tell_failure(fd, shared, ETIMEDOUT, 1);
+    bh_count_io_timeout(BH_AT(place));
+    adaptive_drop(fd, place);
+    tell_failure(fd, place, ETIMEDOUT, 1);
 }
 
 /* The first bytes back: the connection works. Without an io deadline
@@ -200,9 +201,9 @@ static void first_byte(int fd, uint32_t watch)
         done |= BH_WATCH_MAY_FAIL;
     if (!(bh_fd_unwatch(fd, done) & BH_WATCH_FIRST_BYTE))
         return;
-    int shared = bh_fd_lookup(fd).compartment;
-    if (shared >= 0)
-        tell_success(fd, shared, 1);
+    int place = bh_fd_lookup(fd).compartment;
+    if (place >= 0)
+        tell_success(fd, place, 1);
 }
 
 /* The first send that went out: a non-blocking socket's exchanges are
@@ -224,8 +225,8 @@ uint32_t bh_outcome_before_io(int fd, uint32_t watch, int receive)
     if (!receive || !(watch & BH_WATCH_ARM_RECEIVE) ||
         !bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE))
         return watch;
-    int shared = bh_fd_lookup(fd).compartment;
-    if (shared >= 0 && bh_deadline_arm_receive(fd, bh_rules_of(shared))) {
+    int place = bh_fd_lookup(fd).compartment;
+    if (place >= 0 && bh_deadline_arm_receive(fd, bh_rules_of(place))) {
         bh_fd_rewatch(fd, BH_WATCH_RECEIVE_OURS);
         watch |= BH_WATCH_RECEIVE_OURS;
     }
@@ -247,15 +248,15 @@ static int learn_from_error(int fd, uint32_t watch, int err, int receive, int fl
     else if (err == ETIMEDOUT && (watch & BH_WATCH_IO_DEADLINE))
         io_timed_out(fd);
     else if (watch & BH_WATCH_FIRST_BYTE) {
-        int shared = bh_fd_lookup(fd).compartment;
-        if (shared >= 0) {  /* reset, or timed out, before the first byte */
-            adaptive_drop(fd, shared);
-            tell_failure(fd, shared, err, 1);
+        int place = bh_fd_lookup(fd).compartment;
+        if (place >= 0) {  /* reset, or timed out, before the first byte */
+            adaptive_drop(fd, place);
+            tell_failure(fd, place, err, 1);
         }
     } else {
-        int shared = bh_fd_lookup(fd).compartment;
-        if (shared >= 0)  /* reset later, on a connection still watched */
-            adaptive_drop(fd, shared);
+        int place = bh_fd_lookup(fd).compartment;
+        if (place >= 0)  /* reset later, on a connection still watched */
+            adaptive_drop(fd, place);
     }
     return err;
 }
@@ -264,9 +265,9 @@ void bh_outcome_timed_send(int fd, uint32_t number)
 {
     int saved_errno = errno;
     int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
-    int shared = bh_fd_note_send(fd, now);
-    if (shared >= 0)  /* the exchanges since the last timed one, this one included */
-        bh_window_count_many(bh_window_of(&bh_shim.ns, shared), BH_WINDOW_TURNAROUNDS,
+    int place = bh_fd_note_send(fd, now);
+    if (place >= 0)  /* the exchanges since the last timed one, this one included */
+        bh_window_count_many(bh_window_of(BH_AT(place)), BH_WINDOW_TURNAROUNDS,
                              number ? BH_TURNAROUND_EVERY : 1, now);
     errno = saved_errno;
 }
@@ -274,15 +275,15 @@ void bh_outcome_timed_send(int fd, uint32_t number)
 void bh_outcome_timed_answer(int fd)
 {
     int saved_errno = errno;
-    int shared = -1;
-    int64_t sent = bh_fd_take_send(fd, &shared);
-    if (sent && shared >= 0) {
+    int place = -1;
+    int64_t sent = bh_fd_take_send(fd, &place);
+    if (sent && place >= 0) {
         int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
         struct bh_adaptive_change change;
-        bh_window_turnaround(bh_window_of(&bh_shim.ns, shared), now - sent, now);
-        if (bh_adaptive_on(&bh_shim.ns, shared) &&
-            bh_adaptive_sample(&bh_shim.ns, shared, now - sent, 1, now, &change))
-            log_limit_change(shared, &change);
+        bh_window_turnaround(bh_window_of(BH_AT(place)), now - sent, now);
+        if (bh_adaptive_on(BH_AT(place)) &&
+            bh_adaptive_sample(BH_AT(place), now - sent, 1, now, &change))
+            log_limit_change(place, &change);
     }
     errno = saved_errno;
 }
@@ -333,7 +334,7 @@ static void give_up_probe(int fd, uint32_t connection, int compartment, void *ct
     (void)connection;
     (void)ctx;
     if (bh_fd_unwatch(fd, BH_WATCH_PROBE))
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, compartment),
+        bh_breaker_abandon(bh_breaker_fields(BH_AT(compartment)),
                            bh_fd_lookup(fd).since_ns);
 }
 
@@ -346,25 +347,26 @@ void bh_outcome_before_exec(void)
  * latency sample, unless the compartment measures turnaround (then each
  * answer was one). Out of line, so that a compartment that is not
  * adaptive pays one load and a branch. */
-static __attribute__((noinline)) void adaptive_hold(int shared, uint32_t watch,
+static __attribute__((noinline)) void adaptive_hold(int place, uint32_t watch,
                                                     int64_t since_ns, int64_t held_ns)
 {
     struct bh_adaptive_change change;
     if (!(watch & (BH_WATCH_CONNECTING | BH_WATCH_DROPPED | BH_WATCH_TURNAROUND)) &&
-        bh_adaptive_sample(&bh_shim.ns, shared, held_ns, 0, since_ns + held_ns, &change))
-        log_limit_change(shared, &change);
+        bh_adaptive_sample(BH_AT(place), held_ns, 0, since_ns + held_ns, &change))
+        log_limit_change(place, &change);
 }
 
 /* The hold's time in the cumulative histogram, in the window with its
  * permit time (permits/window.c) and, adaptive, as a latency sample.
  * Inlined into both callers. */
-static inline __attribute__((always_inline)) void hold_time(const struct bh_fd_ended *ended)
+static inline __attribute__((always_inline)) void
+hold_time(struct bh_namespace *ns, int index, const struct bh_fd_ended *ended)
 {
     if (!ended->since_ns)
         return;
     int64_t now = bh_clock_ns(CLOCK_MONOTONIC);
-    bh_count_hold(&bh_shim.ns, ended->compartment, ended->weight, ended->since_ns, now);
-    if (__builtin_expect(bh_adaptive_on(&bh_shim.ns, ended->compartment), 0))
+    bh_count_hold(ns, index, ended->weight, ended->since_ns, now);
+    if (__builtin_expect(bh_adaptive_on(ns, index), 0))
         adaptive_hold(ended->compartment, ended->watch, ended->since_ns, now - ended->since_ns);
 }
 
@@ -372,10 +374,12 @@ static inline __attribute__((always_inline)) void hold_time(const struct bh_fd_e
  * (core/copies.c): the last copy gives it back. */
 static __attribute__((noinline)) void copy_ended(const struct bh_fd_ended *ended)
 {
+    struct bh_namespace *ns = bh_ns_of(ended->compartment);
+    int index = bh_index_of(ended->compartment);
     if (ended->watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended->compartment), ended->since_ns);
-    if (bh_socket_unref(&bh_shim.ns, ended->share))
-        hold_time(ended);
+        bh_breaker_abandon(bh_breaker_fields(ns, index), ended->since_ns);
+    if (bh_socket_unref(ns, ended->share))
+        hold_time(ns, index, ended);
 }
 
 /* A turnaround connection's exchanges after its last timed one: no timed
@@ -385,7 +389,7 @@ static __attribute__((noinline)) void exchanges_ended(const struct bh_fd_ended *
     uint32_t begun = ended->watch >> BH_WATCH_EXCHANGE_SHIFT;
     uint32_t uncounted = begun ? (begun - 1) % BH_TURNAROUND_EVERY : 0;
     if (uncounted)
-        bh_window_count_many(bh_window_of(&bh_shim.ns, ended->compartment),
+        bh_window_count_many(bh_window_of(BH_AT(ended->compartment)),
                              BH_WINDOW_TURNAROUNDS, uncounted, bh_clock_ns(CLOCK_MONOTONIC));
 }
 
@@ -401,16 +405,11 @@ void bh_connection_ended(const struct bh_fd_ended *ended)
         copy_ended(ended);
         return;
     }
-    hold_time(ended);
+    struct bh_namespace *ns = bh_ns_of(ended->compartment);
+    int index = bh_index_of(ended->compartment);
+    hold_time(ns, index, ended);
     if (ended->watch & BH_WATCH_PROBE)
-        bh_breaker_abandon(bh_breaker_fields(&bh_shim.ns, ended->compartment), ended->since_ns);
-    bh_permit_release(&bh_shim.ns, ended->compartment, ended->weight);
+        bh_breaker_abandon(bh_breaker_fields(ns, index), ended->since_ns);
+    bh_permit_release(ns, index, ended->weight);
 }
 
-void bh_ended_anywhere(const struct bh_fd_ended *ended)
-{
-    if (ended->compartment >= 0)
-        bh_connection_ended(ended);
-    else
-        bh_left_namespace_ended(ended);
-}

@@ -183,20 +183,17 @@ void bh_outcome_so_error(int fd, int err);
  * breaker would stay half-open until the process exits. */
 void bh_outcome_before_exec(void);
 
-/* A connection ended: its permit goes back, and its probe slot if it
- * still held one; its hold time is counted. Async-signal-safe. */
+/* A connection ended: its permit goes back to the namespace its place
+ * names (joined.h), and its probe slot if it still held one; its hold
+ * time is counted. Async-signal-safe. */
 void bh_connection_ended(const struct bh_fd_ended *ended);
-
-/* bh_connection_ended, or for a compartment below BH_FD_NOTHING_ENDED (a
- * namespace left at a uid change) bh_left_namespace_ended. */
-void bh_ended_anywhere(const struct bh_fd_ended *ended);
 
 /* What every path that can end a connection calls with what the fd table
  * returned; inline, since nearly always nothing ended: one test then. */
 static inline void bh_give_back(struct bh_fd_ended ended)
 {
     if (ended.compartment != BH_FD_NOTHING_ENDED)
-        bh_ended_anywhere(&ended);
+        bh_connection_ended(&ended);
 }
 
 #endif

@@ -25,7 +25,7 @@
 #include "core/async_connect.h"
 #include "core/copies.h"
 #include "core/handoff.h"
-#include "core/left_namespaces.h"
+#include "core/joined.h"
 #include "core/observe.h"
 #include "core/outcome.h"
 #include "core/stall.h"
@@ -145,10 +145,10 @@ static void append_entry(char *list, size_t size, const char *format, ...)
 /* Who left the live limit where it is: set and apply record their change
  * as the controller's last (bh_adaptive_moved); a limit nobody changed is
  * the one the first program's rules registered. */
-static const char *live_limit_origin(int shared)
+static const char *live_limit_origin(struct bh_namespace *ns, int shared)
 {
     struct bh_adaptive_view adaptive;
-    bh_adaptive_read(&bh_shim.ns, shared, &adaptive);
+    bh_adaptive_read(ns, shared, &adaptive);
     if (adaptive.last_reason == BH_ADAPTIVE_SET)
         return "set by bulkhead set or apply";
     if (adaptive.last_reason != BH_ADAPTIVE_NONE)
@@ -159,16 +159,16 @@ static const char *live_limit_origin(int shared)
 /* The live limit and controller win over the rules: a limit set by
  * bulkhead set or apply, or by the rules of a program started earlier in
  * the namespace, stays until the namespace is reset. */
-static void note_live(const struct bh_compartment *compartment, int shared,
-                      int live_limit, struct live_differences *differ)
+static void note_live(struct bh_namespace *ns, const struct bh_compartment *compartment,
+                      int shared, int live_limit, struct live_differences *differ)
 {
     enum bh_adaptive_mode live = (enum bh_adaptive_mode)atomic_load(
-        &bh_adaptive_fields(&bh_shim.ns, shared)->mode);
+        &bh_adaptive_fields(ns, shared)->mode);
     if (live_limit != bh_starting_limit(compartment) && compartment->fleet_limit == 0 &&
-        !bh_adaptive_on(&bh_shim.ns, shared))
+        !bh_adaptive_on(ns, shared))
         append_entry(differ->limits, sizeof differ->limits, "[%s] %d (file: %d; %s)",
                      compartment->name, live_limit, compartment->limit,
-                     live_limit_origin(shared));
+                     live_limit_origin(ns, shared));
     if (live != compartment->adaptive)
         append_entry(differ->modes, sizeof differ->modes, "[%s] %s (file: %s)",
                      compartment->name, bh_adaptive_mode_name(live),
@@ -191,26 +191,25 @@ static void say_live_differences(const struct live_differences *differ)
                              bh_shim.config.path, why, bh_shim.config.path);
 }
 
-static void note_registered(int i, int shared, int live_limit,
+static void note_registered(struct bh_joined *joined, int i, int shared, int live_limit,
                             const struct bh_identity *self,
                             struct live_differences *differ)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[i];
-    bh_shim.shared_index[i] = shared < 0 ? -1 : shared;
+    joined->shared_index[i] = shared < 0 ? -1 : shared;
     if (shared < 0) {
         bh_log_startup_problem("[%s]: cannot register in namespace \"%s\" (%s); "
                                "not limited", compartment->name, bh_shim.config.namespace_name,
                                strerror(-shared));
         return;
     }
-    bh_shim.local_index[shared] = i;
-    bh_shim.membership[i] = bh_membership_of(&bh_shim.config, &bh_shim.ns, i, shared,
-                                             self);
-    note_live(compartment, shared, live_limit, differ);
+    joined->local_index[shared] = i;
+    joined->membership[i] = bh_membership_of(&bh_shim.config, &joined->ns, i, shared, self);
+    note_live(&joined->ns, compartment, shared, live_limit, differ);
 }
 
 /* Every compartment of the rules, under one take of the namespace lock. */
-static void register_compartments(void)
+static void register_compartments(struct bh_joined *joined)
 {
     static int starts[BH_MAX_COMPARTMENTS], indexes[BH_MAX_COMPARTMENTS],
                live_limits[BH_MAX_COMPARTMENTS];
@@ -220,13 +219,13 @@ static void register_compartments(void)
     bh_identity_self(&self);
     for (int i = 0; i < count; i++)
         starts[i] = bh_starting_limit(&bh_shim.config.compartments[i]);
-    if (bh_compartments_register(&bh_shim.ns, bh_shim.config.compartments, starts,
+    if (bh_compartments_register(&joined->ns, bh_shim.config.compartments, starts,
                                  count, indexes, live_limits) < 0)
         for (int i = 0; i < count; i++)
             indexes[i] = -errno;
     differ.limits[0] = differ.modes[0] = '\0';
     for (int i = 0; i < count; i++)
-        note_registered(i, indexes[i], live_limits[i], &self, &differ);
+        note_registered(joined, i, indexes[i], live_limits[i], &self, &differ);
     say_live_differences(&differ);
 }
 
@@ -235,7 +234,7 @@ static void register_compartments(void)
  * through. on_failure decides: closed (the default) refuses whatever the
  * rules match until the state is reachable, since running unlimited would
  * let any local user switch the limits off; open runs unlimited. */
-static void unreachable(const char *err)
+static void unreachable(struct bh_joined *joined, const char *err)
 {
     int open = bh_shim.config.on_failure_open;
     if (open)
@@ -244,43 +243,66 @@ static void unreachable(const char *err)
         bh_log_startup_problem("%s; refusing every connection the rules match "
                                "until it is reachable (on_failure = closed)", err);
     for (int i = 0; i < bh_shim.config.compartment_count; i++)
-        bh_shim.shared_index[i] = open ? -1 : BH_SHARED_UNREACHABLE;
+        joined->shared_index[i] = open ? -1 : BH_SHARED_UNREACHABLE;
 }
 
-/* bh_shim.ns is the namespace of its uid: a failed join leaves the old
- * one mapped under the new uid, which no later change may keep. */
-static int namespace_is_its_uids = 1;
-
-/* Opened aside and then copied in, so that the namespace a thread reads
- * goes from the old one to the new without passing through none; or
- * attached already (one left at a uid change, come back to). */
-static void join_namespace(int attached)
+/* Opens the euid's namespace into `joined` and registers the rules there;
+ * out of reach, on_failure decides (the next uid change tries again). */
+static void open_joined(struct bh_joined *joined)
 {
-    static struct bh_namespace joined;
     char err[512];
     for (int i = 0; i < BH_MAX_COMPARTMENTS; i++)
-        bh_shim.local_index[i] = -1;
-    namespace_is_its_uids = 1;
-    if (attached) {
-        register_compartments();
-        return;
-    }
-    if (bh_namespace_open(bh_shim.config.namespace_name, 1, &joined, err,
+        joined->local_index[i] = -1;
+    if (bh_namespace_open(bh_shim.config.namespace_name, 1, &joined->ns, err,
                           sizeof err) < 0) {
         if (errno == EPERM || errno == EEXIST)
             snprintf(err + strlen(err), sizeof err - strlen(err), "; %s",
                      errno == EPERM ? "ipcrm removes it (root or its owner)"
                                     : "bulkhead reset --force removes it");
-        if (bh_shim.ns.state) {
-            bh_shim.ns.uid = joined.uid;  /* the old one stays mapped, unused */
-            namespace_is_its_uids = 0;
-        } else
-            bh_shim.ns = joined;          /* nothing attached: semid -1 */
-        unreachable(err);
+        unreachable(joined, err);
         return;
     }
-    bh_shim.ns = joined;
-    register_compartments();
+    if (joined->id > 0 && bh_permits_own_counts(&joined->ns) < 0) {
+        bh_namespace_close(&joined->ns);  /* the counts would be another's */
+        snprintf(err, sizeof err, "namespace \"%s\" of uid %u: no memory for this "
+                 "process's counts", bh_shim.config.namespace_name, (unsigned)geteuid());
+        unreachable(joined, err);
+        return;
+    }
+    register_compartments(joined);
+}
+
+/* Past BH_JOINED_MAX namespaces (or out of memory): the euid's is out of
+ * reach, and on_failure decides. Written alike by every such change. */
+static struct bh_joined *beyond_the_last(void)
+{
+    static struct bh_joined beyond = { .id = -1 };
+    char err[160];
+    snprintf(err, sizeof err, "namespace \"%s\" of uid %u: this process already "
+             "counts in %d namespaces", bh_shim.config.namespace_name,
+             (unsigned)geteuid(), BH_JOINED_MAX);
+    unreachable(&beyond, err);
+    return &beyond;
+}
+
+/* Connects count in the euid's namespace from now: one joined before, or
+ * one opened now. Filled in before it is published, so that a thread
+ * reads the old one or the new, never one half made (joined.h). */
+static void join_namespace(void)
+{
+    struct bh_joined *joined = bh_joined_find(geteuid());
+    if (!joined) {
+        joined = bh_joined_new();
+        if (joined)
+            open_joined(joined);
+        else
+            joined = beyond_the_last();
+        joined->admitter = (struct bh_admitter){ &bh_shim.config, &joined->ns,
+                                                 joined->shared_index, joined->membership };
+        if (joined->id >= 0)
+            bh_joined_add(joined);
+    }
+    bh_joined_switch(joined);
 }
 
 void bh_shim_before_uid_change(void)
@@ -308,42 +330,43 @@ int bh_shim_uid_settled(void)
                          ended, (long)&slice, 0, 0);
     }
     int settled = atomic_load(&bh_shim.uid_changes_under_way) > 0 ||
-                  bh_shim.ns.uid == geteuid();
+                  bh_joined_now()->ns.uid == geteuid();
     errno = saved_errno;
     return settled;
 }
 
 /* The effective uid changed: the process joins the new uid's namespace,
- * as every worker of that user does. The one it leaves is kept with its
- * connections and counts (left_namespaces.c): their closes give permits
+ * as every worker of that user does. The one it leaves stays joined
+ * (joined.c), with its connections and counts: their closes give permits
  * back there while the process can reach it (root can; a worker that
  * dropped root for good cannot, and SEM_UNDO gives them back at exit),
- * and a process that comes back to a namespace finds them again. Threads
- * connecting meanwhile may count in either namespace; one the old
- * namespace refuses waits for the change to end (bh_shim_uid_settled). */
+ * and a process that comes back to it finds them again. Threads
+ * connecting meanwhile count in either namespace, each connection in
+ * the one it took its permits from; one the old namespace refuses waits
+ * for the change to end (bh_shim_uid_settled). */
 void bh_shim_after_uid_change(int rc)
 {
     int saved_errno = errno;
-    uid_t was = bh_shim.ns.uid, now = geteuid();
-    if (rc < 0 || !bh_shim_active() || now == was) {
+    struct bh_joined *was = bh_shim_active() ? bh_joined_now() : NULL;
+    uid_t now = geteuid();
+    if (rc < 0 || !was || now == was->ns.uid) {
         uid_change_ended();
         errno = saved_errno;
         return;
     }
-    uint32_t held = bh_permits_held_total();
-    int back = bh_left_namespaces_switch(now, namespace_is_its_uids);
+    uint32_t held = was->ns.state ? bh_permits_held_total(&was->ns) : 0;
     if (held)
         bh_log(BH_LOG_WARN, "%s[%d] changed its uid from %u to %u holding %u permit%s "
                "of namespace \"%s\" of uid %u: each goes back at its connection's "
                "close if uid %u may still reach that namespace (root may), else when "
-               "it exits", program_invocation_short_name, (int)getpid(), (unsigned)was,
-               (unsigned)now, held, held == 1 ? "" : "s",
-               bh_shim.config.namespace_name, (unsigned)was, (unsigned)now);
-    join_namespace(back);
+               "it exits", program_invocation_short_name, (int)getpid(),
+               (unsigned)was->ns.uid, (unsigned)now, held, held == 1 ? "" : "s",
+               bh_shim.config.namespace_name, (unsigned)was->ns.uid, (unsigned)now);
+    join_namespace();
     bh_log(BH_LOG_INFO, "%s[%d] changed its uid from %u to %u: its connections count "
            "in namespace \"%s\" of uid %u (bulkhead stat -u %u)",
-           program_invocation_short_name, (int)getpid(), (unsigned)was, (unsigned)now,
-           bh_shim.config.namespace_name, (unsigned)now, (unsigned)now);
+           program_invocation_short_name, (int)getpid(), (unsigned)was->ns.uid,
+           (unsigned)now, bh_shim.config.namespace_name, (unsigned)now, (unsigned)now);
     uid_change_ended();
     errno = saved_errno;
 }
@@ -353,7 +376,7 @@ static void forget_after_fork(void)
     bh_copies_after_fork_child();
     bh_observe_after_fork_child();
     bh_log_forget_after_fork();
-    bh_permits_forget_after_fork();
+    bh_joined_each(bh_permits_forget_after_fork);
     bh_rule_index_after_fork(bh_shim.rules);
     bh_stall_after_fork_child();
     bh_async_after_fork_child();
@@ -387,9 +410,9 @@ static void start_once_per_image(void)
     int active = load_rules() == 0 &&
                  (bh_shim.config.compartment_count > 0 || bh_shim.config.observe);
     if (active) {
-        join_namespace(0);
+        join_namespace();
         if (bh_shim.config.observe)
-            bh_observe_start(bh_shim.ns.uid, bh_shim.config.namespace_name);
+            bh_observe_start(geteuid(), bh_shim.config.namespace_name);
         bh_fd_table_reset();
         bh_handoff_adopt();
         pthread_atfork(bh_copies_before_fork, NULL, forget_after_fork);

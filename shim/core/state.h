@@ -1,6 +1,6 @@
-/* The shim's process-wide state: config, rule index, namespace. Defined
- * in state.c; written once by start-up (shim.c, under pthread_once) and
- * again only when the effective uid changes; read by the rest of core,
+/* The shim's process-wide state: config and rule index; the namespaces
+ * are joined.h's. Defined in state.c; written once by start-up (shim.c,
+ * under pthread_once); read by the rest of core,
  * which never starts the shim itself (that is shim.h's bh_shim_active,
  * for hooks and the gate). */
 #ifndef BH_STATE_H
@@ -10,6 +10,7 @@
 
 #include "admission/admission.h"
 #include "config/config.h"
+#include "core/joined.h"
 #include "permits/permits.h"
 #include "rules/rule_index.h"
 
@@ -19,16 +20,6 @@ struct bh_shim {
     _Atomic int status;
     struct bh_config config;
     struct bh_rule_index *rules;
-    struct bh_namespace ns;
-    /* config compartment i -> its index in the namespace, -1 if unregistered,
-     * BH_SHARED_UNREACHABLE when the namespace cannot be reached and
-     * on_failure is closed */
-    int shared_index[BH_MAX_COMPARTMENTS];
-    /* namespace index -> config compartment i, -1 when not in our rules */
-    int local_index[BH_MAX_COMPARTMENTS];
-    /* config compartment i: what this program image is in it, fixed for
-     * the image's life */
-    struct bh_membership membership[BH_MAX_COMPARTMENTS];
     /* config compartment i: the watch bits its connections start with,
      * but a probe's (bh_outcome_watch, worked out once at start-up) */
     uint32_t watch[BH_MAX_COMPARTMENTS];
@@ -37,10 +28,10 @@ struct bh_shim {
     int supervised;
     /* Calls that may change the euid (hooks/credentials.c) under way, and
      * how many ended (a futex word): while one is under way, siblings
-     * already run as the new uid but the namespace is still the old
-     * uid's, which refuses them (EACCES); such a connect waits for the
-     * call to end and asks again (bh_shim_uid_settled). Written with
-     * atomics by the calling thread before and after the call. */
+     * already run as the new uid but connects still count in the old
+     * uid's namespace, which refuses them (EACCES); such a connect waits
+     * for the call to end and asks again (bh_shim_uid_settled). Written
+     * with atomics by the calling thread before and after the call. */
     _Atomic int uid_changes_under_way;
     _Atomic uint32_t uid_changes_ended;
 };
@@ -48,10 +39,11 @@ struct bh_shim {
 /* Hidden, as the whole shim is: read straight, not through the GOT. */
 extern struct bh_shim bh_shim __attribute__((visibility("hidden")));
 
-/* The rules of namespace compartment `shared` (registered by us). */
-static inline const struct bh_compartment *bh_rules_of(int shared)
+/* The rules of a connection's compartment, by its place (joined.h). */
+static inline const struct bh_compartment *bh_rules_of(int place)
 {
-    return &bh_shim.config.compartments[bh_shim.local_index[shared]];
+    const struct bh_joined *joined = bh_joined_of(place);
+    return &bh_shim.config.compartments[joined->local_index[bh_index_of(place)]];
 }
 
 #endif

@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "core/async_connect.h"
-#include "core/left_namespaces.h"
 #include "core/observe.h"
 #include "core/outcome.h"
 #include "core/shim.h"
@@ -33,8 +32,6 @@ static __attribute__((noinline)) int close_connection(int fd)
     struct bh_fd_ended ended = bh_fd_release(detached);  /* not copied again */
     if (ended.compartment >= 0)
         bh_connection_ended(&ended);
-    else if (__builtin_expect(ended.compartment < BH_FD_NOTHING_ENDED, 0))
-        bh_left_namespace_ended(&ended);
     return rc;
 }
 

@@ -29,12 +29,12 @@ static int bh_getsockopt(int fd, int level, int name, void *value, socklen_t *le
 static __attribute__((noinline)) int set_receive_timeout(int fd, const void *value,
                                                          socklen_t len)
 {
-    int rc, shared = bh_fd_lookup(fd).compartment;
-    if (shared < 0)
+    int rc, place = bh_fd_lookup(fd).compartment;
+    if (place < 0)
         return libc_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, value, len);
     /* The program's choice replaces the lazy arming either way. */
     bh_fd_unwatch(fd, BH_WATCH_ARM_RECEIVE | BH_WATCH_RECEIVE_OURS);
-    if (bh_deadline_set_receive(fd, bh_rules_of(shared), value, len, &rc))
+    if (bh_deadline_set_receive(fd, bh_rules_of(place), value, len, &rc))
         bh_fd_rewatch(fd, BH_WATCH_RECEIVE_OURS);
     return rc;
 }

@@ -1,8 +1,8 @@
 /* What each process holds, per compartment and pool.
  *
  * Two copies, each with one writer:
- *   - this process's own counts (bh_mine, process-local atomics; the
- *     common paths on them are inline, in holders.h): what
+ *   - this process's own counts of the namespace (ns->mine, process-local
+ *     atomics; the common paths on them are inline, in holders.h): what
  *     bh_permit_release gives back and to which pool, and what the
  *     per_process cap is checked against. Threads of the process update
  *     them with atomics; a signal handler's close may too.
@@ -11,10 +11,10 @@
  *     records, and so the permits) learns what the old one held. Written
  *     by its process; freed by it at exit when empty, or by whoever finds
  *     the process dead (CAS of pid to -1, so one reaper wins).
- * A process that changes its uid keeps its counts of each namespace it
- * left aside (bh_permits_swap_aside: process-local, swapped by the thread
- * changing the uid, taken from by closes in any thread with atomics), so
- * that each of those namespaces gets its permits back from its own counts.
+ * A process that counts in several namespaces (it changed its uid) has
+ * counts of its own for each: bh_namespace_open points ns->mine at the
+ * process's first counts, and bh_permits_own_counts gives a namespace
+ * joined later counts of their own, which live as long as the process.
  *
  * Permits taken for another process (`bulkhead run`'s seccomp supervisor
  * takes them for every program of its tree, each with its own per_process
@@ -55,6 +55,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/shm.h>
 #include <unistd.h>
 
@@ -62,34 +63,43 @@
 #include "libc/proc_stat.h"
 
 
-struct bh_holding bh_mine[BH_MAX_COMPARTMENTS];
-_Atomic int bh_mine_used;
-
-int bh_permit_claim(const struct bh_permit_ask *ask, int per_process)
+int bh_permits_own_counts(struct bh_namespace *ns)
 {
-    return bh_holding_claim(ask->index, (uint32_t)ask->weight, per_process);
+    void *counts = mmap(NULL, sizeof(struct bh_holdings), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (counts == MAP_FAILED)
+        return -1;
+    ns->mine = counts;
+    return 0;
 }
 
-void bh_permit_unclaim(const struct bh_permit_ask *ask)
+int bh_permit_claim(struct bh_namespace *ns, const struct bh_permit_ask *ask, int per_process)
 {
-    atomic_fetch_sub(&bh_mine[ask->index].claimed, (uint32_t)ask->weight);
+    return bh_holding_claim(ns->mine, ask->index, (uint32_t)ask->weight, per_process);
 }
 
-int bh_permit_held(int index)
+void bh_permit_unclaim(struct bh_namespace *ns, const struct bh_permit_ask *ask)
 {
-    return (int)(atomic_load(&bh_mine[index].common) + atomic_load(&bh_mine[index].reserved));
+    atomic_fetch_sub(&ns->mine->at[ask->index].claimed, (uint32_t)ask->weight);
 }
 
-void bh_permit_note_waiting(int index, int delta)
+int bh_permit_held(struct bh_namespace *ns, int index)
 {
-    struct bh_holder *record = atomic_load(&bh_mine[index].record);
+    struct bh_holding *holding = &ns->mine->at[index];
+    return (int)(atomic_load(&holding->common) + atomic_load(&holding->reserved));
+}
+
+void bh_permit_note_waiting(struct bh_namespace *ns, int index, int delta)
+{
+    struct bh_holder *record = atomic_load(&ns->mine->at[index].record);
     if (record)
         atomic_fetch_add(&record->waiting, (uint32_t)delta);
 }
 
-int bh_holding_reserve(int index)
+int bh_holding_reserve(struct bh_namespace *ns, int index)
 {
-    return atomic_load(&bh_mine[index].reserved) ? atomic_load(&bh_mine[index].reserve) : -1;
+    struct bh_holding *holding = &ns->mine->at[index];
+    return atomic_load(&holding->reserved) ? atomic_load(&holding->reserve) : -1;
 }
 
 /* /proc/<pid>/stat field 22: tells a live pid from a reused one. */
@@ -261,13 +271,14 @@ claim_record(struct bh_namespace *ns, int index)
  * once: one record wins, the other is freed. */
 static struct bh_holder *my_record(struct bh_namespace *ns, int index)
 {
-    struct bh_holder *record = atomic_load(&bh_mine[index].record);
+    _Atomic(struct bh_holder *) *mine = &ns->mine->at[index].record;
+    struct bh_holder *record = atomic_load(mine);
     if (record)
         return record;
     int saved_errno = errno;  /* a grant keeps the caller's errno */
     struct bh_holder *found = claim_record(ns, index);
     errno = saved_errno;
-    if (found && !atomic_compare_exchange_strong(&bh_mine[index].record, &record, found)) {
+    if (found && !atomic_compare_exchange_strong(mine, &record, found)) {
         atomic_store(&found->pid, 0);
         return record;
     }
@@ -276,7 +287,7 @@ static struct bh_holder *my_record(struct bh_namespace *ns, int index)
 
 void bh_holding_add_slowly(struct bh_namespace *ns, int index, struct bh_taken taken)
 {
-    struct bh_holding *holding = &bh_mine[index];
+    struct bh_holding *holding = &ns->mine->at[index];
     struct bh_holder *record = my_record(ns, index);
     atomic_fetch_add(&holding->common, taken.common);
     if (record)
@@ -293,7 +304,7 @@ void bh_holding_add_slowly(struct bh_namespace *ns, int index, struct bh_taken t
 
 void bh_holding_add_for_another(struct bh_namespace *ns, int index, struct bh_taken taken)
 {
-    bh_holding_note_used(index);  /* a forked child forgets the record */
+    bh_holding_note_used(ns->mine, index);  /* a forked child forgets the record */
     struct bh_holder *record = my_record(ns, index);
     if (!record)
         return;
@@ -301,9 +312,9 @@ void bh_holding_add_for_another(struct bh_namespace *ns, int index, struct bh_ta
     atomic_fetch_add(&record->reserved, taken.reserved);
 }
 
-void bh_holding_remove_for_another(int index, struct bh_taken taken)
+void bh_holding_remove_for_another(struct bh_namespace *ns, int index, struct bh_taken taken)
 {
-    struct bh_holder *record = atomic_load_explicit(&bh_mine[index].record,
+    struct bh_holder *record = atomic_load_explicit(&ns->mine->at[index].record,
                                                     memory_order_relaxed);
     if (!record)
         return;
@@ -362,66 +373,25 @@ void bh_permits_leave(struct bh_namespace *ns)
 {
     uint32_t count = ns->state ? atomic_load(&ns->state->compartment_count) : 0;
     for (uint32_t i = 0; i < count && i < BH_MAX_COMPARTMENTS; i++) {
-        struct bh_holder *record = atomic_exchange(&bh_mine[i].record, NULL);
+        struct bh_holder *record = atomic_exchange(&ns->mine->at[i].record, NULL);
         if (record && atomic_load(&record->common) + atomic_load(&record->reserved) == 0)
             atomic_store(&record->pid, 0);  /* still holding: stat must keep naming us */
     }
 }
 
-uint32_t bh_permits_held_total(void)
+uint32_t bh_permits_held_total(struct bh_namespace *ns)
 {
     uint32_t total = 0;
-    for (int i = 0; i < atomic_load(&bh_mine_used); i++)
-        total += atomic_load(&bh_mine[i].common) + atomic_load(&bh_mine[i].reserved);
+    for (int i = 0; i < atomic_load(&ns->mine->used); i++)
+        total += atomic_load(&ns->mine->at[i].common) + atomic_load(&ns->mine->at[i].reserved);
     return total;
 }
 
-/* Counts of namespaces this process left at a uid change (permits.h):
- * process-local like bh_mine, swapped only by the thread changing the
- * uid; a close in another thread may take from them meanwhile. */
-static struct bh_holding aside[BH_PERMITS_ASIDE][BH_MAX_COMPARTMENTS];
-static int aside_used[BH_PERMITS_ASIDE];
-
-struct bh_holding *bh_holding_aside(int slot, int index)
-{
-    return &aside[slot][index];
-}
-
-static void swap_counts(_Atomic uint32_t *mine, _Atomic uint32_t *kept)
-{
-    atomic_store(kept, atomic_exchange(mine, atomic_load(kept)));
-}
-
-void bh_permits_swap_aside(int slot)
-{
-    int used = atomic_load(&bh_mine_used);
-    if (used < aside_used[slot])
-        used = aside_used[slot];
-    for (int i = 0; i < used; i++) {
-        struct bh_holding *mine = &bh_mine[i], *kept = &aside[slot][i];
-        swap_counts(&mine->claimed, &kept->claimed);
-        swap_counts(&mine->common, &kept->common);
-        swap_counts(&mine->reserved, &kept->reserved);
-        atomic_store(&kept->reserve, atomic_exchange(&mine->reserve, atomic_load(&kept->reserve)));
-        atomic_store(&kept->record, atomic_exchange(&mine->record, atomic_load(&kept->record)));
-    }
-    aside_used[slot] = used;
-    atomic_store(&bh_mine_used, used);
-}
-
-void bh_permits_clear_aside(int slot)
-{
-    memset(aside[slot], 0, (size_t)aside_used[slot] * sizeof aside[slot][0]);
-    aside_used[slot] = 0;
-}
-
-void bh_permits_forget_after_fork(void)
+void bh_permits_forget_after_fork(struct bh_namespace *ns)
 {
     /* The child holds nothing of its own; only the entries ever used are
      * cleared, so a fork touches few pages. */
-    memset(bh_mine, 0, atomic_load(&bh_mine_used) * sizeof *bh_mine);
-    for (int slot = 0; slot < BH_PERMITS_ASIDE; slot++)
-        bh_permits_clear_aside(slot);
+    memset(ns->mine->at, 0, (size_t)atomic_load(&ns->mine->used) * sizeof ns->mine->at[0]);
     atomic_store(&my_start_time, 0);
 }
 
@@ -437,10 +407,10 @@ int bh_permits_rejoin_after_exec(struct bh_namespace *ns,
         for (int i = 0; i < count; i++) {
             int index = atomic_load(&holders[i].compartment);
             if (atomic_load(&holders[i].pid) != pid || index < 0 ||
-                index >= BH_MAX_COMPARTMENTS || bh_mine[index].record)
+                index >= BH_MAX_COMPARTMENTS || ns->mine->at[index].record)
                 continue;
-            struct bh_holding *holding = &bh_mine[index];
-            bh_holding_note_used(index);
+            struct bh_holding *holding = &ns->mine->at[index];
+            bh_holding_note_used(ns->mine, index);
             atomic_store(&holding->record, &holders[i]);
             atomic_store(&holding->common, atomic_load(&holders[i].common));
             atomic_store(&holding->reserved, atomic_load(&holders[i].reserved));

@@ -19,23 +19,26 @@ struct bh_holding {
     _Atomic int32_t reserve;    /* meaningful while reserved > 0 */
     _Atomic(struct bh_holder *) record;
 };
-/* Hidden, as the whole shim is: addressed straight, not through the GOT. */
-extern struct bh_holding bh_mine[BH_MAX_COMPARTMENTS] __attribute__((visibility("hidden")));
-extern _Atomic int bh_mine_used __attribute__((visibility("hidden")));  /* compartments below it may be nonzero */
+/* This process's counts of one namespace (ns->mine), per compartment. */
+struct bh_holdings {
+    _Atomic int used;  /* compartments below it may be nonzero */
+    struct bh_holding at[BH_MAX_COMPARTMENTS];
+};
 
-static inline void bh_holding_note_used(int index)
+static inline void bh_holding_note_used(struct bh_holdings *mine, int index)
 {
-    int used = atomic_load_explicit(&bh_mine_used, memory_order_relaxed);
-    while (index >= used && !atomic_compare_exchange_weak(&bh_mine_used, &used, index + 1))
+    int used = atomic_load_explicit(&mine->used, memory_order_relaxed);
+    while (index >= used && !atomic_compare_exchange_weak(&mine->used, &used, index + 1))
         ;
 }
 
 /* Counts weight against per_process (0: none) before anything is taken:
  * 0, or -1 (nothing counted) when it would pass the cap. */
-static inline int bh_holding_claim(int index, uint32_t weight, int per_process)
+static inline int bh_holding_claim(struct bh_holdings *mine, int index, uint32_t weight,
+                                   int per_process)
 {
-    _Atomic uint32_t *claimed = &bh_mine[index].claimed;
-    bh_holding_note_used(index);
+    _Atomic uint32_t *claimed = &mine->at[index].claimed;
+    bh_holding_note_used(mine, index);
     uint32_t before = atomic_fetch_add(claimed, weight);
     if (per_process > 0 && before + weight > (uint32_t)per_process) {
         atomic_fetch_sub(claimed, weight);
@@ -51,7 +54,7 @@ void bh_holding_add_slowly(struct bh_namespace *ns, int index, struct bh_taken t
 /* Permits just taken are this process's: its counts and its record. */
 static inline void bh_holding_add(struct bh_namespace *ns, int index, struct bh_taken taken)
 {
-    struct bh_holding *holding = &bh_mine[index];
+    struct bh_holding *holding = &ns->mine->at[index];
     struct bh_holder *record = atomic_load_explicit(&holding->record, memory_order_acquire);
     if (__builtin_expect(!record || taken.reserved, 0)) {
         bh_holding_add_slowly(ns, index, taken);
@@ -91,23 +94,20 @@ static inline struct bh_taken bh_holding_remove_from(struct bh_holding *holding,
     return taken;
 }
 
-static inline struct bh_taken bh_holding_remove(int index, int weight)
+static inline struct bh_taken bh_holding_remove(struct bh_namespace *ns, int index, int weight)
 {
-    return bh_holding_remove_from(&bh_mine[index], weight);
+    return bh_holding_remove_from(&ns->mine->at[index], weight);
 }
-
-/* Slot `slot`'s counts of compartment index (see bh_permits_swap_aside). */
-struct bh_holding *bh_holding_aside(int slot, int index);
 
 /* Permits taken for another process (a supervisor's applicant): counted
  * in this process's holder record only, never in its own counts (the top
  * of holders.c says why); taken out again when they are given back. */
 void bh_holding_add_for_another(struct bh_namespace *ns, int index, struct bh_taken taken);
-void bh_holding_remove_for_another(int index, struct bh_taken taken);
+void bh_holding_remove_for_another(struct bh_namespace *ns, int index, struct bh_taken taken);
 
 /* The reserve this process holds permits of in compartment index (one
  * at a time: a new program image may be a member of another), or -1. */
-int bh_holding_reserve(int index);
+int bh_holding_reserve(struct bh_namespace *ns, int index);
 /* Records of processes found dead are freed, their permits taken out of
  * the holders hint. */
 void bh_holders_reap(struct bh_namespace *ns);

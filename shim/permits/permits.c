@@ -252,7 +252,9 @@ static int fail_foreign(const struct bh_namespace *ns, char *err, size_t errlen,
 static int open_once(uid_t uid, const char *name, int create,
                      struct bh_namespace *ns, char *err, size_t errlen)
 {
+    static struct bh_holdings first_counts;  /* this process's first (holders.c) */
     memset(ns, 0, sizeof *ns);
+    ns->mine = &first_counts;
     ns->semid = ns->shmid = -1;
     ns->uid = uid;
     ns->key = bh_namespace_key(uid, name);

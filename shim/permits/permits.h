@@ -52,6 +52,7 @@ enum bh_fleet_state {
 
 struct bh_shared_state;   /* layout.h */
 struct bh_holder_page;    /* layout.h */
+struct bh_holdings;       /* holders.h */
 
 struct bh_namespace {
     uid_t uid;                    /* whose namespace: the key and the owner */
@@ -59,6 +60,9 @@ struct bh_namespace {
     int semid;
     int shmid;
     struct bh_shared_state *state;  /* NULL: not attached */
+    /* This process's own counts of it (holders.c): the process's first
+     * counts, or counts of its own (bh_permits_own_counts). */
+    struct bh_holdings *mine;
     /* Where the fields other rooms own are, per compartment index, once
      * attached: the breaker's, the adaptive controller's, the window's. */
     struct bh_breaker_shared *breakers;
@@ -285,8 +289,8 @@ void bh_permit_give_parked(struct bh_namespace *ns, int index, bh_share share, i
 /* Counts `ask` against this process's per_process cap (0: none) before it
  * takes anything: 0, or -1 when the process would hold more than the cap.
  * bh_permit_unclaim undoes it when no permit was taken. */
-int bh_permit_claim(const struct bh_permit_ask *ask, int per_process);
-void bh_permit_unclaim(const struct bh_permit_ask *ask);
+int bh_permit_claim(struct bh_namespace *ns, const struct bh_permit_ask *ask, int per_process);
+void bh_permit_unclaim(struct bh_namespace *ns, const struct bh_permit_ask *ask);
 /* Takes ask->weight permits for this process if they are free now
  * (SEM_UNDO: the kernel gives them back if the process dies): a member
  * from its reserve first, then from the common pool. BH_REJECTED here
@@ -301,13 +305,13 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
                                       int wait_ms, int max_waiters);
 /* Permits of compartment index this process holds now: one load each
  * of two process-local atomics. */
-int bh_permit_held(int index);
+int bh_permit_held(struct bh_namespace *ns, int index);
 /* The most `ask` could ever be granted at once: the live common pool,
  * plus the caller's own reserve for a member. */
 int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *ask);
 /* A process holding permits of index starts (+1) or ends (-1) a wait for
  * more: its holder record says so, for `stat`. */
-void bh_permit_note_waiting(int index, int delta);
+void bh_permit_note_waiting(struct bh_namespace *ns, int index, int delta);
 /* A refusal without waiting (fail fast, or a non-blocking socket). */
 void bh_permit_count_rejected(struct bh_namespace *ns, int index);
 /* A refusal because the process was at its per_process cap. */
@@ -333,24 +337,17 @@ int bh_permit_take_for_copy(struct bh_namespace *ns, int index, int weight);
 /* The process is exiting: its holder records are freed if it holds
  * nothing, so records of exited processes do not wait for a reaper. */
 void bh_permits_leave(struct bh_namespace *ns);
-/* The calling process was just forked: it holds no permits of its own,
- * in any namespace (none set aside either). */
-void bh_permits_forget_after_fork(void);
-/* A process that changes its uid leaves its namespace and may come back
- * (a root daemon's seteuid(user) ... seteuid(0) around each request):
- * its counts of the namespace it leaves go aside, into slot (below
- * BH_PERMITS_ASIDE), and those set aside there before, for the namespace
- * it joins (none: zeros), become its own; so a namespace it comes back to
- * finds its counts and its holder record again. A permit of a namespace
- * set aside goes back there from its slot's counts, when the process can
- * still reach that set (root can): async-signal-safe, as
- * bh_permit_release. Only the thread changing the uid swaps or clears. */
-enum { BH_PERMITS_ASIDE = 4 };
-void bh_permits_swap_aside(int slot);
-void bh_permits_clear_aside(int slot);
-void bh_permit_release_aside(struct bh_namespace *ns, int slot, int index, int weight);
-/* Permits this process holds, every compartment together. */
-uint32_t bh_permits_held_total(void);
+/* The calling process was just forked: it holds no permits of its own
+ * in ns; its caller calls this for each namespace it counts in. */
+void bh_permits_forget_after_fork(struct bh_namespace *ns);
+/* bh_namespace_open points ns at the process's first counts of its own
+ * permits; a process that counts in several namespaces (it changed its
+ * uid) gives each later one counts of its own, with its holder records
+ * and claims. They live as long as the process: -1 when there is no
+ * memory for them. */
+int bh_permits_own_counts(struct bh_namespace *ns);
+/* Permits this process holds in ns, every compartment together. */
+uint32_t bh_permits_held_total(struct bh_namespace *ns);
 /* A new program image of the same process: find the holder records it
  * had before exec, so its releases go to the right pools, and copy how
  * many permits it holds per compartment. -1: none. */

@@ -324,7 +324,7 @@ bh_share bh_socket_share(struct bh_namespace *ns, int fd, int index, int weight)
     if (!record)
         return 0;
     note_addresses(record, fd);
-    struct bh_taken taken = bh_holding_remove(index, weight);
+    struct bh_taken taken = bh_holding_remove(ns, index, weight);
     taken.common = (uint32_t)weight - taken.reserved;
     if (park(ns, record, index, taken) < 0) {
         bh_holding_add(ns, index, taken);  /* still ours */
@@ -361,7 +361,7 @@ bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
     record->remote_port = id->remote_port;
     memcpy(record->local, id->local, sizeof record->local);
     memcpy(record->remote, id->remote, sizeof record->remote);
-    bh_holding_remove_for_another(index, taken);
+    bh_holding_remove_for_another(ns, index, taken);
     if (park(ns, record, index, taken) < 0) {
         bh_holding_add_for_another(ns, index, taken);  /* still the caller's */
         abandon(ns, record, generation, slot);

@@ -13,7 +13,7 @@
  * files (the semaphores, the compartment's counters and hints, the
  * holder records), a lapsed fleet share's limit (bh_fleet_lapse, through
  * pools.c's bh_compartment_set_limit) and the breaker's probe slot
- * (breaker.c); and process-local counts: this process's own (bh_mine,
+ * (breaker.c); and process-local counts: this process's own (ns->mine,
  * holders.c), or the applicant's per_process counts its caller keeps
  * (bh_take.claimed). Any process of the user that admits a connect
  * writes them: the shim for its own process, `bulkhead run`'s supervisor
@@ -70,10 +70,11 @@ int bh_permit_most(const struct bh_namespace *ns, const struct bh_permit_ask *as
 
 /* The reserve to take from: the caller's own, unless this process still
  * holds permits of another (a program exec'd by a member of another). */
-static struct bh_permit_ask own_reserve(const struct bh_permit_ask *ask)
+static struct bh_permit_ask own_reserve(struct bh_namespace *ns,
+                                        const struct bh_permit_ask *ask)
 {
     struct bh_permit_ask own = *ask;
-    int holding = ask->reserve >= 0 ? bh_holding_reserve(ask->index) : -1;
+    int holding = ask->reserve >= 0 ? bh_holding_reserve(ns, ask->index) : -1;
     if (holding >= 0 && holding != ask->reserve)
         own.reserve = -1;
     return own;
@@ -98,7 +99,7 @@ keep(struct bh_namespace *ns, int index, const struct bh_grant *grant, int for_a
 enum bh_acquire_result bh_permit_try(struct bh_namespace *ns,
                                      const struct bh_permit_ask *ask)
 {
-    struct bh_permit_ask own = own_reserve(ask);
+    struct bh_permit_ask own = own_reserve(ns, ask);
     struct bh_grant grant;
     enum bh_acquire_result result = bh_pools_try(ns, &own, &grant);
     if (result == BH_ACQUIRED)
@@ -110,7 +111,7 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
                                       const struct bh_permit_ask *ask,
                                       int wait_ms, int max_waiters)
 {
-    struct bh_permit_ask own = own_reserve(ask);
+    struct bh_permit_ask own = own_reserve(ns, ask);
     struct bh_grant grant;
     const struct bh_wait wait = { wait_ms, max_waiters, NULL, NULL };
     enum bh_acquire_result result = bh_pools_wait(ns, &own, &wait, &grant);
@@ -121,20 +122,14 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
 
 void bh_permit_release(struct bh_namespace *ns, int index, int weight)
 {
-    bh_pools_give(ns, index, weight, bh_holding_remove(index, weight), SEM_UNDO);
-}
-
-void bh_permit_release_aside(struct bh_namespace *ns, int slot, int index, int weight)
-{
-    bh_pools_give(ns, index, weight,
-                  bh_holding_remove_from(bh_holding_aside(slot, index), weight), SEM_UNDO);
+    bh_pools_give(ns, index, weight, bh_holding_remove(ns, index, weight), SEM_UNDO);
 }
 
 void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,
                     _Atomic uint32_t *claimed)
 {
     uint32_t weight = taken.common + taken.reserved;
-    bh_holding_remove_for_another(index, taken);
+    bh_holding_remove_for_another(ns, index, taken);
     bh_pools_give(ns, index, (int)weight, taken, SEM_UNDO);
     atomic_fetch_sub(&claimed[index], weight);
 }
@@ -148,18 +143,19 @@ void bh_permit_give_parked(struct bh_namespace *ns, int index, bh_share share, i
 
 /* The pools a take asks: another process's own reserve as its ask names
  * it; this process's, unless it still holds permits of another. */
-static struct bh_permit_ask pools_asked(const struct bh_take *take)
+static struct bh_permit_ask pools_asked(struct bh_namespace *ns, const struct bh_take *take)
 {
-    return take->claimed ? take->ask : own_reserve(&take->ask);
+    return take->claimed ? take->ask : own_reserve(ns, &take->ask);
 }
 
 /* Counts the ask against the applicant's per_process cap (0: none). */
 static inline __attribute__((always_inline)) int
-claim(const struct bh_take *take, int for_another)
+claim(struct bh_namespace *ns, const struct bh_take *take, int for_another)
 {
     int per_process = take->compartment->per_process;
     if (!for_another)
-        return bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, per_process);
+        return bh_holding_claim(ns->mine, take->ask.index, (uint32_t)take->ask.weight,
+                                per_process);
     _Atomic uint32_t *claimed = &take->claimed[take->ask.index];
     uint32_t weight = (uint32_t)take->ask.weight;
     uint32_t before = atomic_fetch_add(claimed, weight);
@@ -170,12 +166,12 @@ claim(const struct bh_take *take, int for_another)
     return 0;
 }
 
-static void unclaim(const struct bh_take *take)
+static void unclaim(struct bh_namespace *ns, const struct bh_take *take)
 {
     if (take->claimed)
         atomic_fetch_sub(&take->claimed[take->ask.index], (uint32_t)take->ask.weight);
     else
-        bh_permit_unclaim(&take->ask);
+        bh_permit_unclaim(ns, &take->ask);
 }
 
 /* A weight above all the permits this caller may ever take (the common
@@ -254,13 +250,13 @@ static enum bh_take_result when_full(struct bh_namespace *ns, const struct bh_ta
         return never ? BH_TAKE_NEVER_ENOUGH : BH_TAKE_FULL;
     }
     int holding = take->claimed ? atomic_load(&take->claimed[index]) > (uint32_t)own->weight
-                                : bh_permit_held(index) > 0;
+                                : bh_permit_held(ns, index) > 0;
     if (holding)  /* hold and wait: stat names it */
-        bh_permit_note_waiting(index, +1);
+        bh_permit_note_waiting(ns, index, +1);
     const struct bh_wait wait = { wait_ms, take->compartment->max_waiters, restart, take->ctx };
     result = bh_pools_wait(ns, own, &wait, grant);
     if (holding)
-        bh_permit_note_waiting(index, -1);
+        bh_permit_note_waiting(ns, index, -1);
     return result == BH_REJECTED ? BH_TAKE_WAITERS : take_result(result);
 }
 
@@ -273,7 +269,7 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
 {
     const struct bh_permit_ask *ask = &take->ask;
     int64_t probe = breaker == BH_BREAKER_PROBE ? outcome->breaker.since_ns : 0;
-    struct bh_permit_ask own = pools_asked(take);
+    struct bh_permit_ask own = pools_asked(ns, take);
     enum bh_take_result result = take_result(tried);
     outcome->tell = outcome->lapsed || outcome->breaker.replaced_pid;
     if ((breaker == BH_BREAKER_REFUSE_OPEN || breaker == BH_BREAKER_REFUSE_PROBING) &&
@@ -301,7 +297,7 @@ take_slowly(struct bh_namespace *ns, const struct bh_take *take,
         }
         return result;
     }
-    unclaim(take);
+    unclaim(ns, take);
     if (probe)
         bh_breaker_abandon(bh_breaker_fields(ns, ask->index), probe);
     return result;
@@ -327,7 +323,7 @@ take_for(struct bh_namespace *ns, const struct bh_take *take,
          struct bh_take_outcome *outcome, int for_another, int over_cap)
 {
     const struct bh_permit_ask *ask = &take->ask;
-    if (!over_cap && claim(take, for_another) < 0)
+    if (!over_cap && claim(ns, take, for_another) < 0)
         return past_cap(ns, take, outcome, for_another);
     int lapsed = take->compartment->fleet_limit > 0 &&
                  bh_fleet_lapse_if_over(ns, ask->index);
@@ -343,7 +339,7 @@ take_for(struct bh_namespace *ns, const struct bh_take *take,
         if (ask->reserve < 0 || for_another) {
             tried = bh_pools_try(ns, ask, &grant);
         } else {
-            struct bh_permit_ask own = own_reserve(ask);
+            struct bh_permit_ask own = own_reserve(ns, ask);
             tried = bh_pools_try(ns, &own, &grant);
         }
     }
@@ -375,7 +371,7 @@ past_cap(struct bh_namespace *ns, const struct bh_take *take,
         atomic_fetch_add(&take->claimed[take->ask.index], (uint32_t)take->ask.weight);
         return take_for(ns, take, outcome, 1, 1);
     }
-    bh_holding_claim(take->ask.index, (uint32_t)take->ask.weight, 0);
+    bh_holding_claim(ns->mine, take->ask.index, (uint32_t)take->ask.weight, 0);
     return take_for(ns, take, outcome, 0, 1);
 }
 

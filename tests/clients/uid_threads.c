@@ -11,7 +11,8 @@
  *     moves the euid between 0 and UID with setresuid() CHANGES times,
  *     once every 20 connects; the connects stop with the changes, or at
  *     1,000 (a loopback server's pace).
- *     Prints "ok=N", one "ERRNO=N" line per errno seen and "changes=N".
+ *     Prints "ok=N", one "ERRNO=N" line per errno seen and "changes=N",
+ *     then keeps running, holding nothing, until killed.
  *   uid_threads bracket HOST PORT UID ROUNDS close|keep FILE
  *     A root daemon's requests: ROUNDS times seteuid(UID), connect,
  *     seteuid(0), then close (keep: the connections stay open). Prints
@@ -167,7 +168,8 @@ static int run_storm(int threads, int changes)
         pthread_join(tids[i], NULL);
     print_counts();
     printf("changes=%d\n", changes);
-    return 0;
+    for (;;)
+        pause();
 }
 
 /* ---- bracket ---- */

@@ -141,17 +141,17 @@ static void test_per_process_claims(void **state)
     (void)state;
     int c = compartment(10, 0);
     struct bh_permit_ask one = { c, -1, 1 }, three = { c, -1, 3 };
-    assert_int_equal(bh_permit_claim(&three, 4), 0);
+    assert_int_equal(bh_permit_claim(&ns, &three, 4), 0);
     assert_int_equal(bh_permit_try(&ns, &three), BH_ACQUIRED);
-    assert_int_equal(bh_permit_claim(&one, 4), 0);
+    assert_int_equal(bh_permit_claim(&ns, &one, 4), 0);
     assert_int_equal(bh_permit_try(&ns, &one), BH_ACQUIRED);
-    assert_int_equal(bh_permit_claim(&one, 4), -1);  /* would hold 5 */
-    bh_permit_release(&ns, c, 1);                    /* unclaims too */
-    assert_int_equal(bh_permit_claim(&one, 4), 0);
-    bh_permit_unclaim(&one);                         /* took nothing */
+    assert_int_equal(bh_permit_claim(&ns, &one, 4), -1);  /* would hold 5 */
+    bh_permit_release(&ns, c, 1);                         /* unclaims too */
+    assert_int_equal(bh_permit_claim(&ns, &one, 4), 0);
+    bh_permit_unclaim(&ns, &one);                         /* took nothing */
     bh_permit_release(&ns, c, 3);
-    assert_int_equal(bh_permit_claim(&three, 3), 0);
-    bh_permit_unclaim(&three);
+    assert_int_equal(bh_permit_claim(&ns, &three, 3), 0);
+    bh_permit_unclaim(&ns, &three);
 }
 
 /* Lowered under held permits, a reserve gives the common pool what is free
@@ -269,7 +269,7 @@ static void test_takes_for_others_go_back_to_their_own_pools(void **state)
     struct bh_taken members = bh_take_taken(&for_member.ask, &outcome);
     assert_int_equal(members.reserved, 1);
     assert_int_equal(others.common, 1);
-    assert_int_equal(bh_permit_held(c), 0);
+    assert_int_equal(bh_permit_held(&ns, c), 0);
     uint32_t seen = 0;
     holders_of = c;
     bh_holders_visit(&ns, count_holder, &seen);
@@ -379,7 +379,7 @@ static void test_a_member_killed_while_waiting_leaves_the_common_pool(void **sta
     assert_int_equal(takes(c, -1, 1, 3), 3);   /* the whole common pool */
     pid_t pid = fork();
     if (pid == 0) {
-        bh_permits_forget_after_fork();
+        bh_permits_forget_after_fork(&ns);
         struct bh_permit_ask ask = { c, 0, 1 };
         bh_permit_wait(&ns, &ask, 10000, 10);
         _exit(0);
