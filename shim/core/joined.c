@@ -20,6 +20,13 @@
  * leaves takes and attaches there, consistently. Two threads changing the
  * uid at once may each make an object for one uid; both stay valid.
  *
+ * A close that its namespace refuses (the process runs as a uid that
+ * cannot reach it: a root daemon's worker thread inside seteuid(user)
+ * closing one of root's connections) leaves the permits the process's
+ * own, owed there (bh_joined_owe); the next uid call gives back what the
+ * euid then reaches (bh_joined_settle), so a daemon that goes back to
+ * root gives them back then rather than at its exit.
+ *
  * Cost: every namespace joined stays attached until the process exits,
  * up to BH_JOINED_MAX of them (about 20 KB of memory each, plus its
  * counts, touched as used); a process past that counts its next uid's
@@ -27,6 +34,7 @@
  * process-local, and the kernel's SEM_UNDO gives its permits back. */
 #include "core/joined.h"
 
+#include <stddef.h>
 #include <sys/mman.h>
 
 struct bh_joined *_Atomic bh_joined_now_ptr;
@@ -34,6 +42,7 @@ struct bh_joined *_Atomic bh_joined_all[BH_JOINED_MAX];
 
 static _Atomic int next_id;
 static struct bh_joined first;
+static _Atomic int anything_owed;
 
 struct bh_joined *bh_joined_new(void)
 {
@@ -77,4 +86,31 @@ void bh_joined_each(void (*each)(struct bh_namespace *ns))
         if (joined && joined->ns.state)
             each(&joined->ns);
     }
+}
+
+void bh_joined_owe(struct bh_namespace *ns, int index, int weight)
+{
+    struct bh_joined *joined = (struct bh_joined *)((char *)ns - offsetof(struct bh_joined, ns));
+    atomic_fetch_add(&joined->owed[index], (uint32_t)weight);
+    atomic_store(&joined->owes, 1);
+    atomic_store(&anything_owed, 1);
+}
+
+static void settle(struct bh_joined *joined)
+{
+    if (!joined || !atomic_exchange(&joined->owes, 0))
+        return;
+    for (int index = 0; index < BH_MAX_COMPARTMENTS; index++) {
+        uint32_t weight = atomic_exchange(&joined->owed[index], 0);
+        if (weight)  /* refused again: owed again, through ns.refused */
+            bh_permit_release(&joined->ns, index, (int)weight);
+    }
+}
+
+void bh_joined_settle(void)
+{
+    if (!atomic_exchange(&anything_owed, 0))
+        return;
+    for (int id = 0; id < BH_JOINED_MAX && id < atomic_load(&next_id); id++)
+        settle(atomic_load(&bh_joined_all[id]));
 }

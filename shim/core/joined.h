@@ -31,6 +31,12 @@ struct bh_joined {
     struct bh_membership membership[BH_MAX_COMPARTMENTS];
     /* The shim's admission there: the config, ns and the two above. */
     struct bh_admitter admitter;
+    /* Permits of connections that ended while the euid could not reach
+     * ns (EACCES), by index: still this process's, given back at a later
+     * uid change (bh_joined_settle). Atomics: any thread, a signal
+     * handler's close included, adds; the thread changing the uid takes. */
+    _Atomic uint32_t owed[BH_MAX_COMPARTMENTS];
+    _Atomic int owes;
 };
 
 /* Hidden, as the whole shim is: read straight, not through the GOT. */
@@ -81,5 +87,14 @@ void bh_joined_switch(struct bh_joined *joined);
 
 /* Calls each(ns) for every namespace joined and reachable. */
 void bh_joined_each(void (*each)(struct bh_namespace *ns));
+
+/* Permits its namespace refused at a connection's end: owed there (the
+ * namespace's `refused`, set by whoever opens one for a joined object).
+ * Async-signal-safe. */
+void bh_joined_owe(struct bh_namespace *ns, int index, int weight);
+/* After a uid call: every permit owed goes back where the euid can now
+ * reach it; the rest stays owed (until the process exits, when the
+ * kernel gives back what its undo records hold). */
+void bh_joined_settle(void);
 
 #endif

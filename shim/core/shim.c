@@ -262,6 +262,7 @@ static void open_joined(struct bh_joined *joined)
         unreachable(joined, err);
         return;
     }
+    joined->ns.refused = bh_joined_owe;
     if (joined->id > 0 && bh_permits_own_counts(&joined->ns) < 0) {
         bh_namespace_close(&joined->ns);  /* the counts would be another's */
         snprintf(err, sizeof err, "namespace \"%s\" of uid %u: no memory for this "
@@ -350,6 +351,8 @@ void bh_shim_after_uid_change(int rc)
     struct bh_joined *was = bh_shim_active() ? bh_joined_now() : NULL;
     uid_t now = geteuid();
     if (rc < 0 || !was || now == was->ns.uid) {
+        if (rc == 0 && was)
+            bh_joined_settle();
         uid_change_ended();
         errno = saved_errno;
         return;
@@ -358,11 +361,13 @@ void bh_shim_after_uid_change(int rc)
     if (held)
         bh_log(BH_LOG_WARN, "%s[%d] changed its uid from %u to %u holding %u permit%s "
                "of namespace \"%s\" of uid %u: each goes back at its connection's "
-               "close if uid %u may still reach that namespace (root may), else when "
-               "it exits", program_invocation_short_name, (int)getpid(),
+               "close if uid %u may still reach that namespace (root may), else at "
+               "a later uid change that can, or when it exits",
+               program_invocation_short_name, (int)getpid(),
                (unsigned)was->ns.uid, (unsigned)now, held, held == 1 ? "" : "s",
                bh_shim.config.namespace_name, (unsigned)was->ns.uid, (unsigned)now);
     join_namespace();
+    bh_joined_settle();
     bh_log(BH_LOG_INFO, "%s[%d] changed its uid from %u to %u: its connections count "
            "in namespace \"%s\" of uid %u (bulkhead stat -u %u)",
            program_invocation_short_name, (int)getpid(), (unsigned)was->ns.uid,

@@ -63,6 +63,10 @@ struct bh_namespace {
     /* This process's own counts of it (holders.c): the process's first
      * counts, or counts of its own (bh_permits_own_counts). */
     struct bh_holdings *mine;
+    /* Told of permits a give-back could not return (bh_permit_release),
+     * from any thread or signal handler; NULL: nobody (the opener's to
+     * set). */
+    void (*refused)(struct bh_namespace *ns, int index, int weight);
     /* Where the fields other rooms own are, per compartment index, once
      * attached: the breaker's, the adaptive controller's, the window's. */
     struct bh_breaker_shared *breakers;
@@ -323,8 +327,10 @@ void bh_permit_count_bypassed(struct bh_namespace *ns, int index);
 void bh_permit_count_shadow(struct bh_namespace *ns, int index, int waited);
 /* Gives `weight` permits of compartment `index` back, to the pools this
  * process took them from (its counts know, common pool first); unclaims
- * them too: the mirror of bh_permit_take. Async-signal-safe: atomics and
- * semops. */
+ * them too: the mirror of bh_permit_take. Refused by the namespace
+ * (EACCES: the process runs as a uid that cannot reach it now), they
+ * stay its own, counts and all, and ns->refused is told, for a later
+ * try. Async-signal-safe: atomics and semops. */
 void bh_permit_release(struct bh_namespace *ns, int index, int weight);
 /* In a forked child, for its copy of a connection no socket record holds
  * (the table was full): `weight` common permits of its own (SEM_UNDO),

@@ -565,10 +565,18 @@ static void lend_to_members(struct bh_namespace *ns, int index, int given)
     }
 }
 
-static __attribute__((noinline, cold)) void
-give_common(struct bh_namespace *ns, int index, int count, short undo)
+/* A part of a give-back, as its last semop went: -1 when the namespace
+ * refused it (EACCES) before any of it went back. */
+static int refused(int count, int wanted, int rc)
+{
+    return rc < 0 && errno == EACCES && count == wanted ? -1 : 0;
+}
+
+static __attribute__((noinline, cold)) int
+give_common(struct bh_namespace *ns, int index, int wanted, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
+    int count = wanted;
     while (count > 0 && atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) &&
            pay_one(ns, BH_SEM_FREE(index), BH_SEM_DEBT(index), -1, undo) == 0) {
         atomic_fetch_sub(&shared->debt_hint, 1);
@@ -585,28 +593,46 @@ give_common(struct bh_namespace *ns, int index, int count, short undo)
             count--;
         }
     }
-    if (count > 0 && bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)count, undo) == 0 &&
-        atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
+    if (count == 0)
+        return 0;
+    int rc = bh_sem_op(ns->semid, BH_SEM_FREE(index), (short)count, undo);
+    if (rc == 0 && atomic_load_explicit(&shared->reserve_count, memory_order_relaxed))
         lend_to_members(ns, index, count);
+    return refused(count, wanted, rc);
 }
 
-static __attribute__((noinline, cold)) void
-give_reserved(struct bh_namespace *ns, int index, int reserve, int count, short undo)
+static __attribute__((noinline, cold)) int
+give_reserved(struct bh_namespace *ns, int index, int reserve, int wanted, short undo)
 {
     struct bh_shared_compartment *shared = shared_of(ns, index);
     struct bh_reserve_shared *pool = &shared->reserves[reserve];
     unsigned short slot = slot_of(shared, reserve);
+    int count = wanted;
     while (count > 0 && atomic_load(&pool->debt_hint) &&
            pay_one(ns, BH_SEM_RFREE(slot), BH_SEM_RDEBT(slot), BH_SEM_FREE(index), undo) == 0) {
         atomic_fetch_sub(&pool->debt_hint, 1);
         count--;
     }
-    if (count > 0)
-        bh_sem_op(ns->semid, BH_SEM_RFREE(slot), (short)count, undo);
+    if (count == 0)
+        return 0;
+    return refused(count, wanted, bh_sem_op(ns->semid, BH_SEM_RFREE(slot), (short)count, undo));
 }
 
-void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
-                          struct bh_taken taken, short undo)
+int bh_pools_give_refused(struct bh_namespace *ns, int index, int weight, int saved_errno)
+{
+    int refused = errno == EACCES;
+    if (refused)
+        atomic_fetch_add_explicit(&shared_of(ns, index)->holders_hint, weight,
+                                  memory_order_relaxed);
+    errno = saved_errno;
+    return refused ? -1 : 0;
+}
+
+/* Refused when its first part was, before anything went back (a part
+ * given back before a uid change refused the rest is the process's until
+ * it exits: one semop's window, at a uid change). */
+int bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
+                         struct bh_taken taken, short undo)
 {
     int saved_errno = errno;
     struct bh_shared_compartment *shared = shared_of(ns, index);
@@ -616,12 +642,16 @@ void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
      * the common pool's: all were, before reserves. */
     int common = weight - (int)taken.reserved;
     if (taken.reserved && taken.reserve >= 0 &&
-        taken.reserve < atomic_load(&shared->reserve_count))
-        give_reserved(ns, index, taken.reserve, (int)taken.reserved, undo);
-    else
+        taken.reserve < atomic_load(&shared->reserve_count)) {
+        if (give_reserved(ns, index, taken.reserve, (int)taken.reserved, undo) < 0)
+            return bh_pools_give_refused(ns, index, weight, saved_errno);
+    } else {
         common = weight;
-    give_common(ns, index, common, undo);
+    }
+    if (common > 0 && give_common(ns, index, common, undo) < 0 && common == weight)
+        return bh_pools_give_refused(ns, index, weight, saved_errno);
     errno = saved_errno;
+    return 0;
 }
 
 void bh_permit_release_parked(struct bh_namespace *ns, int index, struct bh_taken taken)

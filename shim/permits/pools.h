@@ -41,7 +41,7 @@ enum bh_acquire_result bh_pools_take_past(struct bh_namespace *ns,
                                           struct bh_grant *grant);
 void bh_pools_raise_peak(struct bh_namespace *ns, int index, int64_t hint,
                          struct bh_grant *grant);
-void bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
+int bh_pools_give_slowly(struct bh_namespace *ns, int index, int weight,
                           struct bh_taken taken, short undo);
 /* How long a full pool's taker waits, and whether a signal ends it. */
 struct bh_wait {
@@ -90,26 +90,33 @@ bh_pools_try(struct bh_namespace *ns, const struct bh_permit_ask *ask, struct bh
     return BH_ACQUIRED;
 }
 
+/* The semaphores refused a give-back: EACCES (this process's euid can
+ * no longer reach the namespace) gives nothing back, -1, with the hint as
+ * it was; any other failure (the set was removed) has nothing to give.
+ * errno is saved_errno again. */
+int bh_pools_give_refused(struct bh_namespace *ns, int index, int weight, int saved_errno);
+
 /* `weight` permits back to the pools `taken` names; undo: SEM_UNDO when
- * this process's undo record holds them, 0 for parked ones. errno is
- * kept. Async-signal-safe: atomics and semops. */
-static inline void bh_pools_give(struct bh_namespace *ns, int index, int weight,
-                                 struct bh_taken taken, short undo)
+ * this process's undo record holds them, 0 for parked ones. 0, or -1
+ * when the namespace refused them all (EACCES: nothing given back).
+ * errno is kept. Async-signal-safe: atomics and semops. */
+static inline int bh_pools_give(struct bh_namespace *ns, int index, int weight,
+                                struct bh_taken taken, short undo)
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[index];
     if (__builtin_expect(taken.reserved ||
                          atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
                          atomic_load_explicit(&shared->reserve_count, memory_order_relaxed),
-                         0)) {
-        bh_pools_give_slowly(ns, index, weight, taken, undo);
-        return;
-    }
+                         0))
+        return bh_pools_give_slowly(ns, index, weight, taken, undo);
     int saved_errno = errno;
     /* Before the semop: the waiter it wakes counts itself in at once. */
     atomic_fetch_sub_explicit(&shared->holders_hint, weight, memory_order_relaxed);
     struct sembuf common = { (unsigned short)BH_SEM_FREE(index), (short)weight, undo };
-    semop(ns->semid, &common, 1);
+    if (__builtin_expect(semop(ns->semid, &common, 1) < 0, 0))
+        return bh_pools_give_refused(ns, index, weight, saved_errno);
     errno = saved_errno;
+    return 0;
 }
 
 #endif

@@ -120,9 +120,22 @@ enum bh_acquire_result bh_permit_wait(struct bh_namespace *ns,
     return result;
 }
 
+/* Refused (a uid that cannot reach the namespace): still ours, counts
+ * and claim as they were, and its opener is told. */
+static __attribute__((noinline, cold)) void kept(struct bh_namespace *ns, int index,
+                                                 int weight, struct bh_taken taken)
+{
+    bh_holding_claim(ns->mine, index, (uint32_t)weight, 0);
+    bh_holding_add(ns, index, taken);
+    if (ns->refused)
+        ns->refused(ns, index, weight);
+}
+
 void bh_permit_release(struct bh_namespace *ns, int index, int weight)
 {
-    bh_pools_give(ns, index, weight, bh_holding_remove(ns, index, weight), SEM_UNDO);
+    struct bh_taken taken = bh_holding_remove(ns, index, weight);
+    if (__builtin_expect(bh_pools_give(ns, index, weight, taken, SEM_UNDO) < 0, 0))
+        kept(ns, index, weight, taken);
 }
 
 void bh_permit_give(struct bh_namespace *ns, int index, struct bh_taken taken,

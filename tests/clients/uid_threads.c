@@ -11,8 +11,10 @@
  *     moves the euid between 0 and UID with setresuid() CHANGES times,
  *     once every 20 connects; the connects stop with the changes, or at
  *     1,000 (a loopback server's pace).
- *     Prints "ok=N", one "ERRNO=N" line per errno seen and "changes=N",
- *     then keeps running, holding nothing, until killed.
+ *     Once the threads are done, one more setresuid() to the euid it
+ *     ended with (as a daemon's next request would), then prints "ok=N",
+ *     one "ERRNO=N" line per errno seen and "changes=N", and keeps
+ *     running, holding nothing, until killed.
  *   uid_threads bracket HOST PORT UID ROUNDS close|keep FILE
  *     A root daemon's requests: ROUNDS times seteuid(UID), connect,
  *     seteuid(0), then close (keep: the connections stay open). Prints
@@ -166,6 +168,10 @@ static int run_storm(int threads, int changes)
     atomic_store(&g_storming, 0);
     for (int i = 0; i < threads; i++)
         pthread_join(tids[i], NULL);
+    if (setresuid((uid_t)-1, geteuid(), (uid_t)-1) != 0) {
+        perror("setresuid");
+        return 2;
+    }
     print_counts();
     printf("changes=%d\n", changes);
     for (;;)
