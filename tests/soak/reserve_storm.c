@@ -38,7 +38,7 @@ static int64_t now_ms(void)
 /* A worker: member of `reserve` (-1: none), taking `weight` at a time. */
 static void work(int reserve, int weight, unsigned seed)
 {
-    bh_permits_forget_after_fork();
+    bh_permits_forget_after_fork(&ns);
     srand(seed);
     struct bh_permit_ask ask = { compartment, reserve, weight };
     for (;;) {
@@ -60,7 +60,7 @@ static pid_t drain(int reserve, int counted[2], int go[2])
     if (pid != 0)
         return pid;
     close(go[1]);  /* or the parent's close would never reach us */
-    bh_permits_forget_after_fork();
+    bh_permits_forget_after_fork(&ns);
     struct bh_permit_ask ask = { compartment, reserve, 1 };
     int taken = 0;
     while (bh_permit_try(&ns, &ask) == BH_ACQUIRED)
