@@ -48,8 +48,6 @@
  * (breaker.c). */
 #include <errno.h>
 #include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -217,7 +215,7 @@ static int diag_socket(void)
 {
     static int fd = -1;
     if (fd < 0)
-        fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+        fd = bh_sock_diag_socket();
     return fd;
 }
 
@@ -226,31 +224,15 @@ static int diag_socket(void)
 static int diag_state(const struct pending *entry)
 {
     static uint32_t sequence;
-    struct bh_sock_diag_ask ask;
-    bh_sock_diag_ask(&ask, &entry->id, ++sequence);  /* an answer to an earlier ask is
-                                                         not this one's */
+    struct inet_diag_msg found;
     int fd = diag_socket();
-    struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-    long answer[512];
-    if (fd < 0 || sendto(fd, &ask, sizeof ask, 0, (struct sockaddr *)&kernel,
-                         sizeof kernel) != (ssize_t)sizeof ask)
-        return -1;
-    ssize_t length;
-    struct nlmsghdr *header = (struct nlmsghdr *)answer;
-    do
-        length = recv(fd, answer, sizeof answer, MSG_DONTWAIT);
-    while (length > 0 && NLMSG_OK(header, (size_t)length) &&
-           header->nlmsg_seq != sequence);
-    if (length <= 0 || !NLMSG_OK(header, (size_t)length))
-        return -1;
-    if (header->nlmsg_type == NLMSG_ERROR)
-        return ((struct nlmsgerr *)NLMSG_DATA(header))->error == -ENOENT ? 0 : -1;
-    if (header->nlmsg_type != SOCK_DIAG_BY_FAMILY)
-        return -1;
-    struct inet_diag_msg *found = NLMSG_DATA(header);
-    if (found->idiag_inode && found->idiag_inode != entry->inode)
+    /* each ask its own sequence: an answer to an earlier one is not this one's */
+    int answer = fd < 0 ? -1 : bh_sock_diag_find(fd, &entry->id, ++sequence, &found);
+    if (answer <= 0)
+        return answer;
+    if (found.idiag_inode && found.idiag_inode != entry->inode)
         return 0;
-    return found->idiag_state;
+    return found.idiag_state;
 }
 
 /* Failed now: a timeout, or refused (or unreachable: the same to the

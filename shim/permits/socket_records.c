@@ -430,10 +430,16 @@ bh_share bh_socket_find(struct bh_namespace *ns, uint64_t inode, int *index, int
     return 0;
 }
 
-void bh_sock_diag_ask(struct bh_sock_diag_ask *ask, const struct bh_sock_id *id,
-                      uint32_t sequence)
+/* A sock_diag request for the TCP socket with this id, in any state. */
+struct sock_diag_ask {
+    struct nlmsghdr header;
+    struct inet_diag_req_v2 request;
+};
+
+static void sock_diag_ask(struct sock_diag_ask *ask, const struct bh_sock_id *id,
+                          uint32_t sequence)
 {
-    *ask = (struct bh_sock_diag_ask){
+    *ask = (struct sock_diag_ask){
         .header = { .nlmsg_len = sizeof *ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
                     .nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = sequence },
         .request = { .sdiag_family = (uint8_t)id->family,
@@ -454,11 +460,11 @@ int bh_sock_diag_socket(void)
 /* The kernel answers a single socket's request within the sendto: the
  * answer is queued once it returns. One left over from an earlier ask
  * whose recv failed carries another sequence number, and is skipped. */
-int bh_sock_diag_open_on(int fd, const struct bh_sock_id *id, uint64_t inode,
-                         uint32_t sequence)
+int bh_sock_diag_find(int fd, const struct bh_sock_id *id, uint32_t sequence,
+                      struct inet_diag_msg *found)
 {
-    struct bh_sock_diag_ask ask;
-    bh_sock_diag_ask(&ask, id, sequence);
+    struct sock_diag_ask ask;
+    sock_diag_ask(&ask, id, sequence);
     struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
     long answer[512];
     struct nlmsghdr *header = (struct nlmsghdr *)answer;
@@ -473,9 +479,18 @@ int bh_sock_diag_open_on(int fd, const struct bh_sock_id *id, uint64_t inode,
         return -1;
     if (header->nlmsg_type == NLMSG_ERROR)
         return ((struct nlmsgerr *)NLMSG_DATA(header))->error == -ENOENT ? 0 : -1;
-    if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY)
-        return ((struct inet_diag_msg *)NLMSG_DATA(header))->idiag_inode == inode;
-    return -1;
+    if (header->nlmsg_type != SOCK_DIAG_BY_FAMILY)
+        return -1;
+    memcpy(found, NLMSG_DATA(header), sizeof *found);
+    return 1;
+}
+
+int bh_sock_diag_open_on(int fd, const struct bh_sock_id *id, uint64_t inode,
+                         uint32_t sequence)
+{
+    struct inet_diag_msg found;
+    int answer = bh_sock_diag_find(fd, id, sequence, &found);
+    return answer <= 0 ? answer : found.idiag_inode == inode;
 }
 
 int bh_sock_diag_open(const struct bh_sock_id *id, uint64_t inode)

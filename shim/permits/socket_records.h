@@ -56,13 +56,12 @@ struct bh_taken;
 bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
                                     const struct bh_sock_id *id, int index,
                                     struct bh_taken taken);
-/* A sock_diag request for the TCP socket with this id, in any state. */
-struct bh_sock_diag_ask {
-    struct nlmsghdr header;
-    struct inet_diag_req_v2 request;
-};
-void bh_sock_diag_ask(struct bh_sock_diag_ask *ask, const struct bh_sock_id *id,
-                      uint32_t sequence);
+/* The kernel's answer on the TCP socket with this id, in any state, asked
+ * on netlink socket fd (bh_sock_diag_socket) under its own sequence
+ * number: 1 it has one (*found, its state and inode: 0 for an orphan
+ * finishing its close), 0 it has none, -1 unknown. */
+int bh_sock_diag_find(int fd, const struct bh_sock_id *id, uint32_t sequence,
+                      struct inet_diag_msg *found);
 /* The kernel's word: 1 the socket with this id is open in some process
  * (it shows this inode), 0 it is not (gone, or only an orphan finishing
  * its close: inode 0), -1 unknown. Unprivileged, as `ss` is; one netlink
