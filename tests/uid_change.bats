@@ -138,6 +138,26 @@ under_shim() {
     assert_line ok=3
 }
 
+@test "a permit root's namespace refused back while the process ran as nobody is given back once, at its next seteuid(0), not by a forked child's" {
+    echo nobody >>"$T/other_users"
+    start_server srv -1
+    compartment_rules 1
+    # connect as root, seteuid(nobody), close: refused, so owed; a child
+    # forked then calls seteuid(0) too, and stays, before the parent does
+    setsid env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$CLIENTS/uid_threads" owe \
+        127.0.0.1 "$SERVER_PORT" 65534 "$T/owe.done" >"$T/owe.out" 2>&1 3>&- &
+    echo $! >>"$T/groups"
+    wait_for test -s "$T/owe.done" || fail "$(cat "$T/owe.out")"
+    assert_equal "$(cat "$T/owe.done")" ok
+    # limit 1: exactly one of two connects gets a permit, as if the first
+    # connection had never been
+    run env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
+        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 2 all="$T/srv.stats"
+    assert_success
+    assert_line ok=1
+    assert_equal "$(server_stat srv max)" 1
+}
+
 @test "a root daemon that connects as its user between seteuid() calls gives each permit back at its close" {
     echo nobody >>"$T/other_users"
     start_server srv -1

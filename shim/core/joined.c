@@ -114,3 +114,27 @@ void bh_joined_settle(void)
     for (int id = 0; id < BH_JOINED_MAX && id < atomic_load(&next_id); id++)
         settle(atomic_load(&bh_joined_all[id]));
 }
+
+/* Written only where set: a fork copies no page it need not. */
+static void forget_owed(struct bh_joined *joined)
+{
+    if (atomic_load(&joined->owes))
+        atomic_store(&joined->owes, 0);
+    int count = (int)bh_compartment_count(&joined->ns);
+    for (int index = 0; index < count && index < BH_MAX_COMPARTMENTS; index++)
+        if (atomic_load_explicit(&joined->owed[index], memory_order_relaxed))
+            atomic_store(&joined->owed[index], 0);
+}
+
+void bh_joined_after_fork_child(void)
+{
+    if (atomic_load(&anything_owed))
+        atomic_store(&anything_owed, 0);
+    for (int id = 0; id < BH_JOINED_MAX && id < atomic_load(&next_id); id++) {
+        struct bh_joined *joined = atomic_load(&bh_joined_all[id]);
+        if (joined && joined->ns.state) {
+            forget_owed(joined);
+            bh_permits_forget_after_fork(&joined->ns);
+        }
+    }
+}

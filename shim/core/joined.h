@@ -96,5 +96,8 @@ void bh_joined_owe(struct bh_namespace *ns, int index, int weight);
  * reach it; the rest stays owed (until the process exits, when the
  * kernel gives back what its undo records hold). */
 void bh_joined_settle(void);
+/* In a forked child: it holds no permits of its own, in any namespace,
+ * and owes none (its parent's undo records hold them). */
+void bh_joined_after_fork_child(void);
 
 #endif

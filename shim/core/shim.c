@@ -381,7 +381,7 @@ static void forget_after_fork(void)
     bh_copies_after_fork_child();
     bh_observe_after_fork_child();
     bh_log_forget_after_fork();
-    bh_joined_each(bh_permits_forget_after_fork);
+    bh_joined_after_fork_child();
     bh_rule_index_after_fork(bh_shim.rules);
     bh_stall_after_fork_child();
     bh_async_after_fork_child();

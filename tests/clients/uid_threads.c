@@ -15,6 +15,11 @@
  *     ended with (as a daemon's next request would), then prints "ok=N",
  *     one "ERRNO=N" line per errno seen and "changes=N", and keeps
  *     running, holding nothing, until killed.
+ *   uid_threads owe HOST PORT UID FILE
+ *     As root, connects; seteuid(UID); closes (root's namespace refuses
+ *     the permit back: owed); forks a child that calls seteuid(0) and
+ *     stays; once it has, seteuid(0) itself. Writes "ok" (or the errno's
+ *     name) to FILE and keeps running, as does the child, until killed.
  *   uid_threads bracket HOST PORT UID ROUNDS close|keep FILE
  *     A root daemon's requests: ROUNDS times seteuid(UID), connect,
  *     seteuid(0), then close (keep: the connections stay open). Prints
@@ -178,6 +183,39 @@ static int run_storm(int threads, int changes)
         pause();
 }
 
+/* ---- owe ---- */
+
+static int run_owe(const char *file)
+{
+    int fd, ready[2];
+    int err = connect_once(&fd);
+    if (err != 0) {
+        write_file(file, errno_text(err));
+        return 0;
+    }
+    if (pipe(ready) != 0 || seteuid(g_uid) != 0) {
+        perror("owe");
+        return 2;
+    }
+    close(fd);
+    pid_t child = fork();
+    if (child == 0) {
+        char byte = seteuid(0) == 0 ? 'y' : 'n';
+        if (write(ready[1], &byte, 1) != 1)
+            _exit(2);
+        for (;;)
+            pause();
+    }
+    char byte = 'n';
+    if (child < 0 || read(ready[0], &byte, 1) != 1 || byte != 'y' || seteuid(0) != 0) {
+        perror("owe");
+        return 2;
+    }
+    write_file(file, "ok\n");
+    for (;;)
+        pause();
+}
+
 /* ---- bracket ---- */
 
 static int run_bracket(int rounds, int keep, const char *file)
@@ -211,7 +249,7 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 4 || parse_address(argv[2], atoi(argv[3]), &g_addr, &g_len) != 0) {
-        fprintf(stderr, "usage: uid_threads wait|storm|bracket HOST PORT ...\n");
+        fprintf(stderr, "usage: uid_threads wait|storm|owe|bracket HOST PORT ...\n");
         return 2;
     }
     if (strcmp(argv[1], "wait") == 0 && argc == 5)
@@ -222,6 +260,10 @@ int main(int argc, char **argv)
         if (threads < 1 || threads > MAX_THREADS)
             return 2;
         return run_storm(threads, atoi(argv[5]));
+    }
+    if (strcmp(argv[1], "owe") == 0 && argc == 6) {
+        g_uid = (uid_t)atoi(argv[4]);
+        return run_owe(argv[5]);
     }
     if (strcmp(argv[1], "bracket") == 0 && argc == 8) {
         g_uid = (uid_t)atoi(argv[4]);
