@@ -11,7 +11,8 @@
 enum { BH_GATE_OBSERVED = -16 };
 
 /* Before connect(), or sendto/sendmsg with MSG_FASTOPEN: returns the
- * compartment whose permit the fd now holds, or one of the values above. */
+ * place (core/joined.h) of the permit the fd now holds, or one of the
+ * values above. */
 int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length);
 /* Before sendto/sendmsg with MSG_FASTOPEN under `bulkhead run`'s seccomp
  * supervisor: 1 (errno EOPNOTSUPP) when the destination is one a rule

@@ -13,10 +13,10 @@
  *
  * Shared state: process-local. An object is filled in by the thread that
  * makes it (start-up, or the thread changing the uid), published with a
- * release store in bh_joined_all and then in bh_joined_now_ptr, and never
- * written, moved or freed again: any thread, a signal handler's close
- * included, may use one it loaded, at any time, with no lock, whatever
- * uid change runs meanwhile. A connect that loaded the one a change then
+ * release store in bh_joined_all and then in bh_joined_now_ptr, and then
+ * never moved or freed, and written only in its owed counts (atomics):
+ * any thread, a signal handler's close included, may use one it loaded,
+ * at any time, with no lock, whatever uid change runs meanwhile. A connect that loaded the one a change then
  * leaves takes and attaches there, consistently. Two threads changing the
  * uid at once may each make an object for one uid; both stay valid.
  *
@@ -28,7 +28,7 @@
  * root gives them back then rather than at its exit.
  *
  * Cost: every namespace joined stays attached until the process exits,
- * up to BH_JOINED_MAX of them (about 20 KB of memory each, plus its
+ * up to BH_JOINED_MAX of them (about 25 KB of memory each, plus its
  * counts, touched as used); a process past that counts its next uid's
  * connects as on_failure says (shim.c). A process that dies: all of it is
  * process-local, and the kernel's SEM_UNDO gives its permits back. */
