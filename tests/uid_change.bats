@@ -8,7 +8,22 @@ load helpers/common
 load helpers/uid
 
 setup() { uid_setup; }
-teardown() { uid_teardown; }
+teardown() {
+    uid_teardown
+    [[ -z ${NOBODY_DIR:-} ]] || rm -rf "$NOBODY_DIR"
+}
+
+# nobody_rules: $RULES copied where nobody can read them (bats' own
+# folders are root's, 0700), for a process that starts or execs as nobody
+# and reads its rules then; sets NOBODY_RULES. Its folder takes files
+# nobody writes too.
+nobody_rules() {
+    NOBODY_DIR=$(mktemp -d /tmp/bh-uid-change.XXXXXX)
+    chmod 1777 "$NOBODY_DIR"
+    NOBODY_RULES="$NOBODY_DIR/rules.ini"
+    cp "$RULES" "$NOBODY_RULES"
+    chmod 644 "$NOBODY_RULES"
+}
 
 @test "a process that setuid()s to nobody is capped in nobody's namespace, which stat -u reads" {
     echo nobody >>"$T/other_users"
@@ -126,14 +141,15 @@ under_shim() {
     # 3, three connections get one in each namespace, open together.
     run "$BULKHEAD" set -n "$NS" -u nobody downstream limit=3
     assert_success
-    run "${AS_NOBODY[@]}" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
-        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 3 all="$T/srv.stats"
+    nobody_rules
+    run "${AS_NOBODY[@]}" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$NOBODY_RULES" \
+        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 4 all="$T/srv.stats"
     assert_success
     assert_line ok=3
     run "$BULKHEAD" set -n "$NS" downstream limit=3
     assert_success
     run env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" \
-        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 3 all="$T/srv.stats"
+        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 4 all="$T/srv.stats"
     assert_success
     assert_line ok=3
 }
@@ -158,6 +174,34 @@ under_shim() {
     assert_equal "$(server_stat srv max)" 1
 }
 
+@test "exec after a drop to nobody hands the new image nobody's connection, not root's: at limit 1 nobody gets exactly one, root none until the process exits" {
+    echo nobody >>"$T/other_users"
+    start_server srv -1
+    compartment_rules 1
+    nobody_rules
+    # root's connection, then nobody's; exec; the new image closes both
+    setsid env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$NOBODY_RULES" "$CLIENTS/uid_threads" \
+        handoff 127.0.0.1 "$SERVER_PORT" 65534 "$NOBODY_DIR/handoff.done" \
+        >"$T/handoff.out" 2>&1 3>&- &
+    local group=$!
+    echo "$group" >>"$T/groups"
+    wait_for test -s "$NOBODY_DIR/handoff.done" || fail "$(cat "$T/handoff.out")"
+    run "${AS_NOBODY[@]}" env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$NOBODY_RULES" \
+        "$CLIENTS/mt_client" 127.0.0.1 "$SERVER_PORT" 2 all="$T/srv.stats"
+    assert_success
+    assert_line ok=1
+    # root's permit is held by the process, which can never reach root's
+    # namespace again: refused until it exits, then given back by the kernel
+    run env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$CLIENTS/connect_hold" \
+        127.0.0.1 "$SERVER_PORT" 0
+    assert_failure 1
+    kill -KILL -- "-$group"
+    wait_for -t 5 group_gone "$group"
+    run env LD_PRELOAD="$SHIM" BULKHEAD_CONFIG="$RULES" "$CLIENTS/connect_hold" \
+        127.0.0.1 "$SERVER_PORT" 0
+    assert_success
+}
+
 @test "a root daemon that connects as its user between seteuid() calls gives each permit back at its close" {
     echo nobody >>"$T/other_users"
     start_server srv -1
@@ -167,7 +211,8 @@ under_shim() {
     run cat "$T/daemon.out"
     assert_output ok=5
     # the daemon still runs: nobody's other processes get the whole limit
-    nobody_connect "$RULES"
+    nobody_rules
+    nobody_connect "$NOBODY_RULES"
     assert_success
     assert_line ok
     assert_equal "$(server_stat srv total)" 6

@@ -20,6 +20,11 @@
  *     the permit back: owed); forks a child that calls seteuid(0) and
  *     stays; once it has, seteuid(0) itself. Writes "ok" (or the errno's
  *     name) to FILE and keeps running, as does the child, until killed.
+ *   uid_threads handoff HOST PORT UID FILE
+ *     As root, connects (A); setresuid() to UID for good; connects (B);
+ *     execs itself as "closeall HOST PORT A B FILE", which closes both,
+ *     writes "closed" to FILE and keeps running until killed. The exec
+ *     keeps both sockets open.
  *   uid_threads bracket HOST PORT UID ROUNDS close|keep FILE
  *     A root daemon's requests: ROUNDS times seteuid(UID), connect,
  *     seteuid(0), then close (keep: the connections stay open). Prints
@@ -216,6 +221,34 @@ static int run_owe(const char *file)
         pause();
 }
 
+/* ---- handoff ---- */
+
+static int run_handoff(const char *host, const char *port, const char *file)
+{
+    int root_fd, user_fd;
+    char root_text[16], user_text[16];
+    if (connect_once(&root_fd) != 0 || setresuid(g_uid, g_uid, g_uid) != 0 ||
+        connect_once(&user_fd) != 0) {
+        perror("handoff");
+        return 2;
+    }
+    snprintf(root_text, sizeof root_text, "%d", root_fd);
+    snprintf(user_text, sizeof user_text, "%d", user_fd);
+    execl("/proc/self/exe", "uid_threads", "closeall", host, port, root_text, user_text,
+          file, (char *)NULL);
+    perror("execl");
+    return 2;
+}
+
+static __attribute__((noreturn)) void run_closeall(int first, int second, const char *file)
+{
+    close(first);
+    close(second);
+    write_file(file, "closed\n");
+    for (;;)
+        pause();
+}
+
 /* ---- bracket ---- */
 
 static int run_bracket(int rounds, int keep, const char *file)
@@ -249,7 +282,8 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 4 || parse_address(argv[2], atoi(argv[3]), &g_addr, &g_len) != 0) {
-        fprintf(stderr, "usage: uid_threads wait|storm|owe|bracket HOST PORT ...\n");
+        fprintf(stderr, "usage: uid_threads wait|storm|owe|handoff|closeall|bracket HOST "
+                "PORT ...\n");
         return 2;
     }
     if (strcmp(argv[1], "wait") == 0 && argc == 5)
@@ -265,6 +299,12 @@ int main(int argc, char **argv)
         g_uid = (uid_t)atoi(argv[4]);
         return run_owe(argv[5]);
     }
+    if (strcmp(argv[1], "handoff") == 0 && argc == 6) {
+        g_uid = (uid_t)atoi(argv[4]);
+        return run_handoff(argv[2], argv[3], argv[5]);
+    }
+    if (strcmp(argv[1], "closeall") == 0 && argc == 7)
+        run_closeall(atoi(argv[4]), atoi(argv[5]), argv[6]);
     if (strcmp(argv[1], "bracket") == 0 && argc == 8) {
         g_uid = (uid_t)atoi(argv[4]);
         return run_bracket(atoi(argv[5]), strcmp(argv[6], "keep") == 0, argv[7]);
