@@ -16,9 +16,10 @@
  * release store in bh_joined_all and then in bh_joined_now_ptr, and then
  * never moved or freed, and written only in its owed counts (atomics):
  * any thread, a signal handler's close included, may use one it loaded,
- * at any time, with no lock, whatever uid change runs meanwhile. A connect that loaded the one a change then
- * leaves takes and attaches there, consistently. Two threads changing the
- * uid at once may each make an object for one uid; both stay valid.
+ * at any time, with no lock, whatever uid change runs meanwhile. A
+ * connect that loaded the one a change then leaves takes and attaches
+ * there, consistently. Two threads changing the uid at once may each make
+ * an object for one uid; both stay valid.
  *
  * A close that its namespace refuses (the process runs as a uid that
  * cannot reach it: a root daemon's worker thread inside seteuid(user)
