@@ -1,12 +1,15 @@
 /* bench_client: the load the benchmark puts through the shim (or not).
  *
- *   connect_close HOST PORT N [between|inside]
+ *   connect_close HOST PORT N [between|inside|nonblocking]
  *                                    socket, SO_LINGER {1,0}, connect, close;
- *                                    with a word, the timed loop moves the
- *                                    bench's fixed clock (fixed_clock.c,
- *                                    preloaded) to its next second before
- *                                    each connect or between each connect
- *                                    and its close
+ *                                    with between or inside, the timed loop
+ *                                    moves the bench's fixed clock
+ *                                    (fixed_clock.c, preloaded) to its next
+ *                                    second before each connect or between
+ *                                    each connect and its close;
+ *                                    nonblocking: the socket is, and poll
+ *                                    and SO_ERROR wait for the connect, as
+ *                                    an event loop's (Go's) do
  *   pingpong HOST PORT N [send|msg|rw]
  *                                    64-byte round trips on one connection,
  *                                    with send/recv, sendmsg/recvmsg or
@@ -178,6 +181,40 @@ static void connect_close_loop(long n)
     }
 }
 
+/* An event loop's connect: EINPROGRESS, then writable, then SO_ERROR. */
+static int open_nonblocking(void)
+{
+    int fd = socket(dest.ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    struct linger lg = { 1, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    int err = connect(fd, (struct sockaddr *)&dest, dest_len) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+        struct pollfd writable = { fd, POLLOUT, 0 };
+        socklen_t length = sizeof err;
+        if (poll(&writable, 1, 5000) != 1 ||
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &length) < 0)
+            err = err == EINPROGRESS ? ETIMEDOUT : err;
+    }
+    if (err) {
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+static void connect_close_nonblocking_loop(long n)
+{
+    for (long i = 0; i < n; i++) {
+        int fd = open_nonblocking();
+        if (fd < 0)
+            fail("connect");
+        close(fd);
+    }
+}
+
 /* The fixed clock's (bench/fixed_clock.c), when it is preloaded. */
 extern void bench_clock_next_second(void) __attribute__((weak));
 
@@ -206,11 +243,23 @@ static __attribute__((noinline)) void measured_connect_close(long n, const char 
         connect_close_loop(n);
 }
 
+static int mode_connect_close_nonblocking(long n)
+{
+    connect_close_nonblocking_loop(WARMUP);
+    int64_t t0 = now_ns();
+    connect_close_nonblocking_loop(n);
+    report(now_ns() - t0, n);
+    return 0;
+}
+
 static int mode_connect_close(long n, const char *seconds)
 {
+    if (seconds && strcmp(seconds, "nonblocking") == 0)
+        return mode_connect_close_nonblocking(n);
     int inside = seconds && strcmp(seconds, "inside") == 0;
     if (seconds && !inside && strcmp(seconds, "between") != 0) {
-        fprintf(stderr, "bench_client: connect_close's last word is between or inside\n");
+        fprintf(stderr, "bench_client: connect_close's last word is between, inside "
+                "or nonblocking\n");
         return 2;
     }
     if (seconds && !bench_clock_next_second) {
@@ -917,7 +966,7 @@ static int mode_shared_refusal(long n, int k)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: bench_client connect_close HOST PORT N [between|inside]\n"
+            "usage: bench_client connect_close HOST PORT N [between|inside|nonblocking]\n"
             "       bench_client pingpong HOST PORT N [send|msg|rw]\n"
             "       bench_client alternate HOST PORT DEAD_PORT\n"
             "       bench_client request HOST PORT N\n"

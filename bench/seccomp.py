@@ -55,6 +55,13 @@ def seccomp_section(sink, cfg_m, cfg_u, quick):
                                f"per operation (and over bare), wall clock and CPU time of "
                                f"the whole tree")
     lines += floor_lines(cpu)
+    # An event loop's connect (Go's): a non-blocking socket, poll and
+    # SO_ERROR; the supervisor does it on its main thread, no worker.
+    lines += timed("connect_close", sink, rounds, n, [
+        ("bare", [static_client], None),
+        ("trapped, matched", under_run(cfg_m, static_client), None),
+    ], "nonblocking ", f"the same, the socket non-blocking (EINPROGRESS, poll, SO_ERROR), "
+       f"{rounds} rounds x {n}", args=["nonblocking"])[2]
     checks = [(median(values["trapped, unmatched"]) < median(values["trapped, matched"]),
                "an unmatched trapped connect (CONTINUE at once) costs less than a "
                "matched one (admission, the connect done by the supervisor)")]
@@ -138,7 +145,7 @@ def exec_lines(cfg, rounds, bulkhead, n=200):
     return lines
 
 
-def timed(mode, sink, rounds, n, variants, tag, title):
+def timed(mode, sink, rounds, n, variants, tag, title, args=()):
     """bench_client MODE under each variant, alternating, `rounds` timed
     rounds after one warm-up: ({label: [us per operation]}, {label: [CPU
     us per operation, every process of the run]}, report lines of the
@@ -149,7 +156,7 @@ def timed(mode, sink, rounds, n, variants, tag, title):
         for label, cmd, cfg in variants:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             out = run(cmd + [mode, "127.0.0.1", str(sink),
-                             str(n if r >= 0 else max(200, n // 4))],
+                             str(n if r >= 0 else max(200, n // 4)), *args],
                       env_for(cfg), cpus=CLIENT_CPU)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if r >= 0:

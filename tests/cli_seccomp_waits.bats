@@ -86,3 +86,29 @@ release_one() {
     assert_equal "$(server_stat s max)" 1
     assert_equal "$(server_stat s total)" 2
 }
+
+@test "seccomp waits: while a program's non-blocking connect waits for its permit, the supervisor answers the tree's other connects at once (the wait is a worker's, not the main thread's)" {
+    start_server u -1
+    start_server s -1
+    compartment_rules 1 wait_ms=20000
+    hold_one
+    bg_tree "$T/tree" -c "$RULES" -- sh -c \
+        "'$NB_HOLD' 127.0.0.1 $PORT_s 1 >'$T/waiting' &
+         while [ ! -e '$T/go' ]; do sleep 0.01; done
+         '$NB_HOLD' 127.0.0.1 $PORT_u 1 >'$T/other'
+         wait"
+    local tree=$BG_PID
+    wait_for sem_waiters_is "$NS" 1
+    touch "$T/go"
+    wait_for grep -q . "$T/other"
+    run cut -d' ' -f1 "$T/other"
+    assert_output ok
+    # answered while the first still waited
+    assert_equal "$(sem_waiters "$NS")" 1
+    assert_equal "$(server_stat u total)" 1
+    release_one
+    wait_pid "$tree" || fail "tree: $(cat "$T/tree.err")"
+    run cut -d' ' -f1 "$T/waiting"
+    assert_output ok
+    assert_equal "$(server_stat s max)" 1
+}

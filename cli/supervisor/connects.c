@@ -72,10 +72,20 @@ struct job {
     const struct seccomp_notif *pending;
     struct call call;
     int rule;
+    /* the program's socket as copied while its notification was valid
+     * (-1, errno in copy_errno: it could not be), and its process */
+    int sock, copy_errno;
+    pid_t pid;
     int on_worker;       /* run by a worker thread, not the main one */
+    /* tried by the main thread first (a non-blocking socket's connect
+     * never waits): its admission may not wait, and is left to a worker
+     * when it would (deferred) */
+    int try_here;
+    int full;            /* its admission found the compartment full: may have waited */
     /* jobs_lock: */
     pthread_t worker;
     int admitting;       /* in admission, on a worker: may be interrupted */
+    int interrupted;     /* SIGRTMIN sent to its worker since its admission began */
     int dead_looks;      /* looks in a row that found its id dead */
     int superseded;      /* its thread made another call: dead for good */
 };
@@ -189,18 +199,26 @@ static void interrupted(int signal_number)
     (void)signal_number;  /* only to end a semaphore wait with EINTR */
 }
 
+/* The job's worker, in admission, stops waiting. jobs_lock held. */
+static void interrupt(struct job *job)
+{
+    job->interrupted = 1;
+    pthread_kill(job->worker, SIGRTMIN);
+}
+
 /* Once, from the main thread: the interruption's handler (no SA_RESTART),
- * the signal blocked here and so in the workers it starts, which unblock
- * it while they wait in admission only. */
+ * the signal blocked here (the main thread is never interrupted) and
+ * unblocked in the workers once, at their start, so that their admissions
+ * cost no signal-mask calls (admit_interruptibly). */
 static void jobs_start(void)
 {
     struct sigaction action = { .sa_handler = interrupted };
     sigemptyset(&action.sa_mask);
     sigaction(SIGRTMIN, &action, NULL);
-    sigset_t interrupt;
-    sigemptyset(&interrupt);
-    sigaddset(&interrupt, SIGRTMIN);
-    pthread_sigmask(SIG_BLOCK, &interrupt, NULL);
+    sigset_t rtmin;
+    sigemptyset(&rtmin);
+    sigaddset(&rtmin, SIGRTMIN);
+    pthread_sigmask(SIG_BLOCK, &rtmin, NULL);
     pthread_condattr_t attributes;
     pthread_condattr_init(&attributes);
     pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
@@ -256,7 +274,7 @@ static enum restart restarted(struct sv_state *state, const struct seccomp_notif
         } else {
             job->superseded = 1;
             if (job->admitting)
-                pthread_kill(job->worker, SIGRTMIN);
+                interrupt(job);
         }
     }
     pthread_cond_broadcast(&handed_over);
@@ -315,7 +333,7 @@ void sv_connects_look(struct sv_state *state)
         if (!job->admitting || sv_still_valid(state->listener, job->id))
             job->dead_looks = 0;
         else if (++job->dead_looks >= DEAD_LOOKS)
-            pthread_kill(job->worker, SIGRTMIN);
+            interrupt(job);
     }
     pthread_mutex_unlock(&jobs_lock);
 }
@@ -374,26 +392,29 @@ static void forsake(struct job *job)
 }
 
 /* bh_admit, which the main thread may interrupt while the job is marked
- * admitting (a worker's only: the main thread never interrupts itself). */
+ * admitting (a worker's only: the main thread never interrupts itself).
+ * A signal sent is pending once the lock is ours again (pthread_kill
+ * marks it before the sender lets go of the lock); one not delivered yet
+ * would end the worker's next wait (its connect) with EINTR, so a system
+ * call that does not wait takes it first. */
 static int admit_interruptibly(struct job *job, const struct bh_applicant *applicant,
                                int sock, struct bh_admitted *admitted)
 {
     struct sv_state *state = job->state;
-    sigset_t interrupt;
-    sigemptyset(&interrupt);
-    sigaddset(&interrupt, SIGRTMIN);
     pthread_mutex_lock(&jobs_lock);
     job->worker = pthread_self();
     job->admitting = job->on_worker;
     pthread_mutex_unlock(&jobs_lock);
-    pthread_sigmask(SIG_UNBLOCK, &interrupt, NULL);
     int shared = bh_admit(&state->admitter, applicant, sock, &state->config.rules[job->rule],
                           (struct sockaddr *)&job->call.to, admitted);
     int saved_errno = errno;
-    pthread_sigmask(SIG_BLOCK, &interrupt, NULL);
     pthread_mutex_lock(&jobs_lock);
     job->admitting = 0;
+    int drain = job->interrupted;
+    job->interrupted = 0;
     pthread_mutex_unlock(&jobs_lock);
+    if (drain)
+        getppid();  /* its return runs the handler */
     errno = saved_errno;
     return shared;
 }
@@ -468,7 +489,7 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
         *err = rc < 0 ? errno : 0;
         return rc;
     }
-    if (counted)
+    if (counted && job->on_worker)  /* the main thread polls anew after this */
         sv_wake(state);
     struct timespec before, after;
     clock_gettime(CLOCK_MONOTONIC, &before);
@@ -476,14 +497,16 @@ static int connect_counted(struct job *job, int sock, uint64_t inode, int shared
     *err = rc < 0 ? errno : 0;
     clock_gettime(CLOCK_MONOTONIC, &after);
     int failed = rc < 0 && *err != EINPROGRESS && *err != EINTR && *err != EALREADY;
-    if (!failed)
-        sv_socket_connecting(state, inode, sock, (struct sockaddr *)&job->call.to);
+    struct bh_sock_id id;
+    /* not looked up when unknown: held until run exits (SEM_UNDO) */
+    int known = !failed && sv_socket_id(sock, (struct sockaddr *)&job->call.to, &id) == 0;
+    if (known)
+        sv_socket_connecting(state, inode, &id);
     if (rc < 0 && (*err == EINPROGRESS || *err == EINTR)) {
         /* under way (non-blocking, or interrupted): its outcome comes later */
-        struct sv_connecting connecting = { sock, (struct sockaddr *)&job->call.to, inode,
-                                            process->pid, job->call.fd, shared, local,
-                                            admitted->probe };
-        if (sv_outcome_watch(state, &connecting))
+        struct sv_connecting connecting = { known ? &id : NULL, inode, process->pid,
+                                            job->call.fd, shared, local, admitted->probe };
+        if (sv_outcome_watch(state, &connecting) && job->on_worker)
             sv_wake(state);
     } else {
         int64_t connect_ns = (int64_t)(after.tv_sec - before.tv_sec) * 1000000000 +
@@ -502,6 +525,7 @@ struct answer {
     int proceed;
     int rc, err;
     int forsaken;
+    int deferred;  /* tried here, it would wait: a worker's */
 };
 
 /* The program's short name, for a refusal line. */
@@ -524,6 +548,21 @@ static enum bh_nonblocking_wait nonblocking_wait_of(pid_t pid)
     return sv_program_is_go(pid) ? BH_NONBLOCKING_PARKED : BH_NONBLOCKING_STALLS;
 }
 
+/* The compartment is full (admission asks before it would wait): the
+ * job's notification may die meanwhile, so it is looked at afterwards. */
+static int reap_when_full(void *job)
+{
+    ((struct job *)job)->full = 1;
+    return sv_sockets_reap(((struct job *)job)->state);
+}
+
+/* The main thread's try of a non-blocking socket that would wait: the
+ * admission returns BH_GATE_WAIT, having taken nothing. */
+static int to_a_worker(void)
+{
+    return 1;
+}
+
 /* Admission for the process, then the connect. */
 static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uint64_t inode)
 {
@@ -531,20 +570,27 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     const struct bh_rule *rule = &state->config.rules[job->rule];
     struct sv_process *process = sv_process_get(pid);
     if (!process)
-        return (struct answer) { 1, 0, 0, 0 };  /* out of memory: uncounted */
+        return (struct answer) { 1, 0, 0, 0, 0 };  /* out of memory: uncounted */
     static _Thread_local struct bh_membership membership[BH_MAX_COMPARTMENTS];
     membership_for(state, pid, rule->compartment, membership);
     struct bh_applicant applicant = { pid, name_of, membership, process->claimed,
-                                      sv_sockets_reap, state, NULL, NULL, NULL, NULL,
-                                      nonblocking_wait_of(pid) };
+                                      reap_when_full, job, NULL, NULL, NULL,
+                                      job->try_here ? to_a_worker : NULL,
+                                      nonblocking_wait_of };
     struct bh_admitted admitted;
     int shared, wanted = 1;
-    int slot = observed_slot(state, (const struct sockaddr *)&job->call.to);
     do  /* interrupted: its notification died, or seemed to */
         shared = admit_interruptibly(job, &applicant, sock, &admitted);
     while (shared == BH_GATE_REFUSED && errno == EINTR && (wanted = still_wanted(job)));
-    struct answer answer = { shared == BH_GATE_PASS, -1, errno, !wanted };
-    if (shared >= 0 && !still_wanted(job)) {
+    struct answer answer = { shared == BH_GATE_PASS, -1, errno, !wanted,
+                             shared == BH_GATE_WAIT };
+    if (answer.deferred) {
+        sv_process_put(process);
+        return answer;
+    }
+    int slot = observed_slot(state, (const struct sockaddr *)&job->call.to);
+    /* full, it may have waited (never on the main thread's try) */
+    if (shared >= 0 && job->full && !job->try_here && !still_wanted(job)) {
         give_back(state, process, shared, &admitted);  /* taken, and never connected */
         answer.forsaken = 1;
     } else if (shared >= 0) {
@@ -558,33 +604,48 @@ static struct answer admit_and_connect(struct job *job, pid_t pid, int sock, uin
     return answer;
 }
 
-static struct answer carry_out(struct job *job, pid_t pid, int sock)
+/* sock: the program's socket, copied (-1 with errno: it could not be);
+ * checked: while its notification was valid, so that it is that call's. */
+static struct answer carry_out(struct job *job, pid_t pid, int sock, int checked)
 {
     struct stat info;
     if (sock < 0 && errno == EPERM) {
         int err = sv_unreadable(job->state, job->call.tid);
-        return (struct answer) { !err, -1, err, 0 };
+        return (struct answer) { !err, -1, err, 0, 0 };
     }
-    if (sock >= 0 && !still_wanted(job))
-        return (struct answer) { 0, 0, 0, 1 };  /* the fd may not be that call's any more */
+    if (sock >= 0 && !checked && !still_wanted(job))
+        return (struct answer) { 0, 0, 0, 1, 0 };  /* the fd may not be that call's any more */
     if (sock < 0 || !sv_is_stream(sock) || fstat(sock, &info) < 0)
-        return (struct answer) { 1, 0, 0, 0 };  /* a bad fd: the kernel says EBADF */
+        return (struct answer) { 1, 0, 0, 0, 0 };  /* a bad fd: the kernel says EBADF */
     if (!sv_socket_counted(info.st_ino))
         return admit_and_connect(job, pid, sock, info.st_ino);
     /* connect() again on a counted socket: polling its progress */
     int rc = raw_connect(sock, (struct sockaddr *)&job->call.to, job->call.length);
-    return (struct answer) { 0, rc, rc < 0 ? errno : 0, 0 };
+    return (struct answer) { 0, rc, rc < 0 ? errno : 0, 0, 0 };
 }
 
 /* Our copy of the socket is closed before the answer: once the program
- * runs on and closes its own, the kernel must see no other reference. */
-static void handle(struct job *job)
+ * runs on and closes its own, the kernel must see no other reference. The
+ * first is the main thread's (sv_connect_trapped); a connect of its own
+ * on the same fd to the same address (ONCE_MORE) copies it again. 0 once
+ * answered; 1 when the main thread's try would wait: the job, its copy
+ * kept, is then a worker's. */
+static int handle(struct job *job)
 {
     enum delivery delivery = ONCE_MORE;
-    while (delivery == ONCE_MORE) {
-        pid_t pid;
-        int sock = sv_copy_fd(job->call.tid, job->call.fd, &pid);
-        struct answer answer = carry_out(job, pid, sock);
+    for (int round = 0; delivery == ONCE_MORE; round++) {
+        pid_t pid = job->pid;
+        int sock = job->sock;
+        errno = job->copy_errno;
+        if (round > 0)
+            sock = sv_copy_fd_kept(job->call.tid, job->call.fd, &pid);
+        struct answer answer = carry_out(job, pid, sock, round == 0);
+        if (answer.deferred) {  /* its copy, checked, is the worker's */
+            job->sock = sock;
+            job->pid = pid;
+            job->try_here = 0;
+            return 1;
+        }
         if (sock >= 0)
             close(sock);
         if (answer.forsaken) {
@@ -599,6 +660,7 @@ static void handle(struct job *job)
         sv_wake(job->state);
     }
     sv_pending_done(job->pending);
+    return 0;
 }
 
 /* ---- workers ----
@@ -616,6 +678,10 @@ static int queued, idle, workers;
 static void *worker(void *unused)
 {
     (void)unused;
+    sigset_t rtmin;
+    sigemptyset(&rtmin);
+    sigaddset(&rtmin, SIGRTMIN);
+    pthread_sigmask(SIG_UNBLOCK, &rtmin, NULL);  /* see admit_interruptibly */
     pthread_mutex_lock(&queue_lock);
     for (;;) {
         while (!queue_head) {
@@ -742,9 +808,14 @@ int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif
     /* What was read is that call's only if it still waits. An unmatched
      * one is not asked: CONTINUE to a call that is gone changes nothing,
      * and saves every unmatched connect an ioctl. */
+    pid_t pid = 0;
+    int sock = rule >= 0 ? sv_copy_fd_kept(call.tid, call.fd, &pid) : -1;
+    int copy_errno = errno;
     if (rule >= 0 && !sv_still_valid(state->listener, notif->id))
         rule = -1;
     struct job *job = rule >= 0 ? calloc(1, sizeof *job) : NULL;
+    if (!job && sock >= 0)
+        close(sock);
     if (!job) {
         if (readable && rule < 0 && (call.to.ss_family == AF_INET ||
                                      call.to.ss_family == AF_INET6))
@@ -755,16 +826,25 @@ int sv_connect_trapped(struct sv_state *state, const struct seccomp_notif *notif
     pthread_once(&started, jobs_start);
     enum restart restart = restarted(state, notif, &call);
     if (restart != RESTART_NONE) {
+        if (sock >= 0)
+            close(sock);
         free(job);
         return restart == RESTART_HANDED;
     }
     *job = (struct job) { .state = state, .id = notif->id, .pending = notif, .call = call,
-                          .rule = rule };
+                          .rule = rule, .sock = sock, .copy_errno = copy_errno,
+                          .pid = pid };
     pthread_mutex_lock(&jobs_lock);
     job->active = jobs;
     jobs = job;
     atomic_fetch_add(&listed, 1);
     pthread_mutex_unlock(&jobs_lock);
-    dispatch(job);
+    /* A non-blocking connect is done here unless it would wait: the hand-off
+     * to a worker costs more than all the rest. */
+    job->try_here = sock >= 0 && sv_is_nonblocking(sock);
+    if (job->try_here && !handle(job))
+        free(job);
+    else
+        dispatch(job);
     return 1;
 }

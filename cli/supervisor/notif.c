@@ -113,6 +113,12 @@ int sv_is_stream(int sock)
            type == SOCK_STREAM;
 }
 
+int sv_is_nonblocking(int sock)
+{
+    int flags = fcntl(sock, F_GETFL);
+    return flags >= 0 && (flags & O_NONBLOCK);
+}
+
 int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6])
 {
     if (!sv_filter_socketcall(&notif->data)) {

@@ -55,7 +55,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -149,7 +148,8 @@ int sv_outcome_watch(struct sv_state *state, const struct sv_connecting *connect
                              .since_ns = bh_clock_ns(CLOCK_MONOTONIC), .wait_ms = FIRST_LOOK_MS };
     entry.next_ns = entry.since_ns + FIRST_LOOK_MS * 1000000;
     int wake = -1;
-    if (sv_socket_id(connecting->sock, connecting->to, &entry.id) == 0) {
+    if (connecting->id) {
+        entry.id = *connecting->id;
         pthread_mutex_lock(&lock);
         if (room_locked() == 0) {
             /* the main thread sleeps until the first entry due: is this one? */
@@ -248,8 +248,8 @@ static int failure_of(struct sv_state *state, const struct pending *entry, int64
 /* The program's fd, if it is still the socket: its TCP_INFO. */
 static enum verdict ask_fd(const struct pending *entry)
 {
-    int pidfd = (int)syscall(SYS_pidfd_open, entry->pid, 0);
-    int sock = pidfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pidfd, entry->fd, 0) : -1;
+    pid_t pid;
+    int sock = sv_copy_fd_kept(entry->pid, entry->fd, &pid);
     struct stat info;
     struct tcp_info tcp;
     socklen_t length = sizeof tcp;
@@ -265,8 +265,6 @@ static enum verdict ask_fd(const struct pending *entry)
     }
     if (sock >= 0)
         close(sock);
-    if (pidfd >= 0)
-        close(pidfd);
     return verdict;
 }
 

@@ -199,21 +199,18 @@ int sv_socket_id(int sock, const struct sockaddr *to, struct bh_sock_id *id)
     return 0;
 }
 
-void sv_socket_connecting(struct sv_state *state, uint64_t inode, int sock,
-                          const struct sockaddr *to)
+void sv_socket_connecting(struct sv_state *state, uint64_t inode,
+                          const struct bh_sock_id *id)
 {
-    struct bh_sock_id id;
-    if (sv_socket_id(sock, to, &id) < 0)
-        return;  /* not looked up: held until run exits (SEM_UNDO) */
     /* parked under the lock: a release racing it (a disconnect from
      * another thread of the program) sees where the permits are */
     pthread_mutex_lock(&lock);
     for (int i = 0; i < counted_count; i++)
         if (counted[i].inode == inode && !counted[i].share) {
-            counted[i].id = id;
-            counted[i].share = bh_socket_park_for_another(&state->ns, inode, &id,
+            counted[i].id = *id;
+            counted[i].share = bh_socket_park_for_another(&state->ns, inode, id,
                                                           counted[i].shared,
-                                                          counted[i].taken);
+                                                          counted[i].taken, state->pid);
         }
     pthread_mutex_unlock(&lock);
 }

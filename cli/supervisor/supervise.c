@@ -348,6 +348,7 @@ int sv_run(const char *rules, char **argv, const char *why)
         return -1;
     int heir = sv_heir_start(&state);  /* before the subreaper, the signals, the tree */
     struct tree tree = { .signals = block_signals(&old) };
+    state.pid = getpid();
     state.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (tree.signals < 0 || state.wake < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) < 0 ||

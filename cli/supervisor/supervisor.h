@@ -74,6 +74,7 @@ struct sv_state {
     int shared_index[BH_MAX_COMPARTMENTS];
     struct bh_admitter admitter;
     int listener;
+    pid_t pid;            /* the supervisor's */
     int names;            /* hostname rules to resolve */
     _Atomic int rescan;   /* a counted socket may be gone: scan soon */
     int wake;             /* eventfd: a worker tells the main thread that
@@ -105,6 +106,8 @@ pid_t sv_process_of(pid_t tid);
 int sv_copy_fd(pid_t tid, int fd, pid_t *pid);
 /* Whether a socket is SOCK_STREAM. */
 int sv_is_stream(int sock);
+/* Whether a socket's file is O_NONBLOCK. */
+int sv_is_nonblocking(int sock);
 /* The trapped call's arguments where the native call has them (a
  * socketcall's read from the program's memory); 0, or -1. */
 int sv_call_args(const struct seccomp_notif *notif, uint64_t args[6]);
@@ -120,6 +123,12 @@ int sv_receive_fd(int channel);
 /* From a worker: a socket was counted (its process's exit is now worth
  * watching, and the backstop's timer running), or may be gone (rescan). */
 void sv_wake(struct sv_state *state);
+
+/* ---- pidfds.c ---- */
+
+/* sv_copy_fd, with the pidfd of a thread that leads its process kept for
+ * its next connects. */
+int sv_copy_fd_kept(pid_t tid, int fd, pid_t *pid);
 
 /* ---- sockets.c ---- */
 
@@ -149,10 +158,10 @@ int sv_processes_exited(const struct pollfd *fds, int count);
  * should know (sv_wake), 0, or -1 out of memory (nothing counted). */
 int sv_socket_count(uint64_t inode, int shared, struct bh_taken taken,
                     struct sv_process *process);
-/* Its connect began: the addresses the kernel finds it by (sockets.c),
+/* Its connect began: the addresses the kernel finds it by (sv_socket_id),
  * and its permits parked in a socket record, to outlive the supervisor. */
-void sv_socket_connecting(struct sv_state *state, uint64_t inode, int sock,
-                          const struct sockaddr *to);
+void sv_socket_connecting(struct sv_state *state, uint64_t inode,
+                          const struct bh_sock_id *id);
 /* The addresses sock_diag finds sock by, once its connect began: 0, or
  * -1 (not bound, or another family than to). */
 int sv_socket_id(int sock, const struct sockaddr *to, struct bh_sock_id *id);
@@ -206,17 +215,16 @@ void sv_outcome_tell(struct sv_state *state, int shared, int local, int64_t prob
 
 /* A counted socket whose connect is under way (EINPROGRESS). */
 struct sv_connecting {
-    int sock;                   /* the supervisor's copy, open for the call */
-    const struct sockaddr *to;
+    const struct bh_sock_id *id;  /* its addresses (sv_socket_id); NULL: unknown */
     uint64_t inode;
     pid_t pid;                  /* the program's process, and its fd */
     int fd;
     int shared, local;          /* the compartment, in the namespace and here */
     int64_t probe;              /* the breaker's probe slot it holds; 0 */
 };
-/* From a worker: watched until its outcome shows (told then, once; the
- * probe slot is the watch's now). 1 when the main thread should know
- * (sv_wake): it is due before anything else watched. */
+/* Watched until its outcome shows (told then, once; the probe slot is the
+ * watch's now). 1 when the main thread should know (a worker's sv_wake):
+ * it is due before anything else watched. */
 int sv_outcome_watch(struct sv_state *state, const struct sv_connecting *connecting);
 /* Main thread: ms until a watched socket is due for a look; -1 none. */
 int sv_outcomes_due_ms(void);

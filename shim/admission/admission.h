@@ -128,8 +128,10 @@ struct bh_applicant {
      * BH_GATE_WAIT (the shim's asynchronous admission, core/async_connect.c),
      * 0 when it cannot (a vfork child): refused at once. */
     int (*wait_elsewhere)(void);
-    /* How its non-blocking connects wait (above); read only when full. */
-    enum bh_nonblocking_wait nonblocking_wait;
+    /* How its non-blocking connects wait (above), asked only when one is
+     * full and may wait (the supervisor's answer costs a stat of /proc).
+     * NULL: BH_NONBLOCKING_OWN. */
+    enum bh_nonblocking_wait (*nonblocking_wait)(pid_t pid);
 };
 
 /* What an admitted connect holds: its permits, and the probe slot's

@@ -188,19 +188,21 @@ static int wait_allowed_ms(const struct asking *asking,
     if (bound.ms == 0)
         snprintf(bound.because, sizeof bound.because, "wait_ms = 0");
     int blocking = bound.ms > 0 ? may_block(asking->fd) : 1;
-    enum bh_nonblocking_wait nonblocking = asking->applicant->nonblocking_wait;
+    const struct bh_applicant *applicant = asking->applicant;
     /* Waited for elsewhere, a non-blocking connect stalls nothing: its
      * loop runs on and can give back what it holds, so wait_ms alone
      * bounds it, as it bounds a parked one. */
-    if (!blocking && bound.ms > 0 && asking->applicant->wait_elsewhere) {
-        if (asking->applicant->wait_elsewhere())
+    if (!blocking && bound.ms > 0 && applicant->wait_elsewhere) {
+        if (applicant->wait_elsewhere())
             return BH_WAIT_ELSEWHERE;
         bound_by(&bound, 0, "non-blocking socket in a vfork child, where no "
                  "thread of ours may wait for it");
     }
+    enum bh_nonblocking_wait nonblocking = blocking || !applicant->nonblocking_wait
+                                               ? BH_NONBLOCKING_OWN
+                                               : applicant->nonblocking_wait(applicant->pid);
     if (blocking || nonblocking != BH_NONBLOCKING_PARKED)
-        bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask),
-                        asking->applicant,
+        bound_hold_wait(&bound, compartment, held_by_applicant(asking, ask), applicant,
                         !blocking && nonblocking == BH_NONBLOCKING_STALLS);
     /* SO_SNDTIMEO bounds a blocking connect() only, as in the kernel. */
     int own_ms = blocking && bound.ms > 0 ? own_timeout_ms(asking->fd) : 0;

@@ -173,9 +173,15 @@ static int still_wanted(void)
 
 /* fd -1: the wait is a non-blocking socket's (no SO_SNDTIMEO), read from
  * no fd, and waited here, in place, in the namespace of the connect. */
+static enum bh_nonblocking_wait parked_here(pid_t pid)
+{
+    (void)pid;
+    return BH_NONBLOCKING_PARKED;
+}
+
 static const struct bh_applicant waiter_applicant = {
     0, NULL, NULL, NULL, NULL, NULL, bh_async_own_threads, still_wanted,
-    NULL, NULL, BH_NONBLOCKING_PARKED,
+    NULL, NULL, parked_here,
 };
 
 static struct waiter *claim_record(void)

@@ -78,13 +78,13 @@ static int attach(struct bh_joined *joined, int fd, int local,
  * worked out when it joined (shim.c). */
 static const struct bh_applicant shim_applicant = {
     0, NULL, NULL, NULL, NULL, NULL, bh_async_own_threads,
-    bh_signals_all_restart, bh_shim_uid_settled, bh_async_can_wait, BH_NONBLOCKING_OWN,
+    bh_signals_all_restart, bh_shim_uid_settled, bh_async_can_wait, NULL,
 };
 
 /* The last try: a refusal is said and on_failure decides. */
 static const struct bh_applicant shim_applicant_last_try = {
     0, NULL, NULL, NULL, NULL, NULL, bh_async_own_threads,
-    bh_signals_all_restart, NULL, bh_async_can_wait, BH_NONBLOCKING_OWN,
+    bh_signals_all_restart, NULL, bh_async_can_wait, NULL,
 };
 
 enum { UID_MOVED_TRIES = 16 };

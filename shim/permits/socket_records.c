@@ -340,7 +340,7 @@ static _Atomic uint64_t supervisor_netns;
 
 bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
                                     const struct bh_sock_id *id, int index,
-                                    struct bh_taken taken)
+                                    struct bh_taken taken, pid_t maker)
 {
     uint32_t generation;
     int slot;
@@ -355,7 +355,7 @@ bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
     if (!record)
         return 0;
     record->unlisted = 1;
-    record->maker = (int32_t)getpid();
+    record->maker = (int32_t)maker;
     record->family = id->family;
     record->local_port = id->local_port;
     record->remote_port = id->remote_port;

@@ -9,6 +9,7 @@
 #include <linux/netlink.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct bh_namespace;
 
@@ -51,11 +52,12 @@ struct bh_sock_id {
  * the socket with this inode and id, whose connect has begun: parked in an unlisted record (bh_socket_find never
  * returns it) with one reference, the caller's, and out of the caller's
  * holder record. 0 when none could be made: the permits stay the
- * caller's. */
+ * caller's. maker: the caller's pid, which the record names (passed in:
+ * a getpid() per connect is measurable). */
 struct bh_taken;
 bh_share bh_socket_park_for_another(struct bh_namespace *ns, uint64_t inode,
                                     const struct bh_sock_id *id, int index,
-                                    struct bh_taken taken);
+                                    struct bh_taken taken, pid_t maker);
 /* The kernel's answer on the TCP socket with this id, in any state, asked
  * on netlink socket fd (bh_sock_diag_socket) under its own sequence
  * number: 1 it has one (*found, its state and inode: 0 for an orphan

@@ -328,7 +328,7 @@ static void test_parked_for_another_is_unlisted_and_outlives_its_taker(void **st
         bh_share share = 0;
         if (bh_permit_take_for_another(&ns, &take, &outcome) == BH_TAKE_GRANTED)
             share = bh_socket_park_for_another(&ns, (uint64_t)socket_stat.st_ino, &id, c,
-                                               bh_take_taken(&take.ask, &outcome));
+                                               bh_take_taken(&take.ask, &outcome), getpid());
         (void)!write(pipe_fds[1], &share, sizeof share);
         _exit(0);
     }
@@ -366,7 +366,7 @@ static void test_a_live_makers_record_is_left_to_it(void **state)
     struct bh_take_outcome outcome;
     assert_int_equal(bh_permit_take_for_another(&ns, &take, &outcome), BH_TAKE_GRANTED);
     bh_share share = bh_socket_park_for_another(&ns, (uint64_t)socket_stat.st_ino, &id, c,
-                                                bh_take_taken(&take.ask, &outcome));
+                                                bh_take_taken(&take.ask, &outcome), getpid());
     assert_true(share != 0);
     close(fd);
     for (int64_t until = now_ns() + 50000000; now_ns() < until;)  /* reaps past the interval */
