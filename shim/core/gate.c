@@ -173,8 +173,8 @@ static __attribute__((noinline)) int enter_matched(int fd, const struct sockaddr
 }
 
 /* observe = yes: every TCP connect is recorded, matched or not, before
- * the matched ones are admitted (core/observe.h). Not inlined: a process
- * without observe pays a load and a branch. A matched connect that waits
+ * the matched ones are admitted (core/observe.h). Reached from the gate's
+ * slow path only (bh_shim.gate). A matched connect that waits
  * in the background counts as under way. */
 static __attribute__((noinline)) int observed(int fd, const struct sockaddr *to, int rule)
 {
@@ -192,17 +192,42 @@ static __attribute__((noinline)) int observed(int fd, const struct sockaddr *to,
     return entered;
 }
 
-int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
+/* Whether to is an IPv4 or IPv6 destination, the only ones counted. */
+static inline int inet_destination(const struct sockaddr *to, socklen_t length)
 {
-    if (!to || length < sizeof(sa_family_t) ||
-        (to->sa_family != AF_INET && to->sa_family != AF_INET6))
-        return to && length >= sizeof(sa_family_t) && to->sa_family == AF_UNSPEC
-                   ? unspec(fd) : BH_GATE_PASS;
-    if (!bh_shim_active())
+    return to && length >= sizeof(sa_family_t) &&
+           (to->sa_family == AF_INET || to->sa_family == AF_INET6);
+}
+
+/* Any other: connect(AF_UNSPEC) may dissolve a counted connection. */
+static int other_destination(int fd, const struct sockaddr *to, socklen_t length)
+{
+    return to && length >= sizeof(sa_family_t) && to->sa_family == AF_UNSPEC
+               ? unspec(fd) : BH_GATE_PASS;
+}
+
+/* Not plain (bh_shim.gate): the shim still starting (started here), off,
+ * or observing. */
+int bh_gate_enter_not_plainly(int fd, const struct sockaddr *to, socklen_t length, int gate)
+{
+    if (!inet_destination(to, length))
+        return other_destination(fd, to, length);
+    if (gate == BH_SHIM_GATE_NONE &&
+        (!bh_shim_active() ||
+         (gate = atomic_load_explicit(&bh_shim.gate, memory_order_acquire)) ==
+             BH_SHIM_GATE_NONE))
         return BH_GATE_PASS;
     int rule = bh_rule_index_match(bh_shim.rules, to, length);
-    if (__builtin_expect(bh_observing, 0))
+    if (gate == BH_SHIM_GATE_OBSERVING)
         return observed(fd, to, rule);
+    return rule < 0 ? BH_GATE_PASS : enter_matched(fd, to, rule);
+}
+
+int bh_gate_enter_plainly(int fd, const struct sockaddr *to, socklen_t length)
+{
+    if (!inet_destination(to, length))
+        return other_destination(fd, to, length);
+    int rule = bh_rule_index_match(bh_shim.rules, to, length);
     if (rule < 0)
         return BH_GATE_PASS;
     return enter_matched(fd, to, rule);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "admission/admission.h"  /* BH_GATE_PASS and the others */
+#include "core/state.h"
 
 /* A connect no rule matches, recorded under observe = yes: bh_gate_leave
  * tells the record how it went (core/observe.h). */
@@ -12,8 +13,17 @@ enum { BH_GATE_OBSERVED = -16 };
 
 /* Before connect(), or sendto/sendmsg with MSG_FASTOPEN: returns the
  * place (core/joined.h) of the permit the fd now holds, or one of the
- * values above. */
-int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length);
+ * values above. Inline, the shim's gate word first (core/state.h): each
+ * path then pays for one frame, its own. */
+int bh_gate_enter_plainly(int fd, const struct sockaddr *to, socklen_t length);
+int bh_gate_enter_not_plainly(int fd, const struct sockaddr *to, socklen_t length, int gate);
+static inline int bh_gate_enter(int fd, const struct sockaddr *to, socklen_t length)
+{
+    int gate = atomic_load_explicit(&bh_shim.gate, memory_order_acquire);
+    if (__builtin_expect(gate != BH_SHIM_GATE_PLAIN, 0))
+        return bh_gate_enter_not_plainly(fd, to, length, gate);
+    return bh_gate_enter_plainly(fd, to, length);
+}
 /* Before sendto/sendmsg with MSG_FASTOPEN under `bulkhead run`'s seccomp
  * supervisor: 1 (errno EOPNOTSUPP) when the destination is one a rule
  * matches, as the supervisor itself answers a Fast Open send it traps

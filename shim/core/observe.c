@@ -138,8 +138,6 @@ static void end_record(int fd)
 
 void bh_observe_connect(int fd, const struct sockaddr *to)
 {
-    if (!bh_observing)
-        return;
     int saved_errno = errno;
     end_record(fd);  /* a close we did not see (a raw syscall, dup2 onto it) */
     int slot = bh_destination_slot(table, to);
@@ -163,7 +161,7 @@ void bh_observe_refused(int fd)
 
 void bh_observe_left(int fd, int call_failed)
 {
-    if (!bh_observing || (unsigned)fd >= BH_OBSERVED_FDS)
+    if ((unsigned)fd >= BH_OBSERVED_FDS)
         return;
     uint64_t record = atomic_load(&observed[fd]);
     int slot = (int)(record & SLOT_MASK) - 1;

@@ -29,7 +29,7 @@ static inline void bh_observe_resolved(const char *name, int family, const void 
 /* fd's connect to `to` begins (the gate checked it is a TCP socket);
  * then one of: refused by a compartment, or left with the call's result
  * (errno EINPROGRESS: under way, which counts as open until SO_ERROR
- * says it failed). */
+ * says it failed). Called by the gate with observe on only. */
 void bh_observe_connect(int fd, const struct sockaddr *to);
 void bh_observe_refused(int fd);
 void bh_observe_left(int fd, int call_failed);

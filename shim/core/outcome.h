@@ -148,27 +148,42 @@ static inline void bh_outcome_turnaround(int fd, _Atomic uint32_t *word, uint32_
  * set (EAGAIN, or the verdict once), 0: the real call goes ahead. */
 int bh_async_io_held(int fd);
 
-/* A parameter list, args a call's arguments, with the watch word first. */
-#define BH_WITH_WORD(...) (_Atomic uint32_t *word_, __VA_ARGS__)
-#define BH_PASS_WORD(...) (word_, __VA_ARGS__)
+/* A parameter list, args a call's arguments, with the connection's slot
+ * (bh_fd_entry_slot) first. */
+#define BH_WITH_SLOT(...) (size_t slot_, __VA_ARGS__)
+#define BH_PASS_SLOT(...) (slot_, __VA_ARGS__)
 
-/* A send or a receive as two functions: the fast path, FAST, is the inline
- * lookup of the fd's watch word and a tail jump to libc_NAME when the
- * bits are clear (no connection, or one with nothing left to learn), with
- * no stack frame of its own; the watched path, FAST_watched, is out of
- * line and takes the word from it. */
+/* A send or a receive as three functions: the fast path, FAST, is the
+ * inline look at the fd's entry and its connection's watch bits, and a
+ * tail jump to libc_NAME when they are clear (no connection, or one with
+ * nothing left to learn), with no stack frame of its own; the watched
+ * path, FAST_watched, is out of line and finds the word from the static
+ * slot the fast path read; FAST_far does both for a connection whose id
+ * is past the static slots (more than 4,096 in the process). */
 #define BH_IO_FUNCTIONS(fast, name, receive, flags, params, args)              \
-    static __attribute__((noinline)) ssize_t fast##_watched BH_WITH_WORD params \
+    static __attribute__((noinline)) ssize_t fast##_watched BH_WITH_SLOT params \
     {                                                                          \
+        _Atomic uint32_t *word_ = bh_fd_static_word(slot_);                    \
+        return BH_WATCHED_IO(fd, word_, receive, flags, libc_##name args);     \
+    }                                                                          \
+    static __attribute__((noinline)) ssize_t fast##_far params                 \
+    {                                                                          \
+        _Atomic uint32_t *word_ = bh_fd_watch_word(fd);                        \
+        if (!word_ || !atomic_load_explicit(word_, memory_order_relaxed))      \
+            return libc_##name args;                                           \
         return BH_WATCHED_IO(fd, word_, receive, flags, libc_##name args);     \
     }                                                                          \
     static inline ssize_t fast params                                          \
     {                                                                          \
-        _Atomic uint32_t *word_ = bh_fd_watch_word(fd);                        \
-        if (__builtin_expect(!word_ ||                                         \
-                             !atomic_load_explicit(word_, memory_order_relaxed), 1)) \
+        uint32_t entry_ = bh_fd_entry(fd);                                     \
+        if (__builtin_expect(!bh_fd_entry_connected(entry_), 1))               \
             return libc_##name args;                                           \
-        return fast##_watched BH_PASS_WORD args;                               \
+        if (__builtin_expect(!bh_fd_slot_static(entry_), 0))                   \
+            return fast##_far args;                                            \
+        size_t slot_ = bh_fd_entry_slot(entry_);                               \
+        if (__builtin_expect(!bh_fd_static_watch(slot_), 1))                   \
+            return libc_##name args;                                           \
+        return fast##_watched BH_PASS_SLOT args;                               \
     }
 
 /* A hook whose every call is a send or a receive: bh_NAME. */

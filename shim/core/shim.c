@@ -439,6 +439,10 @@ static void start_once_per_image(void)
     unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
     atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
                           memory_order_release);
+    atomic_store_explicit(&bh_shim.gate, !active      ? BH_SHIM_GATE_NONE
+                                         : bh_observing ? BH_SHIM_GATE_OBSERVING
+                                                        : BH_SHIM_GATE_PLAIN,
+                          memory_order_release);
     starting_here = 0;
 }
 

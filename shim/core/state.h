@@ -15,9 +15,16 @@
 #include "rules/rule_index.h"
 
 enum bh_shim_status { BH_SHIM_STARTING, BH_SHIM_ACTIVE, BH_SHIM_OFF };
+/* What a connect does first: 0 until status is known (or when it is off),
+ * then plain (rules in force), or observing (rules in force, and every
+ * TCP connect recorded: core/observe.h). */
+enum bh_shim_gate { BH_SHIM_GATE_NONE, BH_SHIM_GATE_PLAIN, BH_SHIM_GATE_OBSERVING };
 
 struct bh_shim {
     _Atomic int status;
+    /* The connect gate's one test (enum bh_shim_gate), written once after
+     * status (release). */
+    _Atomic int gate;
     struct bh_config config;
     struct bh_rule_index *rules;
     /* config compartment i: the watch bits its connections start with,

@@ -66,13 +66,15 @@ enum {
      * negative fd taken as unsigned instead of testing it: that half is
      * never mapped. Zero pages until a chunk is used. */
     FD_CHUNKS = (uint32_t)((1ull << 32) / CHUNK_SIZE),
-    /* Connection ids fit the 30 bits an entry has beside the kind. */
-    CONNECTION_CHUNKS = (1u << 30) / CHUNK_SIZE,
     KIND_BITS = BH_FD_KIND_BITS,
     KIND_MASK = (1 << KIND_BITS) - 1,
+    /* Connection ids fit the bits an entry has beside the kind. */
+    CONNECTION_CHUNKS = (1u << (32 - KIND_BITS)) / CHUNK_SIZE,
 };
 /* id + 1 shifted past the kind must fit 32 bits. */
-#define MAX_CONNECTIONS ((1u << 30) - 1)
+#define MAX_CONNECTIONS ((1u << (32 - KIND_BITS)) - 1)
+_Static_assert(sizeof(struct bh_fd_connection) == 1u << BH_FD_KIND_BITS,
+               "an entry past its kind is its connection's offset (fd_table.h)");
 
 /* Named for the inline bh_fd_watched() in fd_table.h, which reads them.
  * The first chunk, fds 0 to 4095 (nearly every program's all), is static:

@@ -11,15 +11,23 @@
 #include "hooks/export.h"
 #include "libc/libc.h"
 
-static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
+/* A connect not passed through as it is: counted, or refused. */
+static int connect_entered(int fd, const struct sockaddr *to, socklen_t length, int entered)
 {
-    int entered = bh_gate_enter(fd, to, length);
     if (entered == BH_GATE_REFUSED)
         return -1;
     int rc = libc_connect(fd, to, length);
-    if (entered != BH_GATE_PASS)
-        bh_gate_leave(fd, entered, rc < 0);
+    bh_gate_leave(fd, entered, rc < 0);
     return rc;
+}
+
+/* Passed through, the real connect is a tail call. */
+static int bh_connect(int fd, const struct sockaddr *to, socklen_t length)
+{
+    int entered = bh_gate_enter(fd, to, length);
+    if (entered == BH_GATE_PASS)
+        return libc_connect(fd, to, length);
+    return connect_entered(fd, to, length, entered);
 }
 
 /* MSG_FASTOPEN connects: the gate, as for connect(). Under the seccomp

@@ -11,6 +11,7 @@
 #include <sys/ipc.h>
 #include <sys/sem.h>
 
+#include "libc/semop.h"
 #include "permits/holders.h"
 #include "permits/layout.h"
 
@@ -74,18 +75,21 @@ static inline __attribute__((always_inline)) enum bh_acquire_result
 bh_pools_try(struct bh_namespace *ns, const struct bh_permit_ask *ask, struct bh_grant *grant)
 {
     struct bh_shared_compartment *shared = &ns->state->compartments[ask->index];
-    int saved_errno = errno;
     grant->taken = (struct bh_taken){ (uint32_t)ask->weight, 0, -1 };
     grant->hint_stale = 0;
     if (__builtin_expect(ask->reserve >= 0 ||
                          atomic_load_explicit(&shared->debt_hint, memory_order_relaxed) ||
                          atomic_load_explicit(&shared->owed_hint, memory_order_relaxed) ||
                          atomic_load_explicit(&shared->headroom, memory_order_relaxed), 0))
-        return bh_pools_try_slowly(ns, ask, grant, saved_errno);
+        return bh_pools_try_slowly(ns, ask, grant, errno);
     struct sembuf common = { (unsigned short)BH_SEM_FREE(ask->index), (short)-ask->weight,
                              SEM_UNDO | IPC_NOWAIT };
-    if (__builtin_expect(semop(ns->semid, &common, 1) < 0, 0))
+    int rc = bh_semop_raw(ns->semid, &common, 1);
+    if (__builtin_expect(rc < 0, 0)) {
+        int saved_errno = errno;  /* untouched by the raw call */
+        errno = -rc;
         return bh_pools_try_full(ns, ask, grant, saved_errno);
+    }
     bh_pools_count_granted(ns, ask->index, grant);
     return BH_ACQUIRED;
 }
@@ -109,13 +113,15 @@ static inline int bh_pools_give(struct bh_namespace *ns, int index, int weight,
                          atomic_load_explicit(&shared->reserve_count, memory_order_relaxed),
                          0))
         return bh_pools_give_slowly(ns, index, weight, taken, undo);
-    int saved_errno = errno;
     /* Before the semop: the waiter it wakes counts itself in at once. */
     atomic_fetch_sub_explicit(&shared->holders_hint, weight, memory_order_relaxed);
     struct sembuf common = { (unsigned short)BH_SEM_FREE(index), (short)weight, undo };
-    if (__builtin_expect(semop(ns->semid, &common, 1) < 0, 0))
+    int rc = bh_semop_raw(ns->semid, &common, 1);
+    if (__builtin_expect(rc < 0, 0)) {
+        int saved_errno = errno;  /* untouched by the raw call */
+        errno = -rc;
         return bh_pools_give_refused(ns, index, weight, saved_errno);
-    errno = saved_errno;
+    }
     return 0;
 }
 
