@@ -437,11 +437,14 @@ static void start_once_per_image(void)
         bh_shim.supervised = 1;
     }
     unsetenv(BH_HANDOFF_VARIABLE); /* meant for this image only */
-    atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
-                          memory_order_release);
+    /* The gate before the status: a thread that finds the status set
+     * finds the gate too, and one that finds the gate set finds all the
+     * rest. */
     atomic_store_explicit(&bh_shim.gate, !active      ? BH_SHIM_GATE_NONE
                                          : bh_observing ? BH_SHIM_GATE_OBSERVING
                                                         : BH_SHIM_GATE_PLAIN,
+                          memory_order_release);
+    atomic_store_explicit(&bh_shim.status, active ? BH_SHIM_ACTIVE : BH_SHIM_OFF,
                           memory_order_release);
     starting_here = 0;
 }

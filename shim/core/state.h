@@ -22,8 +22,8 @@ enum bh_shim_gate { BH_SHIM_GATE_NONE, BH_SHIM_GATE_PLAIN, BH_SHIM_GATE_OBSERVIN
 
 struct bh_shim {
     _Atomic int status;
-    /* The connect gate's one test (enum bh_shim_gate), written once after
-     * status (release). */
+    /* The connect gate's one test (enum bh_shim_gate), written once, just
+     * before status (both release): one who reads status set reads it. */
     _Atomic int gate;
     struct bh_config config;
     struct bh_rule_index *rules;
