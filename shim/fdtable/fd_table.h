@@ -240,7 +240,7 @@ static inline size_t bh_fd_entry_slot(uint32_t entry)
 }
 static inline int bh_fd_slot_static(size_t slot)
 {
-    return slot < ((1u << BH_FD_CHUNK_BITS) + 2) << BH_FD_KIND_BITS;
+    return slot < ((1u << BH_FD_CHUNK_BITS) + 1) << BH_FD_KIND_BITS;  /* id + 1 <= 4096 */
 }
 /* The watch word of the connection in a static slot, and its bits: one
  * load from the offset, no pointer made (the send and receive hooks'

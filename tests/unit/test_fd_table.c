@@ -233,6 +233,40 @@ static void test_watch_bits(void **state)
     assert_int_equal(bh_fd_unwatch(21, 0xff), 0);  /* nothing there now */
 }
 
+/* The watch bits as the send and receive hooks' fast path reads them
+ * (core/outcome.h): from the static slot the entry's offset names, or,
+ * past the static slots, as the far path looks them up. */
+static uint32_t hooks_read(int fd)
+{
+    uint32_t entry = bh_fd_entry(fd);
+    if (!bh_fd_entry_connected(entry))
+        return 0;
+    if (!bh_fd_slot_static(entry))
+        return bh_fd_watched(fd);
+    return bh_fd_static_watch(bh_fd_entry_slot(entry));
+}
+
+/* Connection ids start at the fd's number: fd 4095's is the last static
+ * slot's, fd 4096's the first of a chunk. Each one's bits, read as the
+ * hooks read them, are its own. */
+static void test_watch_bits_at_the_static_slots_end(void **state)
+{
+    (void)state;
+    bh_fd_table_reset();
+    assert_int_equal(bh_fd_attach(4095, 1, 1, 0x3, 1), 0);
+    assert_int_equal(bh_fd_attach(4096, 2, 1, 0x5, 2), 0);
+    assert_true(bh_fd_slot_static(bh_fd_entry(4095)));
+    assert_false(bh_fd_slot_static(bh_fd_entry(4096)));
+    assert_int_equal(hooks_read(4095), 0x3);
+    assert_int_equal(hooks_read(4096), 0x5);
+    assert_int_equal(bh_fd_unwatch(4096, 0x4), 0x4);
+    assert_int_equal(hooks_read(4096), 0x1);
+    assert_int_equal(hooks_read(4095), 0x3);
+    assert_int_equal(bh_fd_release(bh_fd_detach(4095)).compartment, 1);
+    assert_int_equal(bh_fd_release(bh_fd_detach(4096)).compartment, 2);
+    assert_int_equal(hooks_read(4096), 0);
+}
+
 static void note_id(int fd, uint32_t connection, int compartment, void *ctx)
 {
     (void)fd;
@@ -378,7 +412,7 @@ static void test_guard_against_reuse(void **state)
 int main(void)
 {
     enum { SEQUENCES = sizeof sequences / sizeof sequences[0] };
-    struct CMUnitTest tests[SEQUENCES + 8];
+    struct CMUnitTest tests[SEQUENCES + 9];
     for (size_t i = 0; i < SEQUENCES; i++)
         tests[i] = (struct CMUnitTest){ .name = sequences[i].name,
                                         .test_func = test_sequence,
@@ -391,5 +425,7 @@ int main(void)
     tests[SEQUENCES + 5] = (struct CMUnitTest)cmocka_unit_test(test_guard_identity);
     tests[SEQUENCES + 6] = (struct CMUnitTest)cmocka_unit_test(test_close_waits_for_guard);
     tests[SEQUENCES + 7] = (struct CMUnitTest)cmocka_unit_test(test_guard_against_reuse);
-    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 8, NULL, NULL);
+    tests[SEQUENCES + 8] =
+        (struct CMUnitTest)cmocka_unit_test(test_watch_bits_at_the_static_slots_end);
+    return _cmocka_run_group_tests("fd_table", tests, SEQUENCES + 9, NULL, NULL);
 }
