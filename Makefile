@@ -53,6 +53,10 @@ CFLAGS    ?= -O2 -g
 CPPFLAGS  ?=
 LDFLAGS   ?=
 BH_CFLAGS := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Ishim
+# Link-time optimisation for the shim, the command and the agent (not the
+# sanitizer tiers, unit programs or fuzzers): calls to BH_INLINED_ACROSS
+# functions (shim/libc/inlined.h) are inlined across files.
+LTO       := -flto=auto
 # inih is linked statically and hidden (--exclude-libs) so a host program
 # with its own ini_parse can neither break the shim nor be broken by it.
 INIH    := -l:libinih.a
@@ -101,14 +105,14 @@ all: $(SHIM) $(CLI) $(AGENT)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(BH_CFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS) $(BH_CFLAGS) $(LTO) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(SHIM): $(CORE_OBJ) $(SHIM_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) $(SHIM_LDFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
+	$(CC) $(LTO) $(CFLAGS) $(LDFLAGS) $(SHIM_LDFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
 
 $(CLI_OBJ): BH_CFLAGS += -Icli
 $(CLI): $(CORE_OBJ) $(CLI_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(INIH) -lpthread -lm
+	$(CC) $(LTO) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(INIH) -lpthread -lm
 
 # lease.lua, the Redis script, as a C string the agent loads.
 $(BUILD)/agent/lease_lua.h: agent/lease.lua
@@ -122,7 +126,7 @@ $(AGENT_OBJ): BH_CFLAGS += -I$(BUILD)/agent -Icli
 $(BUILD)/obj/cli/cmd_run.o: BH_CFLAGS += -DBH_MULTIARCH='"$(MULTIARCH)"'
 
 $(AGENT): $(CORE_OBJ) $(AGENT_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(INIH) -lhiredis -lmicrohttpd -lpthread
+	$(CC) $(LTO) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(INIH) -lhiredis -lmicrohttpd -lpthread
 
 # Every client includes client_util.h: a change there rebuilds them all,
 # also in a build directory made before this rule existed.
@@ -261,7 +265,7 @@ SOAK_NAMES := $(patsubst tests/soak/%.c,%,$(wildcard tests/soak/*.c))
 
 $(BUILD)/soak/%: $(BUILD)/obj/tests/soak/%.o $(UNIT_CODE:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
+	$(CC) $(LTO) $(CFLAGS) -o $@ $^ $(INIH) -ldl -lpthread
 
 soak: deps
 	$(MAKE) all $(SOAK_NAMES:%=$(BUILD)/soak/%)

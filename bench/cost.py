@@ -464,7 +464,7 @@ def cost_checks(ir_op, sc_op):
                    "instructions (but turnaround's, which times one exchange in 32): " +
                    (", ".join(f"{t} {ir_op[t]:.3f}" for t in fractions) or "all are")))
     x = extra(ir_op, "cc_matched")
-    checks.append((x <= 935, f"matched connect+close instructions: {x:+.0f} (limit +935: "
+    checks.append((x <= 800, f"matched connect+close instructions: {x:+.0f} (limit +800: "
                    f"one take of shim/permits, its give-back, the fd table, the outcome)"))
     x = sc_op["cc_deadlines"] - sc_op["cc_matched"]
     checks.append((x <= 2.005, f"matched connect+close with connect_timeout_ms and "

@@ -30,10 +30,21 @@ agent_with_metrics() {
 # prom_value QUERY: the value of the one series QUERY gives in the
 # Prometheus on $PROM_PORT, or nothing.
 prom_value() {
-    curl -sf -G "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$1" |
-        python3 -c 'import json, sys
-r = json.load(sys.stdin)["data"]["result"]
-print(r[0]["value"][1] if len(r) == 1 else "")'
+    local answer
+    answer=$(curl -sf -G "http://127.0.0.1:$PROM_PORT/api/v1/query" \
+                 --data-urlencode "query=$1") || return 1
+    python3 -c 'import json, sys
+r = json.loads(sys.argv[1])["data"]["result"]
+print(r[0]["value"][1] if len(r) == 1 else "")' "$answer"
+}
+
+# What each side had when a wait on Prometheus ran out: its answer, the
+# agent's own line, what Prometheus said of the scrape and logged.
+prom_seen() {
+    echo "Prometheus: $(prom_value "$1" || echo "no answer")"
+    echo "agent: $(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep -F "${1%%\{*}" | head -3)"
+    echo "scrape: $(curl -sf "http://127.0.0.1:$PROM_PORT/api/v1/targets" | head -c 600)"
+    tail -n 5 "$T/prometheus.err"
 }
 
 prom_value_is() { [[ "$(prom_value "$1")" == "$2" ]]; }
@@ -55,9 +66,12 @@ prom_value_is() { [[ "$(prom_value "$1")" == "$2" ]]; }
     holders a 1 60000
     wait_for open_is srv 1
     PROM_PORT=$(free_port)
+    # A scrape may take as long as its interval; 2 s, not 1, so that a
+    # loaded machine's slow answer is not a failed scrape (its series
+    # then go stale).
     cat >"$T/prometheus.yml" <<EOF2
 global:
-  scrape_interval: 1s
+  scrape_interval: 2s
   evaluation_interval: 1s
 rule_files:
   - $MONITORING/bulkhead.rules.yml
@@ -69,7 +83,8 @@ EOF2
     bg "$T/prometheus" prometheus --config.file="$T/prometheus.yml" \
         --storage.tsdb.path="$T/prometheus-data" --web.listen-address="127.0.0.1:$PROM_PORT"
     wait_for -t 30 prom_value_is "up{job=\"bulkhead\"}" 1
-    wait_for -t 15 prom_value_is "bulkhead_permits_in_use{namespace=\"$NS-a\",compartment=\"db\"}" 1
+    local in_use="bulkhead_permits_in_use{namespace=\"$NS-a\",compartment=\"db\"}"
+    wait_for -t 30 prom_value_is "$in_use" 1 || fail "$(prom_seen "$in_use")"
     assert_equal "$(server_stat srv open)" 1
     assert_equal "$(prom_value "bulkhead_fleet_limit{namespace=\"$NS-a\",compartment=\"db\"}")" 4
     assert_equal "$(prom_value "bulkhead_permits_limit{namespace=\"$NS-a\",compartment=\"cache\"}")" 7

@@ -501,7 +501,10 @@ int bh_async_so_error(int fd, int level, int name, void *value, socklen_t *len)
     return 0;
 }
 
-int bh_async_io_held(int fd)
+/* Out of line: only a connect that waits in the background comes here,
+ * and inlined into the send and receive hooks it cost each of their
+ * watched calls a register move. */
+__attribute__((noinline)) int bh_async_io_held(int fd)
 {
     int verdict = bh_waiting_verdict(fd, 1);
     if (verdict == BH_WAITING_NONE)

@@ -158,7 +158,9 @@ static void before_spawn(void)
     errno = saved_errno;
 }
 
-void *bh_copies_before_vfork(void)
+/* Called from hooks/fork.c's vfork, written in assembly: `used` keeps it
+ * for a caller link-time optimisation cannot see. */
+__attribute__((used)) void *bh_copies_before_vfork(void)
 {
     before_spawn();
     return bh_libc_vfork();

@@ -48,7 +48,7 @@ static int is_inet_stream(int fd, enum bh_fd_kind kind)
 /* Admitted: the fd holds the permits from now, at their place in the
  * namespace they were taken from, watched as outcome.c says. The probe's
  * since_ns is its holding of the slot (breaker.h). */
-static int attach(struct bh_joined *joined, int fd, int local,
+static inline __attribute__((always_inline)) int attach(struct bh_joined *joined, int fd, int local,
                   const struct bh_permit_ask *ask, int64_t probe)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
@@ -130,7 +130,7 @@ wait_elsewhere(struct bh_joined *joined, int fd, const struct bh_rule *rule,
     return refuse(&asking, rule->compartment, shared, asking.why);
 }
 
-static int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
+static inline __attribute__((always_inline)) int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 {
     struct bh_admitted admitted;
     struct bh_joined *joined = bh_joined_now();

@@ -77,6 +77,7 @@
 #include "core/state.h"
 #include "log/log.h"
 #include "libc/clock.h"
+#include "libc/inlined.h"
 
 /* The probe's holding (its since_ns, see breaker.h) if fd is the probe
  * and this process owns it; 0 otherwise. */
@@ -393,7 +394,7 @@ static __attribute__((noinline)) void exchanges_ended(const struct bh_fd_ended *
                              BH_WINDOW_TURNAROUNDS, uncounted, bh_clock_ns(CLOCK_MONOTONIC));
 }
 
-void bh_connection_ended(const struct bh_fd_ended *ended)
+BH_INLINED_ACROSS void bh_connection_ended(const struct bh_fd_ended *ended)
 {
     if (__builtin_expect(ended->watch & BH_WATCH_WAITING, 0)) {
         bh_async_ended(ended->since_ns);  /* it holds nothing; its waiter leaves */

@@ -50,6 +50,7 @@
  * Connection ids: the connect()ing fd's own number is tried first, so the
  * usual allocation is a single compare-and-swap. */
 #include "fdtable/fd_table.h"
+#include "libc/inlined.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -277,7 +278,7 @@ static void wait_unguarded(struct bh_fd_connection *connection)
         sched_yield();
 }
 
-uint32_t bh_fd_detach(int fd)
+BH_INLINED_ACROSS uint32_t bh_fd_detach(int fd)
 {
     _Atomic uint32_t *entry = entry_for(fd, 0);
     if (!entry || entry_connection(atomic_load_explicit(entry, memory_order_relaxed)) == 0)
@@ -290,7 +291,7 @@ uint32_t bh_fd_detach(int fd)
     return detached;
 }
 
-struct bh_fd_ended bh_fd_release(uint32_t detached)
+BH_INLINED_ACROSS struct bh_fd_ended bh_fd_release(uint32_t detached)
 {
     return drop_reference(detached);
 }
@@ -409,7 +410,8 @@ attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns, ui
     return publish(entry, id_plus_one);
 }
 
-int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch, int64_t since_ns)
+BH_INLINED_ACROSS int bh_fd_attach(int fd, int compartment, int weight, uint32_t watch,
+                                   int64_t since_ns)
 {
     /* The usual case, without a call: an fd below 4096, both first chunks
      * in use, its own connection slot free. */

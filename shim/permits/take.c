@@ -38,6 +38,7 @@
 
 #include "breaker/breaker.h"
 #include "libc/clock.h"
+#include "libc/inlined.h"
 
 /* ---- what a take asks of the compartment: its fleet share, its size ---- */
 
@@ -131,7 +132,7 @@ static __attribute__((noinline, cold)) void kept(struct bh_namespace *ns, int in
         ns->refused(ns, index, weight);
 }
 
-void bh_permit_release(struct bh_namespace *ns, int index, int weight)
+BH_INLINED_ACROSS void bh_permit_release(struct bh_namespace *ns, int index, int weight)
 {
     struct bh_taken taken = bh_holding_remove(ns, index, weight);
     if (__builtin_expect(bh_pools_give(ns, index, weight, taken, SEM_UNDO) < 0, 0))
@@ -388,8 +389,9 @@ past_cap(struct bh_namespace *ns, const struct bh_take *take,
     return take_for(ns, take, outcome, 0, 1);
 }
 
-enum bh_take_result bh_permit_take(struct bh_namespace *ns, const struct bh_take *take,
-                                   struct bh_take_outcome *outcome)
+BH_INLINED_ACROSS enum bh_take_result bh_permit_take(struct bh_namespace *ns,
+                                                     const struct bh_take *take,
+                                                     struct bh_take_outcome *outcome)
 {
     return take_for(ns, take, outcome, 0, 0);
 }

@@ -49,6 +49,7 @@
 
 #include <string.h>
 
+#include "libc/inlined.h"
 #include "permits/window.h"
 
 _Static_assert(sizeof(struct bh_window_fixed) == sizeof(struct bh_histogram),
@@ -279,8 +280,8 @@ void bh_window_hold(struct bh_window_shared *window, int weight, int64_t since_n
 
 /* permits.h's: the window's hold and the cumulative histogram's, in one
  * call from the close path. */
-void bh_count_hold(struct bh_namespace *ns, int index, int weight, int64_t since_ns,
-                   int64_t now_ns)
+BH_INLINED_ACROSS void bh_count_hold(struct bh_namespace *ns, int index, int weight,
+                                     int64_t since_ns, int64_t now_ns)
 {
     hold(&ns->state->windows[index], weight, since_ns, now_ns);
     bh_histogram_record(&ns->state->compartments[index].hold_time, now_ns - since_ns);

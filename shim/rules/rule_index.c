@@ -17,6 +17,7 @@
  * and per prefix length a 64 Ki-bit filter of the stored keys answers "no
  * rule has this address": an unmatched connect costs a few bit tests. */
 #include "rules/rule_index.h"
+#include "libc/inlined.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -516,8 +517,8 @@ static int match_v6(const struct bh_rule_index *index, const uint8_t *address,
     return match_address(index, AF_INET6, address, words, port);
 }
 
-int bh_rule_index_match(const struct bh_rule_index *index,
-                        const struct sockaddr *address, socklen_t length)
+BH_INLINED_ACROSS int bh_rule_index_match(const struct bh_rule_index *index,
+                                          const struct sockaddr *address, socklen_t length)
 {
     unsigned port;
     const uint8_t *bytes;
