@@ -48,8 +48,9 @@ static int is_inet_stream(int fd, enum bh_fd_kind kind)
 /* Admitted: the fd holds the permits from now, at their place in the
  * namespace they were taken from, watched as outcome.c says. The probe's
  * since_ns is its holding of the slot (breaker.h). */
-static inline __attribute__((always_inline)) int attach(struct bh_joined *joined, int fd, int local,
-                  const struct bh_permit_ask *ask, int64_t probe)
+static inline __attribute__((always_inline)) int
+attach(struct bh_joined *joined, int fd, int local, const struct bh_permit_ask *ask,
+       int64_t probe)
 {
     const struct bh_compartment *compartment = &bh_shim.config.compartments[local];
     int64_t since_ns = probe;
@@ -130,7 +131,8 @@ wait_elsewhere(struct bh_joined *joined, int fd, const struct bh_rule *rule,
     return refuse(&asking, rule->compartment, shared, asking.why);
 }
 
-static inline __attribute__((always_inline)) int admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
+static inline __attribute__((always_inline)) int
+admit(int fd, const struct bh_rule *rule, const struct sockaddr *to)
 {
     struct bh_admitted admitted;
     struct bh_joined *joined = bh_joined_now();
