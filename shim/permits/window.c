@@ -118,11 +118,9 @@ static void clear_period(struct bh_window_period *slot)
 
 /* Whether a sample for `tag` may be added to the slot tagged *slot_tag,
  * claiming it first when it holds an older time (see the top): clear()
- * empties it, with `first_us` the claimer's moment in its second. Out of
- * line: once per slot and second (period). */
-static __attribute__((noinline)) int claim(_Atomic int64_t *slot_tag, int64_t tag,
-                                           void (*clear)(void *, uint32_t), void *slot,
-                                           uint32_t first_us)
+ * empties it, with `first_us` the claimer's moment in its second. */
+static inline int claim(_Atomic int64_t *slot_tag, int64_t tag,
+                        void (*clear)(void *, uint32_t), void *slot, uint32_t first_us)
 {
     int64_t seen = atomic_load_explicit(slot_tag, memory_order_acquire);
     for (;;) {
@@ -155,6 +153,21 @@ static void clear_period_slot(void *slot, uint32_t first_us)
     clear_period(slot);
 }
 
+/* The claims, out of line: once per slot and second (period), and the
+ * recording paths that inline the look at a slot's tag pass them little. */
+static __attribute__((noinline)) struct bh_window_second *
+claim_second(struct bh_window_second *slot, int64_t second, int64_t at_ns)
+{
+    uint32_t first_us = (uint32_t)((at_ns - second * NS_PER_S) / NS_PER_US);
+    return claim(&slot->tag, second + 1, clear_second_slot, slot, first_us) ? slot : NULL;
+}
+
+static __attribute__((noinline)) int claim_period(struct bh_window_period *slot,
+                                                  uint64_t period)
+{
+    return claim(&slot->tag, (int64_t)period + 1, clear_period_slot, slot, 0);
+}
+
 /* The slot of `second`, claimed for it (at_ns: the figure's moment in
  * it); NULL when the figure must be dropped. */
 static inline struct bh_window_second *second_at(struct bh_window_shared *window,
@@ -164,8 +177,7 @@ static inline struct bh_window_second *second_at(struct bh_window_shared *window
     if (__builtin_expect(atomic_load_explicit(&slot->tag, memory_order_acquire) ==
                          second + 1, 1))
         return slot;
-    uint32_t first_us = (uint32_t)((at_ns - second * NS_PER_S) / NS_PER_US);
-    return claim(&slot->tag, second + 1, clear_second_slot, slot, first_us) ? slot : NULL;
+    return claim_second(slot, second, at_ns);
 }
 
 static inline void add_to_period(struct bh_window_period *ring, uint64_t second, uint64_t us)
@@ -174,7 +186,7 @@ static inline void add_to_period(struct bh_window_period *ring, uint64_t second,
     struct bh_window_period *slot = &ring[period % BH_WINDOW_PERIODS];
     if (__builtin_expect(atomic_load_explicit(&slot->tag, memory_order_acquire) !=
                          (int64_t)period + 1, 0) &&
-        !claim(&slot->tag, (int64_t)period + 1, clear_period_slot, slot, 0))
+        !claim_period(slot, period))
         return;
     atomic_fetch_add_explicit(&slot->counts[bh_loghist_bucket(us)], 1,
                               memory_order_relaxed);
